@@ -1,0 +1,25 @@
+# LATTE_CUDA=AUTO|ON|OFF decides whether the CUDA backends are built.
+# CMAKE_CUDA_ARCHITECTURES defaults to 90 (the development GPU, an H200); a release build
+# passes -DCMAKE_CUDA_ARCHITECTURES="80;86;89;90;100;120" (docs/building.md).
+set(LATTE_WITH_CUDA OFF)
+if(NOT LATTE_CUDA STREQUAL "OFF")
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(LATTE_WITH_CUDA ON)
+  elseif(LATTE_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "LATTE_CUDA=ON but no CUDA compiler was found: install the CUDA "
+                        "toolkit (nvcc on PATH) or configure with -DLATTE_CUDA=OFF")
+  endif()
+endif()
+message(STATUS "latte: CUDA backends ${LATTE_WITH_CUDA} (architectures: ${CMAKE_CUDA_ARCHITECTURES})")

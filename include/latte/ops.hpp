@@ -1,0 +1,123 @@
+// The operations every latte backend computes, and their arguments. Semantics, dtypes and
+// errors: docs/operations.md. The math: DESIGN.md 2.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "latte/dtype.hpp"
+#include "latte/tensor.hpp"
+
+namespace latte {
+
+enum class Op : uint8_t {
+  sparse_mla,        // MLA attention over a per-token list of physical cache slots
+  mla_decode,        // dense MLA over each request's paged cache, s_q 1..4, causal
+  indexer_topk,      // DSA lightning indexer scores + exact top-k
+  indexer_logits,    // the indexer scores themselves, [T, L]
+  kv_store,          // latent + rope -> MLA cache (bf16 or fp8_ds_mla) through slot_mapping
+  indexer_k_store,   // indexer K -> e4m3 + scale pages through slot_mapping
+  logical_to_slots,  // per-request logical positions -> physical slots through block_table
+};
+
+[[nodiscard]] std::string_view to_string(Op op);
+[[nodiscard]] std::optional<Op> parse_op(std::string_view name);
+[[nodiscard]] const std::vector<Op>& all_ops();
+
+// MLA dimensions shared by every supported model (DESIGN.md 2.1).
+inline constexpr int kLatentDim = 512;   // kv_lora_rank
+inline constexpr int kRopeDim = 64;      // qk_rope_head_dim
+inline constexpr int kQkDim = 576;       // latent + rope
+inline constexpr int kIndexDim = 128;    // index_head_dim
+inline constexpr int kIndexBytesPerToken = 132;  // 128 e4m3 + one f32 scale
+inline constexpr int kFp8GroupSize = 128;
+
+// score = scale * q.c over the token set of each query; out = softmax-weighted latent.
+struct SparseMlaArgs {
+  TensorView q;         // [T, H, 576] bf16
+  TensorView kv_cache;  // [num_blocks, block_size, 576] bf16 | [num_blocks, block_size, 656] u8
+  TensorView indices;   // [T, topk] i32 physical slots, -1 = none
+  TensorView out;       // [T, H, 512] bf16
+  TensorView lse;       // optional [T, H] f32, natural log; -inf for an empty row
+  float scale = 0.0f;
+};
+
+struct MlaDecodeArgs {
+  TensorView q;            // [B, s_q, H, 576] bf16, s_q in 1..4
+  TensorView kv_cache;     // as SparseMlaArgs
+  TensorView block_table;  // [B, max_blocks] i32
+  TensorView seq_lens;     // [B] i32, tokens in the cache including the s_q new ones
+  TensorView out;          // [B, s_q, H, 512] bf16
+  TensorView lse;          // optional [B, s_q, H] f32
+  float scale = 0.0f;
+  // Query i of request b sees cache positions 0 .. seq_lens[b] - s_q + i (causal).
+};
+
+// How indexer_topk reports the chosen tokens.
+enum class IndexKind : uint8_t { logical, physical };
+
+struct IndexerInputs {
+  TensorView q;              // [T, H_i, 128] e4m3 or bf16
+  TensorView q_scale;        // [T, H_i] f32, required with e4m3 q, absent with bf16
+  TensorView weights;        // [T, H_i] f32
+  TensorView k_cache;        // [num_blocks, block_size, 132] u8, page layout of DESIGN.md 3
+  TensorView block_table;    // [B, max_blocks] i32
+  TensorView token_request;  // optional [T] i32: row of block_table for each token (default t)
+  TensorView visible_lens;   // [T] i32: token t sees logical positions 0 .. visible_lens[t]-1
+};
+
+struct IndexerTopkArgs {
+  IndexerInputs in;
+  TensorView indices;        // [T, topk] i32 out, -1 padded
+  IndexKind kind = IndexKind::physical;
+};
+
+struct IndexerLogitsArgs {
+  IndexerInputs in;
+  TensorView logits;         // [T, L] f32 out; -inf where position >= visible_lens[t]
+};
+
+struct KvStoreArgs {
+  TensorView latent;         // [T, 512] bf16
+  TensorView rope;           // [T, 64] bf16
+  TensorView slot_mapping;   // [T] i32, -1 = skip
+  TensorView kv_cache;       // bf16 [nb, bs, 576] or u8 [nb, bs, 656]
+  Fp8ScaleKind scale_kind = Fp8ScaleKind::amax;  // fp8_ds_mla only
+};
+
+struct IndexerKStoreArgs {
+  TensorView k;              // [T, 128] bf16
+  TensorView slot_mapping;   // [T] i32, -1 = skip
+  TensorView k_cache;        // [num_blocks, block_size, 132] u8
+  Fp8ScaleKind scale_kind = Fp8ScaleKind::amax;
+};
+
+struct LogicalToSlotsArgs {
+  TensorView positions;      // [T, K] i32 logical positions, -1 = none
+  TensorView block_table;    // [B, max_blocks] i32
+  TensorView token_request;  // optional [T] i32 (default: row t)
+  TensorView slots;          // [T, K] i32 out; -1 stays -1
+  int block_size = 0;
+};
+
+using OpArgs = std::variant<SparseMlaArgs, MlaDecodeArgs, IndexerTopkArgs, IndexerLogitsArgs,
+                            KvStoreArgs, IndexerKStoreArgs, LogicalToSlotsArgs>;
+
+[[nodiscard]] Op op_of(const OpArgs& args);
+
+// Where and how a kernel runs.
+struct RunContext {
+  void* stream = nullptr;           // cudaStream_t for CUDA backends; ignored on the CPU
+  void* workspace = nullptr;        // at least Kernel::workspace_bytes() bytes on the device
+  std::size_t workspace_bytes = 0;
+  // Opt-in: validate every index against its range and report the first bad one
+  // (row, column, value, allowed range). Costs a pass over the indices (and, on CUDA, a
+  // host synchronization); off by default. Without it an out-of-range index is treated as
+  // -1 and never read out of bounds.
+  bool check_indices = false;
+};
+
+}  // namespace latte

@@ -1,0 +1,56 @@
+// One validation layer for every backend: shapes, dtypes, strides, formats and ranges.
+// Each function throws latte::Error(invalid_argument) naming the argument, the value it got,
+// what it wanted and what to do; on success it returns the problem's sizes.
+#pragma once
+
+#include <cstdint>
+
+#include "latte/ops.hpp"
+
+namespace latte {
+
+struct SparseMlaShape {
+  int64_t tokens = 0, heads = 0, topk = 0, num_blocks = 0, block_size = 0;
+  CacheFormat format = CacheFormat::bf16;
+  [[nodiscard]] int64_t num_slots() const { return num_blocks * block_size; }
+};
+
+struct MlaDecodeShape {
+  int64_t batch = 0, s_q = 0, heads = 0, max_blocks = 0, num_blocks = 0, block_size = 0;
+  CacheFormat format = CacheFormat::bf16;
+};
+
+struct IndexerShape {
+  int64_t tokens = 0, heads = 0, batch = 0, max_blocks = 0, num_blocks = 0, block_size = 0;
+  DType q_dtype = DType::e4m3;
+  [[nodiscard]] int64_t max_len() const { return max_blocks * block_size; }
+};
+
+struct KvStoreShape {
+  int64_t tokens = 0, num_blocks = 0, block_size = 0;
+  CacheFormat format = CacheFormat::bf16;
+};
+
+struct LogicalToSlotsShape {
+  int64_t tokens = 0, width = 0, batch = 0, max_blocks = 0;
+};
+
+[[nodiscard]] SparseMlaShape validate(const SparseMlaArgs& args);
+[[nodiscard]] MlaDecodeShape validate(const MlaDecodeArgs& args);
+[[nodiscard]] IndexerShape validate(const IndexerTopkArgs& args);   // also topk rules
+[[nodiscard]] IndexerShape validate(const IndexerLogitsArgs& args);
+[[nodiscard]] KvStoreShape validate(const KvStoreArgs& args);
+[[nodiscard]] KvStoreShape validate(const IndexerKStoreArgs& args);
+[[nodiscard]] LogicalToSlotsShape validate(const LogicalToSlotsArgs& args);
+
+// Every tensor of the call on one device; throws naming the odd one out.
+Device common_device(const OpArgs& args);
+
+// Index range checks for check mode, on host-readable int32 data. Each throws naming the
+// first bad entry: row, column, value and the allowed range.
+void check_slot_indices(const int32_t* indices, int64_t rows, int64_t cols, int64_t row_stride,
+                        int64_t num_slots, const char* what);
+void check_block_table(const int32_t* table, int64_t rows, int64_t cols, int64_t row_stride,
+                       int64_t num_blocks, const char* what);
+
+}  // namespace latte
