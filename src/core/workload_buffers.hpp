@@ -1,0 +1,62 @@
+// Buffers for workloads: host bytes with an optional device copy, viewed as TensorViews.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <vector>
+
+#include "latte/device.hpp"
+#include "latte/tensor.hpp"
+
+namespace latte::detail {
+
+class WorkBuffer {
+ public:
+  WorkBuffer(std::size_t bytes, Device device);
+  ~WorkBuffer();
+  WorkBuffer(const WorkBuffer&) = delete;
+  WorkBuffer& operator=(const WorkBuffer&) = delete;
+
+  [[nodiscard]] unsigned char* host() { return host_.data(); }
+  [[nodiscard]] const unsigned char* host() const { return host_.data(); }
+  template <typename T>
+  [[nodiscard]] T* host_as() { return reinterpret_cast<T*>(host_.data()); }
+  template <typename T>
+  [[nodiscard]] const T* host_as() const { return reinterpret_cast<const T*>(host_.data()); }
+  [[nodiscard]] std::size_t bytes() const { return host_.size(); }
+
+  // A view of the run copy (device memory on CUDA, the host bytes on the CPU).
+  [[nodiscard]] TensorView view(DType dtype, std::initializer_list<int64_t> shape);
+  // A view of the host bytes, for the reference.
+  [[nodiscard]] TensorView host_view(DType dtype, std::initializer_list<int64_t> shape);
+
+  void upload();     // host -> device (no-op on the CPU)
+  void download();   // device -> host (no-op on the CPU)
+  void fill_device(unsigned char byte);  // poison the run copy
+
+ private:
+  std::vector<unsigned char> host_;
+  Device device_;
+  void* device_ptr_ = nullptr;
+};
+
+// Timing of a region of work on a device: CUDA events on CUDA, the steady clock on the CPU.
+class StageTimer {
+ public:
+  explicit StageTimer(Device device);
+  ~StageTimer();
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
+  void start();
+  double stop_ms();  // waits for the device
+  static void synchronize(Device device);
+
+ private:
+  Device device_;
+  void* begin_ = nullptr;
+  void* end_ = nullptr;
+  double host_start_ = 0;
+};
+
+}  // namespace latte::detail

@@ -1,0 +1,67 @@
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.hpp"
+#include "latte/context.hpp"
+#include "latte/error.hpp"
+#include "options.hpp"
+
+namespace latte::cli {
+namespace {
+
+struct SelectArgs {
+  ModelOptions model;
+  ChoiceOptions choice;
+  std::string device = "cpu";
+  std::string op;
+  int64_t tokens = 0;
+  bool json = false;
+};
+
+std::vector<Op> ops_to_select(const SelectArgs& a, const ModelSpec& model) {
+  if (a.op.empty()) return {model.is_dsa() ? Op::sparse_mla : Op::mla_decode};
+  if (a.op == "all") {
+    if (model.is_dsa()) return {Op::kv_store, Op::indexer_k_store, Op::indexer_topk, Op::sparse_mla};
+    return {Op::kv_store, Op::mla_decode};
+  }
+  const auto op = parse_op(a.op);
+  if (!op) {
+    std::string names;
+    for (Op o : all_ops()) names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(o));
+    throw Error(ErrorCode::invalid_argument, fmt::format("--op '{}' is not an operation: use one of {}, or all", a.op, names));
+  }
+  return {*op};
+}
+
+}  // namespace
+
+void add_select(CLI::App& app) {
+  auto a = std::make_shared<SelectArgs>();
+  auto* cmd = app.add_subcommand("select", "Choose a backend for a model's operation and explain the choice");
+  add_model_options(cmd, a->model);
+  cmd->add_option("--device", a->device, "cpu, cuda:N, or an architecture sm_80 ... sm_120");
+  cmd->add_option("--op", a->op, "Operation (default: sparse_mla for DSA models, mla_decode for dense), or all");
+  cmd->add_option("--tokens", a->tokens, "Tokens per call (matches policy 'tokens' conditions)");
+  add_choice_options(cmd, a->choice);
+  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->callback([a] {
+    const ModelSpec model = load_model(a->model.model, to_deployment(a->model));
+    const DeviceInfo device = describe_device(a->device);
+    const SelectOptions options = apply_choice_options(a->choice);
+    AttentionOptions attention;
+    attention.max_tokens = a->tokens;
+    bool all_valid = true;
+    nlohmann::json selections = nlohmann::json::array();
+    for (Op op : ops_to_select(*a, model)) {
+      const Selection selection = Context::global().explain(attention_spec(model, op, attention), device, options);
+      all_valid = all_valid && !selection.chosen.empty();
+      if (a->json) selections.push_back(nlohmann::json::parse(selection.to_json()));
+      else fmt::print("{}\n", selection.explain());
+    }
+    if (a->json) fmt::print("{}\n", (selections.size() == 1 ? selections[0] : selections).dump(2));
+    if (!all_valid) throw CLI::RuntimeError(1);
+  });
+}
+
+}  // namespace latte::cli
