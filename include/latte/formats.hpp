@@ -8,6 +8,13 @@
 
 namespace latte {
 
+inline constexpr float kE4m3Max = 448.0f;  // largest finite e4m3 value (code 0x7E)
+
+// Byte offsets inside one fp8_ds_mla token (656 bytes, DESIGN.md 3).
+inline constexpr int kFp8DsMlaBytes = 656;
+inline constexpr int kFp8DsMlaScaleOffset = 512;  // 4 f32 group scales
+inline constexpr int kFp8DsMlaRopeOffset = 528;   // 64 bf16 rope values
+
 // OCP FP8 E4M3FN: round to nearest even, saturate finite overflow (and infinities) to +-448,
 // NaN -> 0x7F (sign kept).
 [[nodiscard]] uint8_t float_to_e4m3(float value);
@@ -17,7 +24,9 @@ namespace latte {
 [[nodiscard]] float bf16_to_float(uint16_t bits);
 
 // The per-group scale kv_store and indexer_k_store use for a group whose |max| is `amax`.
-// amax == 0 gives scale 1 so that zeros round-trip.
+// amax == 0 gives scale 1 so that zeros round-trip. Values are stored as e4m3(x / scale),
+// the division done in float32. A group holding inf or NaN gets a non-finite scale and
+// decodes to NaN everywhere (the poison stays visible).
 [[nodiscard]] float fp8_group_scale(float amax, Fp8ScaleKind kind);
 
 // One token of the fp8_ds_mla cache (656 bytes): 512 latent -> e4m3 in 4 groups of 128 with

@@ -34,6 +34,9 @@ inline constexpr int kQkDim = 576;       // latent + rope
 inline constexpr int kIndexDim = 128;    // index_head_dim
 inline constexpr int kIndexBytesPerToken = 132;  // 128 e4m3 + one f32 scale
 inline constexpr int kFp8GroupSize = 128;
+// API limits every backend shares (a backend may declare narrower ones).
+inline constexpr int kMaxTopk = 65536;     // columns of sparse_mla / indexer_topk indices
+inline constexpr int kMaxDecodeSq = 4;     // mla_decode query tokens per request
 
 // score = scale * q.c over the token set of each query; out = softmax-weighted latent.
 struct SparseMlaArgs {

@@ -1,0 +1,123 @@
+// sparse_mla and mla_decode in float64 (DESIGN.md 2.1):
+//   score_s = scale * q . c_s,  lse = ln sum_s exp(score_s),  out = sum_s exp(score_s - lse) c_s[0:512]
+// over the token set of each query; an empty set gives out = 0 and lse = -inf.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "reference_ops.hpp"
+#include "tensor_access.hpp"
+
+namespace latte::cpu_reference {
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// One query head against `count` decoded cache tokens.
+void attend(const uint16_t* q_row, const std::vector<CacheToken>& keys, std::size_t count,
+            double scale, uint16_t* out_row, float* lse) {
+  std::array<double, kQkDim> q{};
+  read_bf16_row(q_row, kQkDim, q.data());
+  std::array<double, kLatentDim> out{};
+  if (count == 0) {
+    write_bf16_row(out.data(), kLatentDim, out_row);
+    if (lse) *lse = static_cast<float>(kNegInf);
+    return;
+  }
+  std::vector<double> scores(count);
+  double max_score = kNegInf;
+  for (std::size_t k = 0; k < count; ++k) {
+    double dot = 0.0;
+    for (int d = 0; d < kQkDim; ++d) dot += q[d] * keys[k][d];
+    scores[k] = scale * dot;
+    max_score = std::max(max_score, scores[k]);
+  }
+  // Subtracting the max keeps exp() finite; it does not change the result.
+  double sum = 0.0;
+  for (double s : scores) sum += std::exp(s - max_score);
+  const double log_sum = max_score + std::log(sum);
+  for (std::size_t k = 0; k < count; ++k) {
+    const double p = std::exp(scores[k] - log_sum);
+    for (int d = 0; d < kLatentDim; ++d) out[d] += p * keys[k][d];
+  }
+  write_bf16_row(out.data(), kLatentDim, out_row);
+  if (lse) *lse = static_cast<float>(log_sum);
+}
+
+// Block id of logical position `pos` of block_table row `row`, or -1 when the entry is not a
+// block of the cache (the out-of-range rule: treated as "no token").
+int64_t block_of(const TensorView& block_table, int64_t row, int64_t pos, int64_t block_size,
+                 int64_t num_blocks) {
+  const int64_t block = read_i32(block_table, {row, pos / block_size});
+  return block >= 0 && block < num_blocks ? block : -1;
+}
+
+}  // namespace
+
+void sparse_mla(const SparseMlaArgs& a, const SparseMlaShape& s, bool check) {
+  if (check) {
+    check_slot_indices(a.indices.ptr<const int32_t>(), s.tokens, s.topk, a.indices.stride(0),
+                       s.num_slots(), "sparse_mla: indices");
+  }
+  std::vector<CacheToken> keys;
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    // Every valid entry counts, in column order; a repeated slot counts as often as it appears.
+    keys.clear();
+    for (int64_t k = 0; k < s.topk; ++k) {
+      const int32_t slot = read_i32(a.indices, {t, k});
+      if (slot < 0 || slot >= s.num_slots()) continue;  // -1 and out-of-range: no token
+      read_mla_token(a.kv_cache, s.format, s.block_size, slot, keys.emplace_back());
+    }
+    for (int64_t h = 0; h < s.heads; ++h) {
+      attend(at<const uint16_t>(a.q, {t, h}), keys, keys.size(), a.scale,
+             at<uint16_t>(a.out, {t, h}), a.lse.defined() ? at<float>(a.lse, {t, h}) : nullptr);
+    }
+  }
+}
+
+void mla_decode(const MlaDecodeArgs& a, const MlaDecodeShape& s, bool check) {
+  const int64_t capacity = s.max_blocks * s.block_size;  // positions block_table can hold
+  if (check) {
+    check_values_in_range(a.seq_lens.ptr<const int32_t>(), s.batch, a.seq_lens.stride(0), s.s_q,
+                          capacity, "mla_decode: seq_lens",
+                          "each request holds at least its s_q new tokens and at most "
+                          "max_blocks * block_size positions of block_table");
+    std::vector<int64_t> used(static_cast<std::size_t>(s.batch));
+    for (int64_t b = 0; b < s.batch; ++b) {
+      const int64_t len = read_i32(a.seq_lens, {b});
+      used[static_cast<std::size_t>(b)] = (len + s.block_size - 1) / s.block_size;
+    }
+    check_block_table_prefix(a.block_table.ptr<const int32_t>(), s.batch,
+                             a.block_table.stride(0), used.data(), s.num_blocks,
+                             "mla_decode: block_table");
+  }
+  std::vector<CacheToken> keys;
+  for (int64_t b = 0; b < s.batch; ++b) {
+    const int64_t seq_len = read_i32(a.seq_lens, {b});
+    // Query i sees positions 0 .. seq_len - s_q + i; positions past the block table or in a
+    // block that is not in the cache hold no token.
+    const int64_t last_len = std::clamp<int64_t>(seq_len, 0, capacity);
+    keys.clear();
+    std::vector<int64_t> positions;
+    for (int64_t p = 0; p < last_len; ++p) {
+      const int64_t block = block_of(a.block_table, b, p, s.block_size, s.num_blocks);
+      if (block < 0) continue;
+      positions.push_back(p);
+      read_mla_token(a.kv_cache, s.format, s.block_size, block * s.block_size + p % s.block_size,
+                     keys.emplace_back());
+    }
+    for (int64_t i = 0; i < s.s_q; ++i) {
+      const int64_t visible = seq_len - s.s_q + i + 1;  // positions < visible
+      const auto count = static_cast<std::size_t>(
+          std::lower_bound(positions.begin(), positions.end(), visible) - positions.begin());
+      for (int64_t h = 0; h < s.heads; ++h) {
+        attend(at<const uint16_t>(a.q, {b, i, h}), keys, count, a.scale,
+               at<uint16_t>(a.out, {b, i, h}),
+               a.lse.defined() ? at<float>(a.lse, {b, i, h}) : nullptr);
+      }
+    }
+  }
+}
+
+}  // namespace latte::cpu_reference

@@ -1,0 +1,139 @@
+#include "arg_check.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstddef>
+
+#include "latte/error.hpp"
+
+namespace latte::detail {
+namespace {
+
+std::string dtype_list(std::initializer_list<DType> dtypes) {
+  std::string out;
+  for (DType d : dtypes) out += fmt::format("{}{}", out.empty() ? "" : " or ", to_string(d));
+  return out;
+}
+
+}  // namespace
+
+ArgCheck::ArgCheck(std::string_view op, std::string_view name, const TensorView& tensor,
+                   std::string layout)
+    : op_(op), name_(name), tensor_(tensor), layout_(std::move(layout)) {}
+
+void ArgCheck::fail(std::string_view problem, std::string_view fix) const {
+  throw Error(ErrorCode::invalid_argument,
+              fmt::format("{}: {} {}: got {}; expected {}. {}", op_, name_, problem,
+                          tensor_.describe(), layout_, fix));
+}
+
+void fail_argument(std::string_view op, std::string_view message) {
+  throw Error(ErrorCode::invalid_argument, fmt::format("{}: {}", op, message));
+}
+
+ArgCheck& ArgCheck::required() {
+  if (!present()) fail("is absent", fmt::format("Pass {} (it is required).", name_));
+  return *this;
+}
+
+ArgCheck& ArgCheck::rank(int expected) {
+  if (tensor_.rank != expected) {
+    fail(fmt::format("has rank {}", tensor_.rank),
+         fmt::format("Pass {} with {} dimensions, laid out as {}.", name_, expected, layout_));
+  }
+  return *this;
+}
+
+ArgCheck& ArgCheck::dtype(DType expected) { return dtype_in({expected}); }
+
+ArgCheck& ArgCheck::dtype_in(std::initializer_list<DType> accepted) {
+  if (std::find(accepted.begin(), accepted.end(), tensor_.dtype) == accepted.end()) {
+    fail(fmt::format("has dtype {}", to_string(tensor_.dtype)),
+         fmt::format("Convert {} to {}.", name_, dtype_list(accepted)));
+  }
+  return *this;
+}
+
+ArgCheck& ArgCheck::memory() {
+  for (int d = 0; d < tensor_.rank; ++d) {
+    if (tensor_.size(d) < 0) {
+      fail(fmt::format("has a negative size in dimension {}", d), "Sizes must be >= 0.");
+    }
+    if (tensor_.stride(d) < 0) {
+      fail(fmt::format("has a negative stride in dimension {}", d),
+           "Pass a view with non-negative strides (flip the data instead of the view).");
+    }
+  }
+  const bool empty = tensor_.numel() == 0;
+  if (tensor_.data == nullptr && !empty) {
+    fail("has a null data pointer", fmt::format("Point {} at its memory.", name_));
+  }
+  const auto element = static_cast<std::uintptr_t>(dtype_size(tensor_.dtype));
+  if (!empty && reinterpret_cast<std::uintptr_t>(tensor_.data) % element != 0) {
+    fail(fmt::format("data pointer {} is not aligned to its {}-byte elements", tensor_.data,
+                     element),
+         "Pass memory aligned to the element size.");
+  }
+  const int last = tensor_.rank - 1;
+  if (last >= 0 && tensor_.size(last) > 1 && tensor_.stride(last) != 1) {
+    fail(fmt::format("has stride {} in its last dimension", tensor_.stride(last)),
+         "The last dimension must be contiguous (stride 1): pass a contiguous copy.");
+  }
+  return *this;
+}
+
+ArgCheck& ArgCheck::vector_rows() {
+  if (tensor_.numel() == 0) return *this;
+  const auto element = static_cast<int64_t>(dtype_size(tensor_.dtype));
+  if (reinterpret_cast<std::uintptr_t>(tensor_.data) % 16 != 0) {
+    fail(fmt::format("data pointer {} is not 16-byte aligned", tensor_.data),
+         "Kernels load these rows with 16-byte vectors: allocate 16-byte aligned memory (torch, "
+         "numpy and cudaMalloc do) and do not start the view mid-row.");
+  }
+  for (int d = 0; d + 1 < tensor_.rank; ++d) {
+    if (tensor_.size(d) > 1 && (tensor_.stride(d) * element) % 16 != 0) {
+      fail(fmt::format("stride {} of dimension {} is {} bytes, not a multiple of 16",
+                       tensor_.stride(d), d, tensor_.stride(d) * element),
+           "Kernels load these rows with 16-byte vectors: pad rows to a multiple of 16 bytes "
+           "or pass a contiguous tensor.");
+    }
+  }
+  return *this;
+}
+
+ArgCheck& ArgCheck::non_overlapping() {
+  // span = elements covered by dimensions d+1.. (1 + sum of (size-1)*stride).
+  int64_t span = 1;
+  for (int d = tensor_.rank - 1; d >= 0; --d) {
+    const int64_t n = tensor_.size(d);
+    if (n > 1 && d < tensor_.rank - 1 && tensor_.stride(d) < span) {
+      fail(fmt::format("overlaps itself: stride {} of dimension {} is smaller than the {} "
+                       "elements inside it",
+                       tensor_.stride(d), d, span),
+           "Pass a row-major tensor (rows may be padded, never overlapping).");
+    }
+    if (n > 0) span += (n - 1) * tensor_.stride(d);
+  }
+  return *this;
+}
+
+ArgCheck& ArgCheck::size(int dim, int64_t expected, std::string_view source) {
+  if (tensor_.size(dim) != expected) {
+    fail(fmt::format("has {} in dimension {}, not {} ({})", tensor_.size(dim), dim, expected,
+                     source),
+         fmt::format("Make the sizes of {} agree with the other arguments.", name_));
+  }
+  return *this;
+}
+
+ArgCheck& ArgCheck::size_in(int dim, int64_t lo, int64_t hi, std::string_view meaning,
+                            std::string_view fix) {
+  const int64_t n = tensor_.size(dim);
+  if (n < lo || n > hi) {
+    fail(fmt::format("has {} = {} in dimension {}, outside {}..{}", meaning, n, dim, lo, hi), fix);
+  }
+  return *this;
+}
+
+}  // namespace latte::detail

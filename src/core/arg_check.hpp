@@ -1,0 +1,54 @@
+// Internal: the checks validate.cpp applies to one tensor argument, each throwing
+// latte::Error(invalid_argument) as "<op>: <arg> <problem>: got <tensor>; expected <layout>.
+// <fix>". Kept apart from validate.cpp so that the per-op rules there read as a list.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+
+#include "latte/dtype.hpp"
+#include "latte/tensor.hpp"
+
+namespace latte::detail {
+
+class ArgCheck {
+ public:
+  // `layout` is the expected form in words, e.g. "[T, H, 576] bf16".
+  ArgCheck(std::string_view op, std::string_view name, const TensorView& tensor,
+           std::string layout);
+
+  [[nodiscard]] bool present() const { return tensor_.defined(); }
+  const TensorView& tensor() const { return tensor_; }
+
+  ArgCheck& required();  // absent -> error; optional arguments skip this and test present()
+  ArgCheck& rank(int expected);
+  ArgCheck& dtype(DType expected);
+  ArgCheck& dtype_in(std::initializer_list<DType> accepted);
+  // Non-negative sizes and strides, non-null data when non-empty, data aligned to the element
+  // size, last dimension contiguous (stride 1).
+  ArgCheck& memory();
+  // 16-byte aligned data and every non-last stride a multiple of 16 bytes (vector loads).
+  ArgCheck& vector_rows();
+  // Row-major with optional padding: each stride covers everything inside it, so no two
+  // elements share an address (required of everything a kernel writes, and of caches).
+  ArgCheck& non_overlapping();
+  // Dimension `dim` must equal `expected`; `source` says where the value comes from
+  // ("T, the tokens of q").
+  ArgCheck& size(int dim, int64_t expected, std::string_view source);
+  ArgCheck& size_in(int dim, int64_t lo, int64_t hi, std::string_view meaning,
+                    std::string_view fix);
+
+  [[noreturn]] void fail(std::string_view problem, std::string_view fix) const;
+
+ private:
+  std::string op_;
+  std::string name_;
+  TensorView tensor_;
+  std::string layout_;
+};
+
+[[noreturn]] void fail_argument(std::string_view op, std::string_view message);
+
+}  // namespace latte::detail

@@ -1,0 +1,101 @@
+// cpu.reference as the registry and the selector see it: registered, honest capabilities,
+// and a Kernel that refuses what it cannot run with a clear message.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "latte/backend.hpp"
+#include "latte/error.hpp"
+#include "latte/registry.hpp"
+#include "valid_calls.hpp"
+
+namespace latte::testing {
+namespace {
+
+AttentionSpec glm5_spec(Op op) {
+  AttentionSpec spec;
+  spec.op = op;
+  spec.model = "glm-5";
+  const bool indexer = op == Op::indexer_topk || op == Op::indexer_logits || op == Op::indexer_k_store;
+  spec.num_heads = indexer ? 32 : 64;
+  spec.head_dim = indexer ? kIndexDim : kQkDim;
+  spec.q_dtype = indexer ? DType::e4m3 : DType::bf16;
+  spec.kv_cache = CacheFormat::fp8_ds_mla;
+  spec.block_size = 64;
+  spec.topk = (op == Op::sparse_mla || op == Op::indexer_topk) ? 2048 : 0;
+  spec.s_q = 1;
+  spec.scale = 0.0625f;
+  return spec;
+}
+
+std::vector<std::string> codes(const std::vector<Reason>& reasons) {
+  std::vector<std::string> out;
+  for (const Reason& r : reasons) out.push_back(r.code);
+  return out;
+}
+
+TEST(CpuReference, IsRegisteredWithEveryOpOnTheCpu) {
+  const auto backend = Registry::global().find("cpu.reference");
+  ASSERT_NE(backend, nullptr);
+  const BackendInfo& info = backend->info();
+  EXPECT_EQ(info.id, "cpu.reference");
+  EXPECT_FALSE(info.description.empty());
+  EXPECT_EQ(info.caps.ops, all_ops());
+  EXPECT_EQ(info.caps.devices, std::vector<DeviceKind>{DeviceKind::cpu});
+}
+
+TEST(CpuReference, AcceptsEveryOpOfAGlm5StepOnTheCpu) {
+  const auto backend = Registry::global().get("cpu.reference");
+  for (Op op : all_ops()) {
+    for (CacheFormat format : {CacheFormat::bf16, CacheFormat::fp8_ds_mla}) {
+      AttentionSpec spec = glm5_spec(op);
+      spec.kv_cache = format;
+      EXPECT_THAT(codes(check(*backend, spec, DeviceInfo{})), ::testing::IsEmpty())
+          << to_string(op) << " " << to_string(format);
+    }
+  }
+  AttentionSpec decode = glm5_spec(Op::mla_decode);
+  decode.s_q = 4;
+  decode.num_heads = 8;  // GLM-5 at TP 8
+  decode.block_size = 1;
+  EXPECT_THAT(codes(check(*backend, decode, DeviceInfo{})), ::testing::IsEmpty());
+  AttentionSpec bf16_index = glm5_spec(Op::indexer_topk);
+  bf16_index.q_dtype = DType::bf16;
+  EXPECT_THAT(codes(check(*backend, bf16_index, DeviceInfo{})), ::testing::IsEmpty());
+}
+
+TEST(CpuReference, DeclaresWhatItRefuses) {
+  const auto backend = Registry::global().get("cpu.reference");
+  DeviceInfo gpu;
+  gpu.kind = DeviceKind::cuda;
+  gpu.arch_major = 9;
+  EXPECT_THAT(codes(check(*backend, glm5_spec(Op::sparse_mla), gpu)), ::testing::Contains("device_kind"));
+  AttentionSpec decode = glm5_spec(Op::mla_decode);
+  decode.s_q = 5;
+  EXPECT_THAT(codes(check(*backend, decode, DeviceInfo{})), ::testing::Contains("s_q"));
+  AttentionSpec heads = glm5_spec(Op::sparse_mla);
+  heads.num_heads = 129;
+  EXPECT_THAT(codes(check(*backend, heads, DeviceInfo{})), ::testing::Contains("heads"));
+  AttentionSpec topk = glm5_spec(Op::indexer_topk);
+  topk.topk = kMaxTopk + 1;
+  EXPECT_THAT(codes(check(*backend, topk, DeviceInfo{})), ::testing::Contains("topk"));
+}
+
+TEST(CpuReference, KernelNeedsNoWorkspaceAndRefusesArgsOfAnotherOp) {
+  const auto backend = Registry::global().get("cpu.reference");
+  const auto kernel = backend->make(glm5_spec(Op::sparse_mla), DeviceInfo{});
+  EXPECT_EQ(kernel->workspace_bytes(), 0u);
+  ValidCalls calls;
+  try {
+    kernel->run(calls.kv_store(), RunContext{});
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("made for sparse_mla but was given kv_store"));
+  }
+  EXPECT_NO_THROW(kernel->run(calls.sparse_mla(), RunContext{}));
+}
+
+}  // namespace
+}  // namespace latte::testing

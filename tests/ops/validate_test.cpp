@@ -1,0 +1,358 @@
+// The validation layer, table-driven: each case breaks one thing in an otherwise valid call and
+// names the fragments its message must contain. Shape/dtype/stride/format cases must be caught
+// by validate() itself (no data read); value cases only in check mode.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "latte/error.hpp"
+#include "latte/validate.hpp"
+#include "valid_calls.hpp"
+
+namespace latte::testing {
+namespace {
+
+// Where a case's error must come from.
+enum class Stage {
+  validate,    // latte::validate / common_device, before any data is read
+  kernel,      // cpu.reference's own rule (device kind)
+  check_mode,  // only with RunContext::check_indices; without it the call runs
+};
+
+struct BadCase {
+  std::string name;
+  Stage stage;
+  std::function<OpArgs(const ValidCalls&)> make;
+  std::vector<std::string> fragments;
+};
+
+TensorView with_shape(TensorView t, std::initializer_list<int64_t> shape) {
+  return TensorView::contiguous(t.data, t.dtype, shape, t.device);
+}
+
+TensorView with_strides(TensorView t, std::initializer_list<int64_t> strides) {
+  int d = 0;
+  for (int64_t s : strides) t.strides[static_cast<std::size_t>(d++)] = s;
+  return t;
+}
+
+TensorView with_dtype(TensorView t, DType dtype) {
+  t.dtype = dtype;
+  return t;
+}
+
+TensorView on_cuda(TensorView t) {
+  t.device = Device{DeviceKind::cuda, 0};
+  return t;
+}
+
+std::vector<BadCase> bad_cases() {
+  using C = const ValidCalls&;
+  std::vector<BadCase> cases = {
+      // ---- sparse_mla ----
+      {"q_absent", Stage::validate, [](C c) { auto a = c.sparse_mla(); a.q = {}; return OpArgs(a); },
+       {"sparse_mla: q is absent", "Pass q"}},
+      {"q_rank_2", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.q = with_shape(a.q, {8, 576}); return OpArgs(a); },
+       {"sparse_mla: q has rank 2", "bf16[8, 576]", "expected [T, H, 576] bf16"}},
+      {"q_dtype_f32", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.q = with_dtype(a.q, DType::f32); return OpArgs(a); },
+       {"q has dtype f32", "Convert q to bf16"}},
+      {"q_head_dim_512", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.q = with_shape(a.q, {4, 2, 512}); return OpArgs(a); },
+       {"q has 512 in dimension 2, not 576"}},
+      {"q_last_stride_2", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.q = with_strides(a.q, {2304, 1152, 2}); return OpArgs(a); },
+       {"q has stride 2 in its last dimension", "contiguous"}},
+      {"q_unaligned", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.q.data = static_cast<uint16_t*>(a.q.data) + 1;
+         return OpArgs(a);
+       },
+       {"q data pointer", "is not 16-byte aligned"}},
+      {"q_row_stride_not_16_bytes", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.q = with_shape(a.q, {2, 2, 576});
+         a.q = with_strides(a.q, {1156, 578, 1});
+         a.indices = with_shape(a.indices, {2, 3});
+         a.out = with_shape(a.out, {2, 2, 512});
+         a.lse = with_shape(a.lse, {2, 2});
+         return OpArgs(a);
+       },
+       {"q stride 1156 of dimension 0 is 2312 bytes, not a multiple of 16"}},
+      {"q_null_data", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.q.data = nullptr; return OpArgs(a); },
+       {"q has a null data pointer"}},
+      {"q_negative_stride", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.q = with_strides(a.q, {-1152, 576, 1}); return OpArgs(a); },
+       {"q has a negative stride in dimension 0"}},
+      {"cache_dim_560", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.kv_cache = with_shape(a.kv_cache, {4, 4, 560}); return OpArgs(a); },
+       {"kv_cache has 560 bf16 values per token, which is no cache format", "656 u8"}},
+      {"cache_u8_576", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.kv_cache = with_shape(with_dtype(a.kv_cache, DType::u8), {4, 4, 576});
+         return OpArgs(a);
+       },
+       {"kv_cache has 576 u8 values per token"}},
+      {"cache_e4m3", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.kv_cache = with_dtype(c.fp8_cache, DType::e4m3); return OpArgs(a); },
+       {"kv_cache has dtype e4m3", "as u8 bytes"}},
+      {"cache_rank_2", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.kv_cache = with_shape(a.kv_cache, {16, 576}); return OpArgs(a); },
+       {"kv_cache has rank 2", "[num_blocks, block_size, 576]"}},
+      {"cache_too_many_slots", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.kv_cache = with_shape(a.kv_cache, {int64_t{1} << 22, 1024, 576});
+         return OpArgs(a);
+       },
+       {"kv_cache has 4194304 x 1024", "more than int32 slot indices can address"}},
+      {"indices_dtype_f32", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.indices = with_dtype(a.indices, DType::f32); return OpArgs(a); },
+       {"indices has dtype f32", "Convert indices to i32"}},
+      {"indices_rows", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.indices = with_shape(a.indices, {3, 3}); return OpArgs(a); },
+       {"indices has 3 in dimension 0, not 4 (T, the tokens of q)"}},
+      {"topk_over_limit", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.indices = with_shape(a.indices, {4, 65537}); return OpArgs(a); },
+       {"indices has topk = 65537 in dimension 1, outside 1..65536"}},
+      {"topk_zero", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.indices = with_shape(a.indices, {4, 0}); return OpArgs(a); },
+       {"topk = 0", "outside 1..65536"}},
+      {"out_dim_576", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.out = with_shape(a.out, {4, 2, 576}); return OpArgs(a); },
+       {"out has 576 in dimension 2, not 512"}},
+      {"out_overlapping", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.out = with_strides(a.out, {512, 0, 1}); return OpArgs(a); },
+       {"out overlaps itself", "stride 0 of dimension 1"}},
+      {"lse_rank_1", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.lse = with_shape(a.lse, {8}); return OpArgs(a); },
+       {"lse has rank 1", "absent or [T, H] = [4, 2] f32"}},
+      {"scale_zero", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.scale = 0.0f; return OpArgs(a); },
+       {"sparse_mla: scale is 0", "0.0625"}},
+      {"mixed_devices", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.indices = on_cuda(a.indices); return OpArgs(a); },
+       {"different devices", "q is on cpu but indices is on cuda:0"}},
+      {"cuda_tensors_on_cpu_backend", Stage::kernel,
+       [](C c) {
+         auto a = c.sparse_mla();
+         for (TensorView* t : {&a.q, &a.kv_cache, &a.indices, &a.out, &a.lse}) *t = on_cuda(*t);
+         return OpArgs(a);
+       },
+       {"cpu.reference", "tensors on cuda:0", "Copy the tensors to the CPU"}},
+      // ---- mla_decode ----
+      {"s_q_5", Stage::validate,
+       [](C c) {
+         auto a = c.mla_decode();
+         a.q = with_shape(a.q, {2, 5, 2, 576});
+         return OpArgs(a);
+       },
+       {"mla_decode: q has s_q (query tokens per request) = 5", "outside 1..4"}},
+      {"decode_block_table_rows", Stage::validate,
+       [](C c) { auto a = c.mla_decode(); a.block_table = with_shape(a.block_table, {1, 2}); return OpArgs(a); },
+       {"block_table has 1 in dimension 0, not 2"}},
+      {"decode_seq_lens_dtype", Stage::validate,
+       [](C c) { auto a = c.mla_decode(); a.seq_lens = with_dtype(a.seq_lens, DType::f32); return OpArgs(a); },
+       {"seq_lens has dtype f32"}},
+      {"decode_out_s_q", Stage::validate,
+       [](C c) { auto a = c.mla_decode(); a.out = with_shape(a.out, {2, 2, 2, 512}); return OpArgs(a); },
+       {"out has 2 in dimension 1, not 1 (s_q of q)"}},
+      // ---- indexer ----
+      {"indexer_missing_q_scale", Stage::validate,
+       [](C c) { auto a = c.indexer_topk(); a.in.q_scale = {}; return OpArgs(a); },
+       {"indexer_topk: q_scale is absent"}},
+      {"indexer_bf16_q_with_scale", Stage::validate,
+       [](C c) {
+         auto a = c.indexer_topk();
+         a.in.q = with_shape(with_dtype(a.in.q, DType::bf16), {4, 2, 128});
+         return OpArgs(a);
+       },
+       {"q_scale is given with a bf16 q"}},
+      {"indexer_q_dtype_f32", Stage::validate,
+       [](C c) { auto a = c.indexer_logits(); a.in.q = with_dtype(a.in.q, DType::f32); return OpArgs(a); },
+       {"indexer_logits: q has dtype f32", "e4m3 or bf16"}},
+      {"indexer_k_cache_128", Stage::validate,
+       [](C c) { auto a = c.indexer_topk(); a.in.k_cache = with_shape(a.in.k_cache, {4, 4, 128}); return OpArgs(a); },
+       {"k_cache has 128 in dimension 2, not 132"}},
+      {"indexer_page_stride", Stage::validate,
+       [](C c) { auto a = c.indexer_topk(); a.in.k_cache = with_shape(a.in.k_cache, {4, 3, 132}); return OpArgs(a); },
+       {"k_cache page stride 396 bytes is not a multiple of 16", "multiple of 4"}},
+      {"indexer_weights_heads", Stage::validate,
+       [](C c) { auto a = c.indexer_topk(); a.in.weights = with_shape(a.in.weights, {4, 1}); return OpArgs(a); },
+       {"weights has 1 in dimension 1, not 2"}},
+      {"indexer_rows_without_token_request", Stage::validate,
+       [](C c) { auto a = c.indexer_topk(); a.in.block_table = with_shape(a.in.block_table, {2, 2}); return OpArgs(a); },
+       {"block_table has 2 rows but token_request is absent", "4 rows are needed"}},
+      {"indexer_topk_cols_over_limit", Stage::validate,
+       [](C c) { auto a = c.indexer_topk(); a.indices = with_shape(a.indices, {4, 70000}); return OpArgs(a); },
+       {"indexer_topk: indices has topk = 70000"}},
+      // ---- cache writes and slots ----
+      {"kv_store_latent_576", Stage::validate,
+       [](C c) { auto a = c.kv_store(); a.latent = with_shape(a.latent, {4, 576}); return OpArgs(a); },
+       {"kv_store: latent has 576 in dimension 1, not 512"}},
+      {"kv_store_slot_mapping_length", Stage::validate,
+       [](C c) { auto a = c.kv_store(); a.slot_mapping = with_shape(a.slot_mapping, {3}); return OpArgs(a); },
+       {"slot_mapping has 3 in dimension 0, not 4"}},
+      {"indexer_k_store_k_dtype", Stage::validate,
+       [](C c) { auto a = c.indexer_k_store(); a.k = with_dtype(a.k, DType::f32); return OpArgs(a); },
+       {"indexer_k_store: k has dtype f32"}},
+      {"logical_to_slots_block_size", Stage::validate,
+       [](C c) { auto a = c.logical_to_slots(); a.block_size = 0; return OpArgs(a); },
+       {"logical_to_slots: block_size is 0"}},
+      // ---- values: check mode only ----
+      {"slot_index_out_of_range", Stage::check_mode,
+       [](C c) {
+         auto a = c.sparse_mla();
+         c.indices.at<int32_t>(1 * 3 + 2) = 1000;
+         return OpArgs(a);
+       },
+       {"sparse_mla: indices[1, 2] = 1000 is out of range", "allowed -1 (none) or 0..15"}},
+      {"slot_index_minus_2", Stage::check_mode,
+       [](C c) {
+         auto a = c.sparse_mla();
+         c.indices.at<int32_t>(0) = -2;
+         return OpArgs(a);
+       },
+       {"indices[0, 0] = -2"}},
+      {"block_table_too_short", Stage::check_mode,
+       [](C c) {
+         auto a = c.mla_decode();
+         c.seq_lens.at<int32_t>(1) = 9;
+         return OpArgs(a);
+       },
+       {"mla_decode: seq_lens[1] = 9 is out of range; allowed 1..8", "max_blocks * block_size"}},
+      {"seq_len_below_s_q", Stage::check_mode,
+       [](C c) {
+         auto a = c.mla_decode();
+         c.seq_lens.at<int32_t>(0) = 0;
+         return OpArgs(a);
+       },
+       {"seq_lens[0] = 0 is out of range; allowed 1..8"}},
+      {"block_id_out_of_range", Stage::check_mode,
+       [](C c) {
+         auto a = c.mla_decode();
+         c.block_table.at<int32_t>(1) = 99;
+         return OpArgs(a);
+       },
+       {"mla_decode: block_table[0, 1] = 99 is out of range", "block ids 0..3"}},
+      {"slot_mapping_out_of_range", Stage::check_mode,
+       [](C c) {
+         auto a = c.kv_store();
+         c.slot_mapping.at<int32_t>(2) = 9999;
+         return OpArgs(a);
+       },
+       {"kv_store: slot_mapping[2] = 9999 is out of range; allowed -1..15"}},
+      {"visible_len_beyond_block_table", Stage::check_mode,
+       [](C c) {
+         auto a = c.indexer_logits();
+         c.visible_lens.at<int32_t>(3) = 9;
+         return OpArgs(a);
+       },
+       {"indexer_logits: visible_lens[3] = 9 is out of range; allowed 0..8"}},
+      {"position_out_of_range", Stage::check_mode,
+       [](C c) {
+         auto a = c.logical_to_slots();
+         c.positions.at<int32_t>(5) = 8;
+         return OpArgs(a);
+       },
+       {"logical_to_slots: positions[1, 2] = 8 is out of range", "0..7"}},
+  };
+  return cases;
+}
+
+class BadInput : public ::testing::TestWithParam<BadCase> {};
+
+void expect_error(const std::function<void()>& call, const std::vector<std::string>& fragments) {
+  try {
+    call();
+    ADD_FAILURE() << "no error was thrown";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    for (const std::string& f : fragments) EXPECT_THAT(e.what(), ::testing::HasSubstr(f));
+  }
+}
+
+TEST_P(BadInput, IsRefusedWithItsMessage) {
+  const BadCase& bad = GetParam();
+  ValidCalls calls;
+  const OpArgs args = bad.make(calls);
+  switch (bad.stage) {
+    case Stage::validate:
+      expect_error([&] { (void)common_device(args); validate_any(args); }, bad.fragments);
+      break;
+    case Stage::kernel:
+      EXPECT_NO_THROW(validate_any(args));
+      break;
+    case Stage::check_mode:
+      EXPECT_NO_THROW(validate_any(args));
+      // Without check mode the bad value is treated as -1 / clamped: the call runs.
+      EXPECT_NO_THROW(run_reference(args, false));
+      break;
+  }
+  // Through the backend as an engine calls it (validation runs inside Kernel::run).
+  if (!::testing::Test::HasFailure()) expect_error([&] { run_reference(args, true); }, bad.fragments);
+}
+
+INSTANTIATE_TEST_SUITE_P(Table, BadInput, ::testing::ValuesIn(bad_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(BadInputTable, HasAtLeast25Cases) { EXPECT_GE(bad_cases().size(), 25u); }
+
+TEST(Validate, ValidCallsPassAndReportTheirSizes) {
+  ValidCalls c;
+  const SparseMlaShape s = validate(c.sparse_mla());
+  EXPECT_EQ(s.tokens, 4);
+  EXPECT_EQ(s.heads, 2);
+  EXPECT_EQ(s.topk, 3);
+  EXPECT_EQ(s.num_slots(), 16);
+  EXPECT_EQ(s.format, CacheFormat::bf16);
+  const MlaDecodeShape d = validate(c.mla_decode());
+  EXPECT_EQ(d.batch, 2);
+  EXPECT_EQ(d.s_q, 1);
+  EXPECT_EQ(d.max_blocks, 2);
+  EXPECT_EQ(d.format, CacheFormat::fp8_ds_mla);
+  const IndexerShape i = validate(c.indexer_topk());
+  EXPECT_EQ(i.q_dtype, DType::e4m3);
+  EXPECT_EQ(i.topk, 3);
+  EXPECT_EQ(i.max_len(), 8);
+  EXPECT_EQ(validate(c.indexer_logits()).logits_len, 8);
+  EXPECT_EQ(validate(c.kv_store()).format, CacheFormat::fp8_ds_mla);
+  EXPECT_EQ(validate(c.indexer_k_store()).block_size, 4);
+  EXPECT_EQ(validate(c.logical_to_slots()).width, 3);
+  for (const OpArgs& args : {OpArgs(c.sparse_mla()), OpArgs(c.mla_decode()), OpArgs(c.indexer_topk()),
+                             OpArgs(c.indexer_logits()), OpArgs(c.kv_store()),
+                             OpArgs(c.indexer_k_store()), OpArgs(c.logical_to_slots())}) {
+    EXPECT_EQ(common_device(args), Device{});
+    EXPECT_NO_THROW(run_reference(args, true)) << to_string(op_of(args));
+  }
+}
+
+TEST(Validate, PaddedRowsAndEmptyCallsAreAccepted) {
+  ValidCalls c;
+  // q rows padded to 640 elements (1280 bytes, a multiple of 16) and lse absent.
+  HostTensor padded(DType::bf16, {4, 2, 640});
+  auto a = c.sparse_mla();
+  a.q = padded.view();
+  a.q.shape[2] = 576;
+  a.lse = {};
+  EXPECT_NO_THROW((void)validate(a));
+  // Zero tokens: empty tensors may have null data.
+  auto e = c.sparse_mla();
+  e.q = TensorView::contiguous(nullptr, DType::bf16, {0, 2, 576});
+  e.indices = TensorView::contiguous(nullptr, DType::i32, {0, 3});
+  e.out = TensorView::contiguous(nullptr, DType::bf16, {0, 2, 512});
+  e.lse = TensorView::contiguous(nullptr, DType::f32, {0, 2});
+  EXPECT_EQ(validate(e).tokens, 0);
+  EXPECT_NO_THROW(run_reference(e, true));
+}
+
+}  // namespace
+}  // namespace latte::testing
