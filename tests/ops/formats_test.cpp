@@ -341,7 +341,8 @@ TEST_P(Fp8DsMlaRoundTrip, ErrorWithinTheDerivedBoundsAndTheBoundsAreTight) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ScaleKinds, Fp8DsMlaRoundTrip,
-                         ::testing::Values(Fp8ScaleKind::amax, Fp8ScaleKind::pow2));
+                         ::testing::Values(Fp8ScaleKind::amax, Fp8ScaleKind::pow2),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST(Fp8DsMla, PowerOfTwoGroupBoundIsAttained) {
   // amax = 1.0625 gives s = 2^-8 and v = amax / s = 272 = 256 + 16: exactly a tie between 256

@@ -87,7 +87,9 @@ TEST_P(KvStoreFp8, WritesThePackedTokenOfEachRow) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(ScaleKinds, KvStoreFp8, ::testing::Values(Fp8ScaleKind::amax, Fp8ScaleKind::pow2));
+INSTANTIATE_TEST_SUITE_P(ScaleKinds, KvStoreFp8,
+                         ::testing::Values(Fp8ScaleKind::amax, Fp8ScaleKind::pow2),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
 
 TEST(IndexerKStore, WritesCodesAndScalesInThePageLayout) {
   StoreInputs in(kSlots);
