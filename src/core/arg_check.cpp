@@ -65,6 +65,21 @@ ArgCheck& ArgCheck::memory() {
            "Pass a view with non-negative strides (flip the data instead of the view).");
     }
   }
+  // Offsets of the farthest element and byte counts must fit in int64 (a garbage shape would
+  // otherwise wrap around and pass the checks below).
+  int64_t count = 1, extent = 0;
+  bool overflow = false;
+  for (int d = 0; d < tensor_.rank; ++d) {
+    int64_t term = 0;
+    overflow = overflow || __builtin_mul_overflow(count, tensor_.size(d), &count) ||
+               (tensor_.size(d) > 0 &&
+                (__builtin_mul_overflow(tensor_.size(d) - 1, tensor_.stride(d), &term) ||
+                 __builtin_add_overflow(extent, term, &extent)));
+  }
+  const auto element_bytes = static_cast<int64_t>(dtype_size(tensor_.dtype));
+  overflow = overflow || __builtin_mul_overflow(extent + 1, element_bytes, &extent) ||
+             __builtin_mul_overflow(count, element_bytes, &count);
+  if (overflow) fail("is too large: its sizes and strides overflow 64-bit offsets", "Check them.");
   const bool empty = tensor_.numel() == 0;
   if (tensor_.data == nullptr && !empty) {
     fail("has a null data pointer", fmt::format("Point {} at its memory.", name_));

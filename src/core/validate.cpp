@@ -28,7 +28,7 @@ struct CacheLayout {
 };
 
 void check_paging(std::string_view op, std::string_view name, ArgCheck& c) {
-  c.size_in(0, 1, kMaxSize, "num_blocks", fmt::format("A cache needs at least one block."));
+  c.size_in(0, 1, kMaxSize, "num_blocks", "A cache needs at least one block.");
   c.size_in(1, 1, kMaxSize, "block_size", "A block holds at least one token.");
   const int64_t slots = c.tensor().size(0) * c.tensor().size(1);
   if (slots > kMaxSlots) {

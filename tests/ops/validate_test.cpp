@@ -114,6 +114,13 @@ std::vector<BadCase> bad_cases() {
          return OpArgs(a);
        },
        {"kv_cache has 4194304 x 1024", "more than int32 slot indices can address"}},
+      {"q_sizes_overflow", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.q = with_shape(a.q, {int64_t{1} << 40, int64_t{1} << 20, 576});
+         return OpArgs(a);
+       },
+       {"q is too large: its sizes and strides overflow 64-bit offsets"}},
       {"indices_dtype_f32", Stage::validate,
        [](C c) { auto a = c.sparse_mla(); a.indices = with_dtype(a.indices, DType::f32); return OpArgs(a); },
        {"indices has dtype f32", "Convert indices to i32"}},
