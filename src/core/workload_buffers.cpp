@@ -32,7 +32,11 @@ double now_ms() {
 
 }  // namespace
 
-WorkBuffer::WorkBuffer(std::size_t bytes, Device device) : host_(bytes), device_(device) {
+WorkBuffer::WorkBuffer(std::size_t bytes, Device device)
+    : host_(static_cast<unsigned char*>(::operator new[](bytes ? bytes : 1, std::align_val_t{64}))),
+      bytes_(bytes),
+      device_(device) {
+  std::memset(host_.get(), 0, bytes_);
   if (device.kind == DeviceKind::cuda && bytes > 0) {
 #ifdef LATTE_WITH_CUDA
     cuda_try(cudaMalloc(&device_ptr_, bytes), "cudaMalloc of a workload buffer");
@@ -49,35 +53,35 @@ WorkBuffer::~WorkBuffer() {
 }
 
 TensorView WorkBuffer::view(DType dtype, std::initializer_list<int64_t> shape) {
-  void* data = device_.kind == DeviceKind::cuda ? device_ptr_ : static_cast<void*>(host_.data());
+  void* data = device_.kind == DeviceKind::cuda ? device_ptr_ : static_cast<void*>(host_.get());
   return TensorView::contiguous(data, dtype, shape, device_);
 }
 
 TensorView WorkBuffer::host_view(DType dtype, std::initializer_list<int64_t> shape) {
-  return TensorView::contiguous(host_.data(), dtype, shape, Device{});
+  return TensorView::contiguous(host_.get(), dtype, shape, Device{});
 }
 
 void WorkBuffer::upload() {
-  if (device_.kind != DeviceKind::cuda || host_.empty()) return;
+  if (device_.kind != DeviceKind::cuda || bytes_ == 0) return;
 #ifdef LATTE_WITH_CUDA
-  cuda_try(cudaMemcpy(device_ptr_, host_.data(), host_.size(), cudaMemcpyHostToDevice), "upload");
+  cuda_try(cudaMemcpy(device_ptr_, host_.get(), bytes_, cudaMemcpyHostToDevice), "upload");
 #endif
 }
 
 void WorkBuffer::download() {
-  if (device_.kind != DeviceKind::cuda || host_.empty()) return;
+  if (device_.kind != DeviceKind::cuda || bytes_ == 0) return;
 #ifdef LATTE_WITH_CUDA
-  cuda_try(cudaMemcpy(host_.data(), device_ptr_, host_.size(), cudaMemcpyDeviceToHost), "download");
+  cuda_try(cudaMemcpy(host_.get(), device_ptr_, bytes_, cudaMemcpyDeviceToHost), "download");
 #endif
 }
 
 void WorkBuffer::fill_device(unsigned char byte) {
   if (device_.kind != DeviceKind::cuda) {
-    std::memset(host_.data(), byte, host_.size());
+    std::memset(host_.get(), byte, bytes_);
     return;
   }
 #ifdef LATTE_WITH_CUDA
-  cuda_try(cudaMemset(device_ptr_, byte, host_.size()), "cudaMemset");
+  cuda_try(cudaMemset(device_ptr_, byte, bytes_), "cudaMemset");
 #endif
 }
 

@@ -4,7 +4,8 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
-#include <vector>
+#include <memory>
+#include <new>
 
 #include "latte/device.hpp"
 #include "latte/tensor.hpp"
@@ -18,13 +19,13 @@ class WorkBuffer {
   WorkBuffer(const WorkBuffer&) = delete;
   WorkBuffer& operator=(const WorkBuffer&) = delete;
 
-  [[nodiscard]] unsigned char* host() { return host_.data(); }
-  [[nodiscard]] const unsigned char* host() const { return host_.data(); }
+  [[nodiscard]] unsigned char* host() { return host_.get(); }
+  [[nodiscard]] const unsigned char* host() const { return host_.get(); }
   template <typename T>
-  [[nodiscard]] T* host_as() { return reinterpret_cast<T*>(host_.data()); }
+  [[nodiscard]] T* host_as() { return reinterpret_cast<T*>(host_.get()); }
   template <typename T>
-  [[nodiscard]] const T* host_as() const { return reinterpret_cast<const T*>(host_.data()); }
-  [[nodiscard]] std::size_t bytes() const { return host_.size(); }
+  [[nodiscard]] const T* host_as() const { return reinterpret_cast<const T*>(host_.get()); }
+  [[nodiscard]] std::size_t bytes() const { return bytes_; }
 
   // A view of the run copy (device memory on CUDA, the host bytes on the CPU).
   [[nodiscard]] TensorView view(DType dtype, std::initializer_list<int64_t> shape);
@@ -36,7 +37,12 @@ class WorkBuffer {
   void fill_device(unsigned char byte);  // poison the run copy
 
  private:
-  std::vector<unsigned char> host_;
+  struct AlignedDelete {
+    void operator()(unsigned char* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  // 64-byte aligned: the validation layer requires 16-byte-aligned tensors.
+  std::unique_ptr<unsigned char[], AlignedDelete> host_;
+  std::size_t bytes_ = 0;
   Device device_;
   void* device_ptr_ = nullptr;
 };
