@@ -48,6 +48,7 @@ class Backend {
 };
 
 // Declared reasons followed by custom ones; empty = the backend accepts (spec, device).
+// custom_checks() is not called when the op or the device kind is already refused.
 [[nodiscard]] std::vector<Reason> check(const Backend& backend, const AttentionSpec& spec,
                                         const DeviceInfo& device);
 

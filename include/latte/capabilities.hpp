@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,7 +35,9 @@ struct IntRule {
 
   [[nodiscard]] bool accepts(int64_t value) const;
   [[nodiscard]] bool is_any() const;
-  [[nodiscard]] std::string describe() const;  // "any", "one of {64, 128}", "1..128, multiple of 8"
+  [[nodiscard]] std::string describe() const;  // "any", "one of {64, 128}", "1..128, a multiple of 8"
+  // The same with each value spelled by `name` (arch rules: "sm_80..sm_89").
+  [[nodiscard]] std::string describe_with(const std::function<std::string(int64_t)>& name) const;
 
   static IntRule any() { return {}; }
   static IntRule range(int64_t lo, int64_t hi) { return IntRule{lo, hi, std::nullopt, {}}; }
@@ -44,6 +47,9 @@ struct IntRule {
   friend bool operator==(const IntRule&, const IntRule&) = default;
 };
 
+// Fields that do not apply to an op are not checked (no topk for mla_decode, no cache format
+// for the indexer, no heads for kv_store; src/core/op_traits.hpp). `ops` and `devices` must be
+// listed: a backend that declares none of them accepts nothing.
 struct Capabilities {
   std::vector<Op> ops;
   std::vector<DeviceKind> devices;       // cpu, cuda
@@ -61,7 +67,10 @@ struct Capabilities {
   friend bool operator==(const Capabilities&, const Capabilities&) = default;
 };
 
-// The reasons the declared capabilities refuse (spec, device); empty = accepted.
+// The reasons the declared capabilities refuse (spec, device); empty = accepted. Reason codes:
+// op, device_kind, arch, q_dtype, kv_cache, heads, head_dim, block_size, topk, s_q, tokens.
+// An op mismatch is reported alone (the other fields are then moot); the arch is checked only
+// on CUDA devices of an accepted kind.
 [[nodiscard]] std::vector<Reason> check_declared(const Capabilities& caps,
                                                  const AttentionSpec& spec,
                                                  const DeviceInfo& device);

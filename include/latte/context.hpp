@@ -15,9 +15,14 @@
 
 namespace latte {
 
+namespace detail {
+struct Decision;
+}  // namespace detail
+
 struct PluginInfo {
-  std::string path;
+  std::string path;          // absolute; the `source` of its backends and policy rules
   std::string name;
+  std::string version;
   std::vector<std::string> backend_ids;
   int policy_rules = 0;
 };
@@ -50,11 +55,12 @@ class Context {
   void clear_policy_layer(PolicyLayer layer);
 
   // Loads one plugin .so; on any failure throws latte::Error(plugin_error) and leaves the
-  // registry and policies as they were.
+  // registry and policies as they were. Loading the same file again returns its info.
   PluginInfo load_plugin(const std::string& path);
   // Loads every lib*.so in each directory of a ':'-separated path list (LATTE_PLUGIN_PATH form).
   std::vector<PluginLoadResult> load_plugin_path(const std::string& search_path);
   [[nodiscard]] std::vector<PluginLoadResult> plugin_load_results() const;
+  [[nodiscard]] std::vector<PluginInfo> plugins() const;  // loaded, in load order
 
   // The best valid backend. Throws latte::Error(no_valid_backend) whose message is the full
   // explanation with suggestions, or (a forced backend refusing) its reasons. Cached per
@@ -66,7 +72,14 @@ class Context {
   [[nodiscard]] Selection explain(const AttentionSpec& spec, const DeviceInfo& device,
                                   const SelectOptions& options = {}) const;
 
+  // Drops every cached decision (they are also dropped on every policy or plugin change and
+  // keyed by the registry's generation, so this is only needed by benchmarks).
+  void clear_cache() const;
+
  private:
+  [[nodiscard]] std::shared_ptr<const detail::Decision> decision(const AttentionSpec& spec,
+                                                                 const DeviceInfo& device,
+                                                                 const SelectOptions& options) const;
   struct Impl;
   Registry& registry_;
   std::unique_ptr<Impl> impl_;

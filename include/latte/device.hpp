@@ -48,5 +48,11 @@ struct DeviceInfo {
 
 // The architectures described by name, in ascending order: 80, 86, 89, 90, 100, 120.
 [[nodiscard]] const std::vector<int>& described_archs();
+// The GPU whose limits a described architecture uses ("A100" for 80, "RTX PRO 6000" for 120);
+// empty for an architecture that is not described.
+[[nodiscard]] std::string_view described_arch_example(int arch);
+
+// "sm_90" for 90, "sm_120" for 120; "cpu" for 0.
+[[nodiscard]] std::string arch_name(int arch);
 
 }  // namespace latte

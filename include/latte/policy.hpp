@@ -48,17 +48,23 @@ class Policy {
   [[nodiscard]] static const Policy& builtin();
 
   [[nodiscard]] const std::vector<PolicyRule>& rules() const { return rules_; }
-  [[nodiscard]] std::string to_json() const;  // canonical form, parseable again
+  // Canonical form, parseable again to the same rules: keys in a fixed order, single values
+  // unwrapped, comparisons normalised ("<16" -> "<=15"), descriptions dropped.
+  [[nodiscard]] std::string to_json() const;
   [[nodiscard]] uint64_t fingerprint() const;  // for cache keys
 
   std::vector<PolicyRule> rules_;
+  PolicyLayer layer = PolicyLayer::defaults;  // the layer parse() was given (rules carry it too)
+  std::string source;                         // the source parse() was given
 };
+
+inline constexpr const char* kNoRuleLabel = "(no rule: ranked last by id)";
 
 // A backend's place in the ranking and the rule that put it there.
 struct Ranking {
   std::string id;
   int rank = 0;                // 1 = best
-  std::string rule;            // PolicyRule::label(), or "(no rule: ranked last by id)"
+  std::string rule;            // PolicyRule::label(), or kNoRuleLabel
   int pattern_index = -1;      // index into that rule's order
 };
 
@@ -69,7 +75,8 @@ class PolicyStack {
   void clear(PolicyLayer layer);
   [[nodiscard]] std::vector<const PolicyRule*> rules_by_precedence() const;  // user first
   // Rank `ids`: walk matching rules by precedence; within a rule, by pattern order and then
-  // id; ids no rule names come last in id order.
+  // id; ids no rule names come last in id order. Precedence: the user layer, then plugins,
+  // then defaults; within a layer, policies in the order added; within a policy, file order.
   [[nodiscard]] std::vector<Ranking> rank(const std::vector<std::string>& ids,
                                           const AttentionSpec& spec,
                                           const DeviceInfo& device) const;

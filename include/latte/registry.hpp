@@ -34,6 +34,11 @@ class Registry {
   // Ids matching a glob ('*' any run, '?' one character), in id order.
   [[nodiscard]] std::vector<std::shared_ptr<const Backend>> match(std::string_view pattern) const;
   [[nodiscard]] std::vector<std::shared_ptr<const Backend>> all() const;  // in id order
+  [[nodiscard]] std::vector<std::string> ids() const;                     // in id order
+  // Every backend's info with `source` filled ("built-in" or the plugin's path), in id order.
+  [[nodiscard]] std::vector<BackendInfo> infos() const;
+  // "built-in", a plugin path, or empty when `id` is not registered.
+  [[nodiscard]] std::string source_of(std::string_view id) const;
   [[nodiscard]] std::size_t size() const;
   // Bumped on every change; part of the selector's cache key.
   [[nodiscard]] uint64_t generation() const;
@@ -47,6 +52,14 @@ class Registry {
 
 // '*' matches any run of characters, '?' one character.
 [[nodiscard]] bool glob_match(std::string_view pattern, std::string_view text);
+
+// Throws latte::Error(invalid_argument) unless `id` is a dotted id: letters, digits, '_', '-'
+// and '.', with at least one '.' and no empty part ("acme.sparse_mla").
+void check_backend_id(std::string_view id);
+
+// Failures of LATTE_REGISTER_BACKEND during static initialization (a duplicate built-in id, a
+// throwing factory). They cannot throw there; Context::global() reports them on first use.
+[[nodiscard]] std::vector<std::string> registration_errors();
 
 // Self-registration for in-tree backends:  LATTE_REGISTER_BACKEND(CpuReferenceBackend);
 struct BackendRegistrar {

@@ -12,11 +12,16 @@
 namespace latte {
 
 struct SelectOptions {
-  // Force: "[op=]id-glob" entries; a plain glob applies to the ops its backends declare.
-  // A forced backend that refuses the spec is an error listing its reasons.
+  // Force: "[op=]id-glob" entries (each may be a comma-separated list); a plain glob applies to
+  // the ops its backends declare. A forced backend that refuses the spec is an error listing
+  // its reasons; a glob that matches no registered backend is Error(not_found). The other
+  // backends are rejected with reason code "not_forced".
   std::vector<std::string> force;
-  std::vector<std::string> exclude;   // "[op=]id-glob" entries, removed with reason "excluded"
-  bool use_environment = true;        // read LATTE_BACKEND and LATTE_EXCLUDE
+  // "[op=]id-glob" entries, removed with reason code "excluded"; a plain glob excludes from
+  // every op. A backend both forced and excluded is Error(invalid_argument).
+  std::vector<std::string> exclude;
+  // Also read LATTE_BACKEND (force) and LATTE_EXCLUDE (exclude), same syntax, added to the above.
+  bool use_environment = true;
 };
 
 struct RejectedBackend {
@@ -43,8 +48,12 @@ struct Selection {
   std::vector<std::string> excluded;         // the exclude entries that applied
   std::vector<Suggestion> suggestions;       // filled when nothing is valid
 
-  [[nodiscard]] std::string explain() const;  // the decision and a table of every backend
-  [[nodiscard]] std::string to_json() const;  // stable keys, see docs/cli.md
+  [[nodiscard]] bool ok() const { return !chosen.empty(); }
+  // The decision and a table of every backend (id | chosen / #rank / rejected | rule or
+  // reasons), then the suggestions when nothing is valid. For a terminal; not for parsing.
+  [[nodiscard]] std::string explain() const;
+  // The same as JSON with stable keys (docs/architecture.md, "Selection JSON").
+  [[nodiscard]] std::string to_json() const;
 };
 
 }  // namespace latte

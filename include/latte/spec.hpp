@@ -72,6 +72,9 @@ struct AttentionSpec {
   int s_q = 1;               // mla_decode query tokens per request
   int64_t max_tokens = 0;    // most tokens per call the kernel is made for (0 = unknown)
   float scale = 0.0f;
+  // The tensor-parallel size num_heads was divided by (1 = not split or not known). Used by
+  // explanations ("8 (64 heads / tp 8)") and to suggest other TP sizes; backends ignore it.
+  int tp = 1;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
   [[nodiscard]] std::string summary() const;  // "sparse_mla H=8 d=576 bf16 cache=fp8_ds_mla ..."

@@ -1,0 +1,104 @@
+// ModelSpec -> the AttentionSpec of one operation, and its one-line summary.
+#include <fmt/format.h>
+
+#include "core/op_traits.hpp"
+#include "latte/error.hpp"
+#include "latte/spec.hpp"
+
+namespace latte {
+
+AttentionSpec attention_spec(const ModelSpec& model, Op op, const AttentionOptions& options) {
+  const bool needs_dsa = op == Op::sparse_mla || detail::op_is_indexer(op);
+  if (needs_dsa && !model.is_dsa()) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("op {} needs a DeepSeek-Sparse-Attention model (a config with "
+                            "index_topk); {} is dense MLA: use mla_decode for its attention",
+                            to_string(op), model.name));
+  }
+  if (options.s_q < 1) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("s_q = {} is not valid: use the number of query tokens per request "
+                            "(1 for plain decode, 2..4 with speculative decoding)",
+                            options.s_q));
+  }
+  if (options.max_tokens < 0) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("max_tokens = {} is not valid: use the most tokens per call, or 0 "
+                            "when not known",
+                            options.max_tokens));
+  }
+  if (detail::op_is_indexer(op) && op != Op::indexer_k_store && options.index_q_dtype != DType::e4m3 &&
+      options.index_q_dtype != DType::bf16) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("indexer queries are e4m3 or bf16, not {}", to_string(options.index_q_dtype)));
+  }
+
+  AttentionSpec spec;
+  spec.op = op;
+  spec.model = model.name;
+  spec.kv_cache = model.kv_cache;
+  spec.block_size = model.block_size;
+  spec.max_tokens = options.max_tokens;
+  spec.s_q = op == Op::mla_decode ? options.s_q : 1;
+  switch (op) {
+    case Op::sparse_mla:
+    case Op::mla_decode:
+      spec.num_heads = model.heads_per_rank;
+      spec.tp = model.tp;
+      spec.head_dim = model.kv_lora_rank + model.qk_rope_head_dim;
+      spec.head_dim_v = model.kv_lora_rank;
+      spec.q_dtype = DType::bf16;
+      spec.topk = op == Op::sparse_mla ? model.indexer->topk : 0;
+      spec.scale = static_cast<float>(model.softmax_scale);
+      break;
+    case Op::indexer_topk:
+    case Op::indexer_logits:
+      // Index heads are replicated on every rank (engines do not split the indexer by TP).
+      spec.num_heads = model.indexer->num_heads;
+      spec.head_dim = model.indexer->head_dim;
+      spec.head_dim_v = 0;
+      spec.q_dtype = options.index_q_dtype;
+      spec.topk = op == Op::indexer_topk ? model.indexer->topk : 0;
+      break;
+    case Op::kv_store:
+      spec.num_heads = 0;
+      spec.head_dim = model.kv_lora_rank + model.qk_rope_head_dim;
+      spec.head_dim_v = model.kv_lora_rank;
+      break;
+    case Op::indexer_k_store:
+      spec.num_heads = 0;
+      spec.head_dim = model.indexer->head_dim;
+      spec.head_dim_v = 0;
+      break;
+    case Op::logical_to_slots:
+      spec.num_heads = 0;
+      spec.head_dim = 0;
+      spec.head_dim_v = 0;
+      spec.topk = model.is_dsa() ? model.indexer->topk : 0;
+      break;
+  }
+  return spec;
+}
+
+std::string AttentionSpec::summary() const {
+  std::string out(to_string(op));
+  if (detail::op_has_heads(op)) {
+    out += fmt::format(" H={}", num_heads);
+    if (tp > 1) out += fmt::format(" (tp {})", tp);
+  }
+  if (detail::op_has_head_dim(op)) {
+    out += head_dim_v > 0 && head_dim_v != head_dim ? fmt::format(" d={}/{}", head_dim, head_dim_v)
+                                                    : fmt::format(" d={}", head_dim);
+  }
+  if (detail::op_has_query(op)) out += fmt::format(" q={}", to_string(q_dtype));
+  if (detail::op_uses_mla_cache(op)) out += fmt::format(" cache={}", to_string(kv_cache));
+  out += fmt::format(" block={}", block_size);
+  if (detail::op_has_topk(op)) out += fmt::format(" topk={}", topk);
+  if (detail::op_has_s_q(op)) out += fmt::format(" s_q={}", s_q);
+  if (max_tokens > 0) out += fmt::format(" tokens<={}", max_tokens);
+  if (op == Op::sparse_mla || op == Op::mla_decode) out += fmt::format(" scale={:.6g}", scale);
+  if (!model.empty()) out += fmt::format(" model={}", model);
+  return out;
+}
+
+}  // namespace latte

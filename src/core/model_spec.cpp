@@ -1,0 +1,275 @@
+// Hugging Face config.json -> ModelSpec (DESIGN.md 2.1 and 4), and the compiled-in presets.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/text.hpp"
+#include "latte/error.hpp"
+#include "latte/spec.hpp"
+
+namespace latte::detail {
+extern const std::vector<std::pair<std::string_view, std::string_view>> kModelPresets;
+}  // namespace latte::detail
+
+namespace latte {
+namespace {
+
+using nlohmann::json;
+
+std::string show(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 80) text = text.substr(0, 77) + "...";
+  return text;
+}
+
+class ConfigReader {
+ public:
+  ConfigReader(const json& root, std::string_view source) : root_(root), source_(source) {}
+
+  [[noreturn]] void fail(const std::string& key, const std::string& what) const {
+    throw Error(ErrorCode::config_error,
+                fmt::format("model config {}: {}; fix the config.json (or pick a preset: {})",
+                            source_, key.empty() ? what : fmt::format("\"{}\" {}", key, what),
+                            detail::join(model_preset_names(), ", ")));
+  }
+
+  const json* find(const json& object, const std::string& key) const {
+    auto it = object.find(key);
+    if (it == object.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  // A positive integer (integral floats such as 64.0 are accepted: some exporters write them).
+  int positive_int(const json& object, const std::string& key, const std::string& path) const {
+    const json* value = find(object, key);
+    if (!value) fail(path, "is missing; latte needs it to size the attention");
+    return positive_int_value(*value, path);
+  }
+
+  std::optional<int> optional_positive_int(const json& object, const std::string& key,
+                                           const std::string& path) const {
+    const json* value = find(object, key);
+    if (!value) return std::nullopt;
+    return positive_int_value(*value, path);
+  }
+
+  int positive_int_value(const json& value, const std::string& path) const {
+    constexpr double kLimit = 1 << 30;
+    double number = 0;
+    if (value.is_number_unsigned()) {
+      number = static_cast<double>(value.get<uint64_t>());
+    } else if (value.is_number_integer()) {
+      number = static_cast<double>(value.get<int64_t>());
+    } else if (value.is_number_float()) {
+      number = value.get<double>();
+    } else {
+      fail(path, fmt::format("= {} must be a positive integer", show(value)));
+    }
+    if (!std::isfinite(number) || number != std::floor(number) || number <= 0 || number > kLimit) {
+      fail(path, fmt::format("= {} must be a positive integer below 2^30", show(value)));
+    }
+    return static_cast<int>(number);
+  }
+
+  double positive_number(const json& object, const std::string& key, const std::string& path) const {
+    const json* value = find(object, key);
+    if (!value) fail(path, "is missing");
+    if (!value->is_number() || !std::isfinite(value->get<double>()) || value->get<double>() <= 0) {
+      fail(path, fmt::format("= {} must be a positive number", show(*value)));
+    }
+    return value->get<double>();
+  }
+
+  std::optional<double> optional_number(const json& object, const std::string& key,
+                                        const std::string& path) const {
+    const json* value = find(object, key);
+    if (!value) return std::nullopt;
+    if (!value->is_number() || !std::isfinite(value->get<double>())) {
+      fail(path, fmt::format("= {} must be a number", show(*value)));
+    }
+    return value->get<double>();
+  }
+
+  std::string optional_string(const json& object, const std::string& key, const std::string& path) const {
+    const json* value = find(object, key);
+    if (!value) return {};
+    if (!value->is_string()) fail(path, fmt::format("= {} must be a string", show(*value)));
+    return value->get<std::string>();
+  }
+
+  const json& root() const { return root_; }
+  std::string_view source() const { return source_; }
+
+ private:
+  const json& root_;
+  std::string_view source_;
+};
+
+// The rope block: newer transformers write "rope_parameters" (with rope_theta inside), older
+// ones "rope_scaling". Sets rope_type, rope_factor and the yarn softmax-scale factor.
+void read_rope(const ConfigReader& reader, ModelSpec& spec, double& mscale) {
+  const json& root = reader.root();
+  std::string key = "rope_parameters";
+  const json* rope = reader.find(root, key);
+  if (!rope) {
+    key = "rope_scaling";
+    rope = reader.find(root, key);
+  }
+  spec.rope_type = "default";
+  spec.rope_factor = 1.0;
+  mscale = 1.0;
+  if (!rope) return;
+  if (!rope->is_object()) {
+    reader.fail(key, fmt::format("= {} must be an object such as {{\"rope_type\": \"yarn\", \"factor\": 40}}", show(*rope)));
+  }
+  std::string type = reader.optional_string(*rope, "rope_type", key + ".rope_type");
+  if (type.empty()) type = reader.optional_string(*rope, "type", key + ".type");
+  if (type.empty()) {
+    reader.fail(key, "has no \"rope_type\" (or \"type\"); write \"default\" or \"yarn\"");
+  }
+  static const std::vector<std::string> known = {"default", "linear", "dynamic", "yarn",
+                                                 "deepseek_yarn", "llama3", "longrope"};
+  if (std::find(known.begin(), known.end(), type) == known.end()) {
+    reader.fail(key + ".rope_type", fmt::format("= \"{}\" is not a rope type latte knows ({})", type, detail::join(known, ", ")));
+  }
+  spec.rope_type = type == "deepseek_yarn" ? "yarn" : type;
+  if (type == "default") return;
+  spec.rope_factor = reader.positive_number(*rope, "factor", key + ".factor");
+  if (spec.rope_type == "yarn") {
+    // DeepSeek's yarn: the softmax scale grows by mscale^2, mscale = 0.1 * m * ln(factor) + 1
+    // with m = mscale_all_dim, when that is set and the context is actually stretched.
+    const auto all_dim = reader.optional_number(*rope, "mscale_all_dim", key + ".mscale_all_dim");
+    if (all_dim && *all_dim != 0.0 && spec.rope_factor > 1.0) {
+      mscale = 0.1 * *all_dim * std::log(spec.rope_factor) + 1.0;
+    }
+  }
+}
+
+void apply_deployment(ModelSpec& spec, const Deployment& deployment, std::string_view source) {
+  if (deployment.tp < 1) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("tensor-parallel size {} is not valid for {}: use a positive divisor of "
+                            "its {} attention heads",
+                            deployment.tp, source, spec.num_heads));
+  }
+  if (spec.num_heads % deployment.tp != 0) {
+    std::vector<std::string> divisors;
+    for (int d = 1; d <= spec.num_heads; ++d) {
+      if (spec.num_heads % d == 0) divisors.push_back(std::to_string(d));
+    }
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("tensor-parallel size {} does not divide the {} attention heads of {}: "
+                            "heads are split evenly across ranks; use tp = {}",
+                            deployment.tp, spec.num_heads, source, detail::join(divisors, ", ")));
+  }
+  if (deployment.block_size < 1 || deployment.block_size > (1 << 20)) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("KV-cache block size {} is not valid: use a positive number of tokens "
+                            "per block such as 64",
+                            deployment.block_size));
+  }
+  spec.tp = deployment.tp;
+  spec.heads_per_rank = spec.num_heads / deployment.tp;
+  spec.kv_cache = deployment.kv_cache;
+  spec.block_size = deployment.block_size;
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw Error(ErrorCode::not_found, fmt::format("cannot read model config {}", path.string()));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+ModelSpec parse_model_config(std::string_view json_text, std::string_view source,
+                             const Deployment& deployment) {
+  json root;
+  try {
+    root = json::parse(json_text.begin(), json_text.end());
+  } catch (const json::parse_error& e) {
+    throw Error(ErrorCode::config_error,
+                fmt::format("model config {} is not valid JSON: {}", source, e.what()));
+  }
+  const ConfigReader reader(root, source);
+  if (!root.is_object()) {
+    reader.fail("", fmt::format("the top level is {}, not a JSON object of config fields", root.type_name()));
+  }
+
+  ModelSpec spec;
+  spec.name = std::string(source);
+  spec.model_type = reader.optional_string(root, "model_type", "model_type");
+  spec.num_heads = reader.positive_int(root, "num_attention_heads", "num_attention_heads");
+  spec.q_lora_rank = reader.optional_positive_int(root, "q_lora_rank", "q_lora_rank").value_or(0);
+  spec.kv_lora_rank = reader.positive_int(root, "kv_lora_rank", "kv_lora_rank");
+  spec.qk_nope_head_dim = reader.positive_int(root, "qk_nope_head_dim", "qk_nope_head_dim");
+  spec.qk_rope_head_dim = reader.positive_int(root, "qk_rope_head_dim", "qk_rope_head_dim");
+  spec.v_head_dim = reader.positive_int(root, "v_head_dim", "v_head_dim");
+  spec.max_position_embeddings =
+      reader.optional_positive_int(root, "max_position_embeddings", "max_position_embeddings").value_or(0);
+
+  // DSA: index_topk present. The indexer dims must come with it.
+  if (const auto topk = reader.optional_positive_int(root, "index_topk", "index_topk")) {
+    IndexerSpec indexer;
+    indexer.topk = *topk;
+    if (!reader.find(root, "index_n_heads")) {
+      reader.fail("index_n_heads", "is missing although index_topk is set (a DSA model needs "
+                                   "index_n_heads, index_head_dim and index_topk)");
+    }
+    indexer.num_heads = reader.positive_int(root, "index_n_heads", "index_n_heads");
+    if (!reader.find(root, "index_head_dim")) {
+      reader.fail("index_head_dim", "is missing although index_topk is set (a DSA model needs "
+                                    "index_n_heads, index_head_dim and index_topk)");
+    }
+    indexer.head_dim = reader.positive_int(root, "index_head_dim", "index_head_dim");
+    spec.indexer = indexer;
+  } else if (reader.find(root, "index_n_heads") || reader.find(root, "index_head_dim")) {
+    reader.fail("index_topk", "is missing although index_n_heads/index_head_dim are set: without "
+                              "it latte cannot tell how many tokens each query attends to");
+  }
+
+  double mscale = 1.0;
+  read_rope(reader, spec, mscale);
+  spec.softmax_scale =
+      std::pow(static_cast<double>(spec.qk_nope_head_dim + spec.qk_rope_head_dim), -0.5) * mscale * mscale;
+
+  apply_deployment(spec, deployment, source);
+  return spec;
+}
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, text] : detail::kModelPresets) names.emplace_back(name);
+  std::sort(names.begin(), names.end());  // the file glob's order is not guaranteed
+  return names;
+}
+
+ModelSpec load_model(std::string_view name_or_path, const Deployment& deployment) {
+  const std::string wanted = detail::lower(name_or_path);
+  for (const auto& [name, text] : detail::kModelPresets) {
+    if (name == wanted) return parse_model_config(text, name, deployment);
+  }
+  std::filesystem::path path{std::string(name_or_path)};
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) path /= "config.json";
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    throw Error(ErrorCode::not_found,
+                fmt::format("unknown model '{}': it is not a preset ({}) and no config.json is at "
+                            "that path; pass a preset name or the path of a Hugging Face "
+                            "config.json (or its directory)",
+                            name_or_path, detail::join(model_preset_names(), ", ")));
+  }
+  const std::string text = read_file(path);
+  return parse_model_config(text, path.string(), deployment);
+}
+
+}  // namespace latte

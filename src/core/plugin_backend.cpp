@@ -1,0 +1,262 @@
+// A latte_backend_v1 from a plugin, seen as a latte::Backend: C++ types are converted to the
+// C structs of latte/plugin.h, and nothing a plugin throws escapes into the host.
+#include <fmt/format.h>
+
+#include <cstring>
+#include <type_traits>
+#include <variant>
+
+#include "core/plugin_loader.hpp"
+#include "latte/error.hpp"
+
+namespace latte::detail {
+namespace {
+
+static_assert(static_cast<int>(DType::u8) == LATTE_U8 && static_cast<int>(DType::bf16) == LATTE_BF16,
+              "latte_dtype_v1 follows latte::DType");
+static_assert(static_cast<int>(Op::logical_to_slots) == LATTE_OP_LOGICAL_TO_SLOTS,
+              "latte_op_v1 follows latte::Op");
+static_assert(static_cast<int>(CacheFormat::fp8_ds_mla) == LATTE_CACHE_FP8_DS_MLA,
+              "latte_cache_format_v1 follows latte::CacheFormat");
+
+std::string message_of(const char* buffer, std::size_t size) {
+  const std::size_t len = strnlen(buffer, size);
+  return len ? std::string(buffer, len) : std::string("(no message)");
+}
+
+latte_spec_v1 to_c(const AttentionSpec& spec) {
+  latte_spec_v1 c{};
+  c.struct_size = sizeof c;
+  c.op = static_cast<int32_t>(spec.op);
+  c.num_heads = spec.num_heads;
+  c.head_dim = spec.head_dim;
+  c.head_dim_v = spec.head_dim_v;
+  c.q_dtype = static_cast<int32_t>(spec.q_dtype);
+  c.kv_cache = static_cast<int32_t>(spec.kv_cache);
+  c.block_size = spec.block_size;
+  c.topk = spec.topk;
+  c.s_q = spec.s_q;
+  c.max_tokens = spec.max_tokens;
+  c.scale = spec.scale;
+  c.model = spec.model.c_str();
+  return c;
+}
+
+latte_device_v1 to_c(const DeviceInfo& device) {
+  latte_device_v1 c{};
+  c.struct_size = sizeof c;
+  c.kind = device.kind == DeviceKind::cpu ? LATTE_DEVICE_CPU : LATTE_DEVICE_CUDA;
+  c.index = device.index;
+  c.arch = device.arch();
+  c.sm_count = device.sm_count;
+  c.max_smem_per_block = device.max_smem_per_block;
+  c.memory_bytes = device.memory_bytes;
+  c.name = device.name.c_str();
+  return c;
+}
+
+latte_tensor_v1 to_c(const TensorView& t) {
+  latte_tensor_v1 c{};
+  c.data = t.data;
+  c.dtype = static_cast<int32_t>(t.dtype);
+  c.rank = t.rank;
+  for (int d = 0; d < t.rank && d < LATTE_PLUGIN_MAX_RANK; ++d) {
+    c.shape[d] = t.size(d);
+    c.strides[d] = t.stride(d);
+  }
+  c.device_kind = t.device.kind == DeviceKind::cpu ? LATTE_DEVICE_CPU : LATTE_DEVICE_CUDA;
+  c.device_index = t.device.index;
+  return c;
+}
+
+// The tensors of a call in the field order of its Args struct (latte/ops.hpp), and the
+// op's scalar parameters, as latte_call_v1 documents.
+struct CCall {
+  std::vector<latte_tensor_v1> tensors;
+  float scale = 0.0f;
+  int32_t int_param = 0;
+};
+
+CCall to_c(const OpArgs& args) {
+  CCall call;
+  const auto add = [&](std::initializer_list<const TensorView*> views) {
+    for (const TensorView* v : views) call.tensors.push_back(to_c(*v));
+  };
+  const auto add_indexer = [&](const IndexerInputs& in) {
+    add({&in.q, &in.q_scale, &in.weights, &in.k_cache, &in.block_table, &in.token_request, &in.visible_lens});
+  };
+  std::visit(
+      [&](const auto& a) {
+        using T = std::decay_t<decltype(a)>;
+        if constexpr (std::is_same_v<T, SparseMlaArgs>) {
+          add({&a.q, &a.kv_cache, &a.indices, &a.out, &a.lse});
+          call.scale = a.scale;
+        } else if constexpr (std::is_same_v<T, MlaDecodeArgs>) {
+          add({&a.q, &a.kv_cache, &a.block_table, &a.seq_lens, &a.out, &a.lse});
+          call.scale = a.scale;
+        } else if constexpr (std::is_same_v<T, IndexerTopkArgs>) {
+          add_indexer(a.in);
+          add({&a.indices});
+          call.int_param = a.kind == IndexKind::logical ? 0 : 1;
+        } else if constexpr (std::is_same_v<T, IndexerLogitsArgs>) {
+          add_indexer(a.in);
+          add({&a.logits});
+        } else if constexpr (std::is_same_v<T, KvStoreArgs>) {
+          add({&a.latent, &a.rope, &a.slot_mapping, &a.kv_cache});
+          call.int_param = a.scale_kind == Fp8ScaleKind::amax ? 0 : 1;
+        } else if constexpr (std::is_same_v<T, IndexerKStoreArgs>) {
+          add({&a.k, &a.slot_mapping, &a.k_cache});
+          call.int_param = a.scale_kind == Fp8ScaleKind::amax ? 0 : 1;
+        } else if constexpr (std::is_same_v<T, LogicalToSlotsArgs>) {
+          add({&a.positions, &a.block_table, &a.token_request, &a.slots});
+          call.int_param = a.block_size;
+        }
+      },
+      args);
+  return call;
+}
+
+// Collects reasons from the plugin's check(); every string is copied.
+void reason_sink(void* state, const char* code, const char* field, const char* wanted, const char* got,
+                 const char* text) {
+  auto* reasons = static_cast<std::vector<Reason>*>(state);
+  const auto str = [](const char* s) { return s ? std::string(s) : std::string(); };
+  reasons->push_back(Reason{code && *code ? str(code) : "custom", str(field), str(wanted), str(got), str(text)});
+}
+
+class PluginKernel final : public Kernel {
+ public:
+  PluginKernel(std::shared_ptr<PluginLibrary> library, const latte_backend_v1* desc, void* kernel,
+               std::string id, Op op)
+      : library_(std::move(library)), desc_(desc), kernel_(kernel), id_(std::move(id)), op_(op) {}
+  ~PluginKernel() override {
+    try {
+      desc_->destroy(kernel_);
+    } catch (...) {
+      // A destructor must not throw; a plugin that throws here leaks its kernel.
+    }
+  }
+
+  std::size_t workspace_bytes() const override {
+    try {
+      return desc_->workspace_bytes(kernel_);
+    } catch (...) {
+      throw Error(ErrorCode::plugin_error,
+                  fmt::format("plugin backend {} ({}) threw from workspace_bytes()", id_, library_->path));
+    }
+  }
+
+  void run(const OpArgs& args, const RunContext& ctx) override {
+    if (op_of(args) != op_) {
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("kernel of plugin backend {} was made for {} but called with {} "
+                              "arguments; make a kernel for that op",
+                              id_, to_string(op_), to_string(op_of(args))));
+    }
+    const CCall c = to_c(args);
+    latte_call_v1 call{};
+    call.struct_size = sizeof call;
+    call.op = static_cast<int32_t>(op_);
+    call.num_tensors = static_cast<int32_t>(c.tensors.size());
+    call.tensors = c.tensors.data();
+    call.scale = c.scale;
+    call.int_param = c.int_param;
+    call.stream = ctx.stream;
+    call.workspace = ctx.workspace;
+    call.workspace_bytes = ctx.workspace_bytes;
+    call.check_indices = ctx.check_indices ? 1 : 0;
+    char error[1024] = {};
+    int rc = 0;
+    try {
+      rc = desc_->run(kernel_, &call, error, sizeof error);
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::plugin_error,
+                  fmt::format("plugin backend {} ({}) threw from run(): {}", id_, library_->path, e.what()));
+    } catch (...) {
+      throw Error(ErrorCode::plugin_error,
+                  fmt::format("plugin backend {} ({}) threw from run()", id_, library_->path));
+    }
+    if (rc != 0) {
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("{}: {}", id_, message_of(error, sizeof error)));
+    }
+  }
+
+ private:
+  std::shared_ptr<PluginLibrary> library_;  // keeps the code of desc_ loaded
+  const latte_backend_v1* desc_;
+  void* kernel_;
+  std::string id_;
+  Op op_;
+};
+
+class PluginBackend final : public Backend {
+ public:
+  PluginBackend(std::shared_ptr<PluginLibrary> library, const latte_backend_v1* desc, BackendInfo info)
+      : library_(std::move(library)), desc_(desc), info_(std::move(info)) {}
+
+  const BackendInfo& info() const override { return info_; }
+
+  std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    if (!desc_->check) return {};
+    const latte_spec_v1 c_spec = to_c(spec);
+    const latte_device_v1 c_device = to_c(device);
+    std::vector<Reason> reasons;
+    int rc = 0;
+    try {
+      rc = desc_->check(&c_spec, &c_device, reason_sink, &reasons);
+    } catch (...) {
+      return {Reason{"check_error", "backend", "a check that returns", "an exception",
+                     fmt::format("the plugin's check() threw ({}); treated as a refusal", library_->path)}};
+    }
+    if (rc != 0 && reasons.empty()) {
+      reasons.push_back(Reason{"check_error", "backend", "0", std::to_string(rc),
+                               fmt::format("the plugin's check() returned {} without a reason", rc)});
+    }
+    return reasons;
+  }
+
+  std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    const latte_spec_v1 c_spec = to_c(spec);
+    const latte_device_v1 c_device = to_c(device);
+    void* kernel = nullptr;
+    char error[1024] = {};
+    int rc = 0;
+    try {
+      rc = desc_->make(&c_spec, &c_device, &kernel, error, sizeof error);
+    } catch (const std::exception& e) {
+      throw Error(ErrorCode::plugin_error,
+                  fmt::format("plugin backend {} ({}) threw from make(): {}", info_.id, library_->path, e.what()));
+    } catch (...) {
+      throw Error(ErrorCode::plugin_error,
+                  fmt::format("plugin backend {} ({}) threw from make()", info_.id, library_->path));
+    }
+    if (rc != 0 || !kernel) {
+      if (kernel) {
+        try {
+          desc_->destroy(kernel);
+        } catch (...) {
+        }
+      }
+      throw Error(ErrorCode::unsupported,
+                  fmt::format("plugin backend {} could not make a kernel for {} on {}: {}", info_.id,
+                              spec.summary(), device.label(),
+                              rc != 0 ? message_of(error, sizeof error) : std::string("make() returned no kernel")));
+    }
+    return std::make_unique<PluginKernel>(library_, desc_, kernel, info_.id, spec.op);
+  }
+
+ private:
+  std::shared_ptr<PluginLibrary> library_;
+  const latte_backend_v1* desc_;
+  BackendInfo info_;
+};
+
+}  // namespace
+
+std::shared_ptr<const Backend> make_plugin_backend(std::shared_ptr<PluginLibrary> library,
+                                                   const latte_backend_v1* desc, BackendInfo info) {
+  return std::make_shared<PluginBackend>(std::move(library), desc, std::move(info));
+}
+
+}  // namespace latte::detail

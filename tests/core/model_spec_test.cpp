@@ -1,0 +1,283 @@
+// Model presets parsed with their exact dims and softmax scales; TP; attention specs per op;
+// and a table of malformed configs, each with the message it must give.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "latte/error.hpp"
+#include "latte/spec.hpp"
+
+namespace latte {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Preset {
+  const char* name;
+  int heads, q_lora, nope, rope, v, index_heads, index_topk;
+  int64_t max_pos;
+  const char* rope_type;
+  double factor;
+};
+
+double yarn_scale(double factor) {
+  const double m = 0.1 * std::log(factor) + 1.0;
+  return std::pow(192.0, -0.5) * m * m;
+}
+
+class Presets : public ::testing::TestWithParam<Preset> {};
+
+TEST_P(Presets, ParseWithExactDims) {
+  const Preset& p = GetParam();
+  const ModelSpec m = load_model(p.name);
+  EXPECT_EQ(m.name, p.name);
+  EXPECT_EQ(m.num_heads, p.heads);
+  EXPECT_EQ(m.q_lora_rank, p.q_lora);
+  EXPECT_EQ(m.kv_lora_rank, 512);
+  EXPECT_EQ(m.qk_nope_head_dim, p.nope);
+  EXPECT_EQ(m.qk_rope_head_dim, p.rope);
+  EXPECT_EQ(m.v_head_dim, p.v);
+  EXPECT_EQ(m.max_position_embeddings, p.max_pos);
+  EXPECT_EQ(m.rope_type, p.rope_type);
+  EXPECT_DOUBLE_EQ(m.rope_factor, p.factor);
+  EXPECT_EQ(m.is_dsa(), p.index_heads > 0);
+  if (p.index_heads > 0) {
+    EXPECT_EQ(m.indexer->num_heads, p.index_heads);
+    EXPECT_EQ(m.indexer->head_dim, 128);
+    EXPECT_EQ(m.indexer->topk, p.index_topk);
+  }
+  EXPECT_EQ(m.tp, 1);
+  EXPECT_EQ(m.heads_per_rank, p.heads);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    All, Presets,
+    ::testing::Values(Preset{"glm-5", 64, 2048, 192, 64, 256, 32, 2048, 202752, "default", 1.0},
+                      Preset{"deepseek-v3.2", 128, 1536, 128, 64, 128, 64, 2048, 163840, "yarn", 40.0},
+                      Preset{"deepseek-v3", 128, 1536, 128, 64, 128, 0, 0, 163840, "yarn", 40.0},
+                      Preset{"kimi-k2", 64, 1536, 128, 64, 128, 0, 0, 131072, "yarn", 32.0}));
+
+TEST(ModelSpec, SoftmaxScales) {
+  EXPECT_EQ(load_model("glm-5").softmax_scale, 0.0625);  // exactly 1/sqrt(256)
+  EXPECT_NEAR(load_model("deepseek-v3.2").softmax_scale, 0.13523, 5e-6);
+  EXPECT_DOUBLE_EQ(load_model("deepseek-v3.2").softmax_scale, yarn_scale(40.0));
+  EXPECT_DOUBLE_EQ(load_model("deepseek-v3").softmax_scale, yarn_scale(40.0));
+  EXPECT_DOUBLE_EQ(load_model("kimi-k2").softmax_scale, yarn_scale(32.0));
+  EXPECT_NEAR(load_model("kimi-k2").softmax_scale, 0.130861, 5e-6);
+}
+
+TEST(ModelSpec, PresetNamesAreCaseInsensitiveAndListed) {
+  EXPECT_EQ(load_model("GLM-5").num_heads, 64);
+  EXPECT_EQ(model_preset_names(), (std::vector<std::string>{"deepseek-v3", "deepseek-v3.2", "glm-5", "kimi-k2"}));
+}
+
+TEST(ModelSpec, TensorParallelDividesHeads) {
+  Deployment d;
+  d.tp = 8;
+  d.kv_cache = CacheFormat::fp8_ds_mla;
+  d.block_size = 16;
+  const ModelSpec m = load_model("glm-5", d);
+  EXPECT_EQ(m.tp, 8);
+  EXPECT_EQ(m.heads_per_rank, 8);
+  EXPECT_EQ(m.kv_cache, CacheFormat::fp8_ds_mla);
+  EXPECT_EQ(m.block_size, 16);
+  d.tp = 3;
+  try {
+    (void)load_model("glm-5", d);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("tensor-parallel size 3 does not divide the 64 attention heads of glm-5"));
+    EXPECT_THAT(e.what(), HasSubstr("use tp = 1, 2, 4, 8, 16, 32, 64"));
+  }
+  d.tp = 0;
+  EXPECT_THROW((void)load_model("glm-5", d), Error);
+  d.tp = 1;
+  d.block_size = 0;
+  EXPECT_THROW((void)load_model("glm-5", d), Error);
+}
+
+TEST(ModelSpec, RopeParametersAndRopeScalingAreBothRead) {
+  const std::string base = R"("num_attention_heads": 16, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+                               "qk_rope_head_dim": 64, "v_head_dim": 128)";
+  const ModelSpec a = parse_model_config(
+      "{" + base + R"(, "rope_parameters": {"rope_type": "yarn", "factor": 40, "mscale_all_dim": 1.0, "rope_theta": 1e4}})", "a");
+  const ModelSpec b = parse_model_config(
+      "{" + base + R"(, "rope_scaling": {"type": "yarn", "factor": 40, "mscale_all_dim": 1.0}})", "b");
+  EXPECT_DOUBLE_EQ(a.softmax_scale, yarn_scale(40.0));
+  EXPECT_DOUBLE_EQ(b.softmax_scale, yarn_scale(40.0));
+  // mscale_all_dim scales the log term; absent, the scale is plain.
+  const ModelSpec c = parse_model_config(
+      "{" + base + R"(, "rope_scaling": {"type": "yarn", "factor": 40, "mscale_all_dim": 0.707}})", "c");
+  const double m = 0.1 * 0.707 * std::log(40.0) + 1.0;
+  EXPECT_DOUBLE_EQ(c.softmax_scale, std::pow(192.0, -0.5) * m * m);
+  const ModelSpec d = parse_model_config("{" + base + R"(, "rope_scaling": {"type": "yarn", "factor": 40}})", "d");
+  EXPECT_DOUBLE_EQ(d.softmax_scale, std::pow(192.0, -0.5));
+  // A factor of 1 stretches nothing.
+  const ModelSpec e = parse_model_config(
+      "{" + base + R"(, "rope_scaling": {"type": "yarn", "factor": 1, "mscale_all_dim": 1}})", "e");
+  EXPECT_DOUBLE_EQ(e.softmax_scale, std::pow(192.0, -0.5));
+  const ModelSpec f = parse_model_config("{" + base + R"(, "rope_scaling": null, "q_lora_rank": null})", "f");
+  EXPECT_EQ(f.rope_type, "default");
+  EXPECT_EQ(f.q_lora_rank, 0);
+  EXPECT_FALSE(f.is_dsa());
+}
+
+TEST(ModelSpec, LoadsAPathOrADirectory) {
+  const auto dir = std::filesystem::temp_directory_path() / ("latte_model_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream out(dir / "config.json");
+    out << R"({"num_attention_heads": 32, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+               "v_head_dim": 128, "index_topk": 1024, "index_n_heads": 16, "index_head_dim": 128})";
+  }
+  const ModelSpec by_file = load_model((dir / "config.json").string());
+  const ModelSpec by_dir = load_model(dir.string());
+  EXPECT_EQ(by_file.num_heads, 32);
+  EXPECT_EQ(by_dir.indexer->topk, 1024);
+  EXPECT_EQ(by_file.name, (dir / "config.json").string());
+  std::filesystem::remove_all(dir);
+  try {
+    (void)load_model("glm-6");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::not_found);
+    EXPECT_THAT(e.what(), HasSubstr("unknown model 'glm-6'"));
+    EXPECT_THAT(e.what(), HasSubstr("deepseek-v3.2, glm-5, kimi-k2"));
+  }
+}
+
+TEST(AttentionSpec, PerOperation) {
+  Deployment d;
+  d.tp = 8;
+  d.kv_cache = CacheFormat::fp8_ds_mla;
+  const ModelSpec glm = load_model("glm-5", d);
+
+  const AttentionSpec sparse = attention_spec(glm, Op::sparse_mla);
+  EXPECT_EQ(sparse.num_heads, 8);
+  EXPECT_EQ(sparse.tp, 8);
+  EXPECT_EQ(sparse.head_dim, 576);
+  EXPECT_EQ(sparse.head_dim_v, 512);
+  EXPECT_EQ(sparse.topk, 2048);
+  EXPECT_EQ(sparse.q_dtype, DType::bf16);
+  EXPECT_EQ(sparse.kv_cache, CacheFormat::fp8_ds_mla);
+  EXPECT_EQ(sparse.scale, 0.0625f);
+  EXPECT_EQ(sparse.model, "glm-5");
+  EXPECT_EQ(sparse.summary(),
+            "sparse_mla H=8 (tp 8) d=576/512 q=bf16 cache=fp8_ds_mla block=64 topk=2048 scale=0.0625 model=glm-5");
+
+  AttentionOptions options;
+  options.s_q = 2;
+  options.max_tokens = 256;
+  const AttentionSpec decode = attention_spec(glm, Op::mla_decode, options);
+  EXPECT_EQ(decode.topk, 0);
+  EXPECT_EQ(decode.s_q, 2);
+  EXPECT_EQ(decode.max_tokens, 256);
+
+  // Index heads are not split by TP: every rank runs the whole indexer.
+  options.index_q_dtype = DType::bf16;
+  const AttentionSpec indexer = attention_spec(glm, Op::indexer_topk, options);
+  EXPECT_EQ(indexer.num_heads, 32);
+  EXPECT_EQ(indexer.head_dim, 128);
+  EXPECT_EQ(indexer.topk, 2048);
+  EXPECT_EQ(indexer.q_dtype, DType::bf16);
+  EXPECT_EQ(indexer.s_q, 1);
+  EXPECT_EQ(attention_spec(glm, Op::indexer_logits).topk, 0);
+
+  const AttentionSpec store = attention_spec(glm, Op::kv_store);
+  EXPECT_EQ(store.num_heads, 0);
+  EXPECT_EQ(store.kv_cache, CacheFormat::fp8_ds_mla);
+  EXPECT_EQ(store.block_size, 64);
+  EXPECT_EQ(attention_spec(glm, Op::indexer_k_store).head_dim, 128);
+}
+
+TEST(AttentionSpec, DsaOpsOnADenseModelAreRefused) {
+  const ModelSpec v3 = load_model("deepseek-v3");
+  EXPECT_EQ(attention_spec(v3, Op::mla_decode).num_heads, 128);
+  for (Op op : {Op::sparse_mla, Op::indexer_topk, Op::indexer_logits, Op::indexer_k_store}) {
+    try {
+      (void)attention_spec(v3, op);
+      FAIL() << to_string(op);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_THAT(e.what(), HasSubstr("deepseek-v3 is dense MLA"));
+    }
+  }
+  AttentionOptions bad;
+  bad.s_q = 0;
+  EXPECT_THROW((void)attention_spec(v3, Op::mla_decode, bad), Error);
+}
+
+// ---- Malformed configs -------------------------------------------------------------------
+
+struct BadConfig {
+  const char* name;
+  std::string json;
+  const char* fragment;
+};
+
+std::string config_with(const std::string& replace_key, const std::string& value) {
+  // A valid DSA config with one field replaced (value "" removes it).
+  const std::vector<std::pair<std::string, std::string>> fields = {
+      {"num_attention_heads", "64"}, {"q_lora_rank", "2048"},     {"kv_lora_rank", "512"},
+      {"qk_nope_head_dim", "192"},   {"qk_rope_head_dim", "64"},  {"v_head_dim", "256"},
+      {"index_n_heads", "32"},       {"index_head_dim", "128"},   {"index_topk", "2048"},
+      {"max_position_embeddings", "202752"}};
+  std::string out = "{";
+  for (const auto& [key, v] : fields) {
+    const std::string& text = key == replace_key ? value : v;
+    if (text.empty()) continue;
+    out += (out.size() > 1 ? ", " : "") + ("\"" + key + "\": " + text);
+  }
+  if (replace_key.rfind("rope", 0) == 0) out += (out.size() > 1 ? ", " : "") + value;
+  return out + "}";
+}
+
+class MalformedConfigs : public ::testing::TestWithParam<BadConfig> {};
+
+TEST_P(MalformedConfigs, GiveAClearMessage) {
+  try {
+    (void)parse_model_config(GetParam().json, "/models/x/config.json");
+    FAIL() << "accepted: " << GetParam().json;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::config_error);
+    EXPECT_THAT(e.what(), HasSubstr("/models/x/config.json"));
+    EXPECT_THAT(e.what(), HasSubstr(GetParam().fragment));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, MalformedConfigs,
+    ::testing::Values(
+        BadConfig{"NotJson", "{\"num_attention_heads\": 64,", "is not valid JSON"},
+        BadConfig{"Empty", "", "is not valid JSON"},
+        BadConfig{"TopLevelArray", "[1, 2]", "the top level is array"},
+        BadConfig{"MissingHeads", config_with("num_attention_heads", ""), "\"num_attention_heads\" is missing"},
+        BadConfig{"HeadsAsString", config_with("num_attention_heads", "\"64\""), "\"num_attention_heads\" = \"64\" must be a positive integer"},
+        BadConfig{"HeadsZero", config_with("num_attention_heads", "0"), "\"num_attention_heads\" = 0 must be a positive integer"},
+        BadConfig{"HeadsNegative", config_with("num_attention_heads", "-8"), "= -8 must be a positive integer"},
+        BadConfig{"HeadsFraction", config_with("num_attention_heads", "64.5"), "= 64.5 must be a positive integer"},
+        BadConfig{"HeadsHuge", config_with("num_attention_heads", "99999999999"), "below 2^30"},
+        BadConfig{"MissingKvLora", config_with("kv_lora_rank", ""), "\"kv_lora_rank\" is missing"},
+        BadConfig{"RopeDimBool", config_with("qk_rope_head_dim", "true"), "\"qk_rope_head_dim\" = true"},
+        BadConfig{"MissingVHeadDim", config_with("v_head_dim", ""), "\"v_head_dim\" is missing"},
+        BadConfig{"QLoraString", config_with("q_lora_rank", "\"none\""), "\"q_lora_rank\" = \"none\""},
+        BadConfig{"TopkWithoutIndexHeads", config_with("index_n_heads", ""), "\"index_n_heads\" is missing although index_topk is set"},
+        BadConfig{"TopkWithoutIndexDim", config_with("index_head_dim", ""), "\"index_head_dim\" is missing although index_topk is set"},
+        BadConfig{"IndexHeadsWithoutTopk", config_with("index_topk", ""), "\"index_topk\" is missing although index_n_heads"},
+        BadConfig{"TopkZero", config_with("index_topk", "0"), "\"index_topk\" = 0"},
+        BadConfig{"RopeNotObject", config_with("rope_scaling", "\"rope_scaling\": \"yarn\""), "\"rope_scaling\" = \"yarn\" must be an object"},
+        BadConfig{"RopeWithoutType", config_with("rope_scaling", "\"rope_scaling\": {\"factor\": 40}"), "has no \"rope_type\""},
+        BadConfig{"RopeUnknownType", config_with("rope_parameters", "\"rope_parameters\": {\"rope_type\": \"ntk\"}"), "\"rope_parameters.rope_type\" = \"ntk\" is not a rope type"},
+        BadConfig{"YarnWithoutFactor", config_with("rope_scaling", "\"rope_scaling\": {\"type\": \"yarn\"}"), "\"rope_scaling.factor\" is missing"},
+        BadConfig{"YarnNegativeFactor", config_with("rope_scaling", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": -2}"), "\"rope_scaling.factor\" = -2 must be a positive number"},
+        BadConfig{"MscaleString", config_with("rope_scaling", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40, \"mscale_all_dim\": \"1\"}"), "\"rope_scaling.mscale_all_dim\" = \"1\" must be a number"},
+        BadConfig{"ModelTypeNumber", "{\"model_type\": 3, \"num_attention_heads\": 8}", "\"model_type\" = 3 must be a string"},
+        BadConfig{"MaxPositionsNegative", config_with("max_position_embeddings", "-1"), "\"max_position_embeddings\" = -1"}),
+    [](const ::testing::TestParamInfo<BadConfig>& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace latte

@@ -1,0 +1,77 @@
+// Backends defined inside the tests: they exercise the registry and the selector without any
+// placeholder backend in the product.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "latte/backend.hpp"
+#include "latte/spec.hpp"
+
+namespace latte::testing {
+
+class CountingKernel final : public Kernel {
+ public:
+  explicit CountingKernel(std::atomic<int>* runs) : runs_(runs) {}
+  std::size_t workspace_bytes() const override { return 0; }
+  void run(const OpArgs&, const RunContext&) override { ++*runs_; }
+
+ private:
+  std::atomic<int>* runs_;
+};
+
+class TestBackend final : public Backend {
+ public:
+  using CustomCheck = std::function<std::vector<Reason>(const AttentionSpec&, const DeviceInfo&)>;
+
+  TestBackend(std::string id, Capabilities caps, CustomCheck custom = {}) : custom_(std::move(custom)) {
+    info_.id = std::move(id);
+    info_.description = "test backend";
+    info_.caps = std::move(caps);
+  }
+  const BackendInfo& info() const override { return info_; }
+  std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    ++custom_calls;
+    return custom_ ? custom_(spec, device) : std::vector<Reason>{};
+  }
+  std::unique_ptr<Kernel> make(const AttentionSpec&, const DeviceInfo&) const override {
+    return std::make_unique<CountingKernel>(&runs);
+  }
+
+  mutable std::atomic<int> custom_calls{0};
+  mutable std::atomic<int> runs{0};
+
+ private:
+  BackendInfo info_;
+  CustomCheck custom_;
+};
+
+// Capabilities of a sparse/dense MLA attention backend: bf16 queries, 576-wide heads.
+inline Capabilities mla_caps(std::vector<DeviceKind> devices, IntRule arch = IntRule::any()) {
+  Capabilities caps;
+  caps.ops = {Op::sparse_mla, Op::mla_decode};
+  caps.devices = std::move(devices);
+  caps.arch = std::move(arch);
+  caps.q_dtypes = {DType::bf16};
+  caps.head_dim = IntRule::list({576});
+  return caps;
+}
+
+inline std::shared_ptr<TestBackend> make_backend(std::string id, Capabilities caps,
+                                                 TestBackend::CustomCheck custom = {}) {
+  return std::make_shared<TestBackend>(std::move(id), std::move(caps), std::move(custom));
+}
+
+// GLM-5's sparse attention at a given TP, as attention_spec() derives it.
+inline AttentionSpec glm5_sparse(int tp = 8, CacheFormat cache = CacheFormat::bf16, int block_size = 64) {
+  Deployment deployment;
+  deployment.tp = tp;
+  deployment.kv_cache = cache;
+  deployment.block_size = block_size;
+  return attention_spec(load_model("glm-5", deployment), Op::sparse_mla);
+}
+
+}  // namespace latte::testing

@@ -1,0 +1,355 @@
+// Plugins: the example plugin is loaded, selected through the rule it ships and run against a
+// float64 loop; every broken plugin is refused with a clear message and the host keeps working.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <random>
+
+#include "core/test_backends.hpp"
+#include "latte/context.hpp"
+#include "latte/error.hpp"
+
+namespace latte {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::glm5_sparse;
+using testing::make_backend;
+using testing::mla_caps;
+
+const std::string kExample = std::filesystem::weakly_canonical(LATTE_EXAMPLE_PLUGIN).string();
+
+std::string broken(const std::string& name) {
+  return std::filesystem::weakly_canonical(std::string(LATTE_BROKEN_PLUGIN_DIR) + "/lib" + name + ".so").string();
+}
+
+uint16_t to_bf16(float value) {  // round to nearest even (finite inputs only here)
+  uint32_t word;
+  std::memcpy(&word, &value, sizeof word);
+  word += 0x7fffu + ((word >> 16) & 1u);
+  return static_cast<uint16_t>(word >> 16);
+}
+float from_bf16(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, sizeof value);
+  return value;
+}
+
+SelectOptions no_env() {
+  SelectOptions o;
+  o.use_environment = false;
+  return o;
+}
+
+// A small random sparse-MLA problem, run through a kernel and checked against float64.
+struct SparseCase {
+  int64_t tokens = 3, heads = 8, topk = 40, num_blocks = 4, block_size = 16;
+  float scale = 0.0625f;
+  std::vector<uint16_t> q, cache, out;
+  std::vector<int32_t> indices;
+  std::vector<float> lse;
+
+  explicit SparseCase(uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    q.resize(tokens * heads * 576);
+    cache.resize(num_blocks * block_size * 576);
+    for (auto& v : q) v = to_bf16(normal(rng));
+    for (auto& v : cache) v = to_bf16(normal(rng));
+    const int64_t slots = num_blocks * block_size;
+    indices.assign(tokens * topk, -1);
+    for (int64_t t = 0; t < tokens; ++t) {
+      if (t == 1) continue;  // an empty row: out 0, lse -inf
+      std::vector<int32_t> all(slots);
+      for (int32_t s = 0; s < slots; ++s) all[s] = s;
+      std::shuffle(all.begin(), all.end(), rng);
+      const int64_t valid = topk - 5 * t;  // trailing -1 padding on later rows
+      for (int64_t k = 0; k < valid; ++k) indices[t * topk + k] = all[k];
+    }
+    out.assign(tokens * heads * 512, 0x7fc0);  // NaN: every element must be written
+    lse.assign(tokens * heads, 0.0f);
+  }
+
+  SparseMlaArgs args() {
+    SparseMlaArgs a;
+    a.q = TensorView::contiguous(q.data(), DType::bf16, {tokens, heads, 576});
+    a.kv_cache = TensorView::contiguous(cache.data(), DType::bf16, {num_blocks, block_size, 576});
+    a.indices = TensorView::contiguous(indices.data(), DType::i32, {tokens, topk});
+    a.out = TensorView::contiguous(out.data(), DType::bf16, {tokens, heads, 512});
+    a.lse = TensorView::contiguous(lse.data(), DType::f32, {tokens, heads});
+    a.scale = scale;
+    return a;
+  }
+
+  // Compares out and lse with a float64 evaluation of DESIGN.md 2.1.
+  void expect_matches_float64() const {
+    const int64_t slots = num_blocks * block_size;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        std::vector<double> scores;
+        std::vector<int32_t> used;
+        for (int64_t k = 0; k < topk; ++k) {
+          const int32_t s = indices[t * topk + k];
+          if (s < 0 || s >= slots) continue;
+          double dot = 0;
+          for (int d = 0; d < 576; ++d) dot += double(from_bf16(q[(t * heads + h) * 576 + d])) * from_bf16(cache[s * 576 + d]);
+          scores.push_back(double(scale) * dot);
+          used.push_back(s);
+        }
+        const float got_lse = lse[t * heads + h];
+        if (scores.empty()) {
+          EXPECT_TRUE(std::isinf(got_lse) && got_lse < 0) << "t=" << t << " h=" << h;
+          for (int d = 0; d < 512; ++d) ASSERT_EQ(from_bf16(out[(t * heads + h) * 512 + d]), 0.0f);
+          continue;
+        }
+        const double m = *std::max_element(scores.begin(), scores.end());
+        double sum = 0;
+        for (double s : scores) sum += std::exp(s - m);
+        const double ref_lse = m + std::log(sum);
+        EXPECT_NEAR(got_lse, ref_lse, 1e-4 * std::max(1.0, std::abs(ref_lse))) << "t=" << t << " h=" << h;
+        for (int d = 0; d < 512; ++d) {
+          double ref = 0;
+          for (std::size_t i = 0; i < used.size(); ++i) ref += std::exp(scores[i] - ref_lse) * from_bf16(cache[used[i] * 576 + d]);
+          const float got = from_bf16(out[(t * heads + h) * 512 + d]);
+          ASSERT_NEAR(got, ref, 1e-2 * std::abs(ref) + 1e-3) << "t=" << t << " h=" << h << " d=" << d;
+        }
+      }
+    }
+  }
+};
+
+class PluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Capabilities cpu = mla_caps({DeviceKind::cpu});
+    cpu.kv_caches = {CacheFormat::bf16};
+    registry.add(make_backend("cpu.test_reference", cpu));
+    registry.add(make_backend("test.builtin_backend", mla_caps({DeviceKind::cuda})));
+  }
+
+  // The host state a refused plugin must leave untouched.
+  struct HostState {
+    std::vector<std::string> ids;
+    uint64_t policy_fingerprint;
+    std::size_t plugins;
+    friend bool operator==(const HostState&, const HostState&) = default;
+  };
+  HostState state() const { return {registry.ids(), context.policies().fingerprint(), context.plugins().size()}; }
+
+  void expect_host_works() {
+    const Selection s = context.select(glm5_sparse(8), describe_device("cpu"), no_env());
+    EXPECT_TRUE(s.chosen == "cpu.test_reference" || s.chosen == "example.cpu_sparse_mla") << s.chosen;
+    auto kernel = s.backend->make(s.spec, s.device);
+    SparseCase c(7);
+    kernel->run(c.args(), RunContext{});
+  }
+
+  Registry registry;
+  Context context{registry};
+};
+
+TEST_F(PluginTest, ExamplePluginIsSelectedThroughItsShippedRuleAndComputesCorrectly) {
+  const PluginInfo info = context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  EXPECT_EQ(info.path, kExample);
+  EXPECT_EQ(info.name, "latte-example");
+  EXPECT_EQ(info.version, "1.0");
+  EXPECT_EQ(info.backend_ids, std::vector<std::string>{"example.cpu_sparse_mla"});
+  EXPECT_EQ(info.policy_rules, 1);
+  EXPECT_EQ(registry.source_of("example.cpu_sparse_mla"), kExample);
+
+  const Selection s = context.select(glm5_sparse(8), describe_device("cpu"), no_env());
+  EXPECT_EQ(s.chosen, "example.cpu_sparse_mla");
+  EXPECT_EQ(s.valid[0].rule, "plugin:" + kExample + "#example-cpu-sparse-mla");
+  EXPECT_EQ(s.valid[1].id, "cpu.test_reference");  // the built-in cpu rule ranks it next
+  EXPECT_EQ(s.valid[1].rule, "defaults:built-in#cpu");
+
+  auto kernel = s.backend->make(s.spec, s.device);
+  EXPECT_EQ(kernel->workspace_bytes(), 0u);
+  SparseCase c(1234);
+  kernel->run(c.args(), RunContext{});
+  c.expect_matches_float64();
+}
+
+TEST_F(PluginTest, ExamplePluginDeclaresWhatItRefuses) {
+  context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  // fp8 cache: the example plugin refuses with its declared kv_cache rule.
+  const Selection fp8 = context.explain(glm5_sparse(8, CacheFormat::fp8_ds_mla), describe_device("cpu"), no_env());
+  EXPECT_FALSE(fp8.ok());
+  bool found = false;
+  for (const auto& r : fp8.rejected) {
+    if (r.id != "example.cpu_sparse_mla") continue;
+    found = true;
+    ASSERT_EQ(r.reasons.size(), 1u);
+    EXPECT_EQ(r.reasons[0].code, "kv_cache");
+  }
+  EXPECT_TRUE(found);
+  // Its custom check (through the C ABI's check callback) refuses a latent that is not 512 wide.
+  AttentionSpec odd = glm5_sparse(8);
+  odd.head_dim_v = 256;
+  const auto reasons = check(*registry.get("example.cpu_sparse_mla"), odd, describe_device("cpu"));
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_EQ(reasons[0].code, "head_dim_v");
+  EXPECT_EQ(reasons[0].got, "256");
+}
+
+TEST_F(PluginTest, UserPolicyOutranksThePluginRule) {
+  context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  context.add_policy(Policy::parse(R"({"latte_policy": 1, "rules": [{"name": "mine", "order": ["cpu.test_*"]}]})",
+                                   "/home/me/latte.json", PolicyLayer::user));
+  EXPECT_EQ(context.select(glm5_sparse(8), describe_device("cpu"), no_env()).chosen, "cpu.test_reference");
+}
+
+TEST_F(PluginTest, ExampleKernelReportsBadArgumentsAndBadIndices) {
+  context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  const Selection s = context.select(glm5_sparse(8), describe_device("cpu"), no_env());
+  auto kernel = s.backend->make(s.spec, s.device);
+
+  SparseCase c(99);
+  SparseMlaArgs a = c.args();
+  a.q.dtype = DType::f16;
+  try {
+    kernel->run(a, RunContext{});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("example.cpu_sparse_mla: sparse_mla: q must be bf16, got f16"));
+  }
+
+  // An out-of-range slot: an error naming it in check mode, skipped (treated as -1) otherwise.
+  c.indices[2] = 100000;
+  RunContext checked;
+  checked.check_indices = true;
+  try {
+    kernel->run(c.args(), checked);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("indices[0, 2] = 100000 is outside -1 or 0..63"));
+  }
+  kernel->run(c.args(), RunContext{});
+  c.expect_matches_float64();
+
+  // A kernel made for sparse_mla refuses other ops' arguments before calling the plugin.
+  EXPECT_THROW(kernel->run(KvStoreArgs{}, RunContext{}), Error);
+}
+
+struct BrokenCase {
+  const char* library;
+  const char* fragment;
+};
+
+class BrokenPlugins : public PluginTest, public ::testing::WithParamInterface<BrokenCase> {};
+
+TEST_P(BrokenPlugins, AreRefusedAndTheHostKeepsWorking) {
+  const HostState before = state();
+  const std::string path = broken(GetParam().library);
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  try {
+    context.load_plugin(path);
+    FAIL() << "loaded " << path;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::plugin_error);
+    EXPECT_THAT(e.what(), HasSubstr("plugin " + path + " refused"));
+    EXPECT_THAT(e.what(), HasSubstr(GetParam().fragment));
+  }
+  EXPECT_EQ(state(), before);
+  expect_host_works();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryFailure, BrokenPlugins,
+    ::testing::Values(
+        BrokenCase{"latte_broken_abi", "built for plugin ABI version 42, this latte speaks version 1"},
+        BrokenCase{"latte_broken_no_entry", "does not export the entry point 'latte_plugin_entry'"},
+        BrokenCase{"latte_broken_entry_error", "entry point failed with code 7: license file /opt/acme/license.key not found"},
+        BrokenCase{"latte_broken_entry_throws", "entry point threw an exception (acme runtime could not initialise)"},
+        BrokenCase{"latte_broken_caps_json", "are not valid JSON"},
+        BrokenCase{"latte_broken_policy", "the policy it ships is malformed: policy error in"},
+        BrokenCase{"latte_broken_null_run", "leaves a required function NULL"},
+        BrokenCase{"latte_broken_twice", "declares backend id 'broken.backend' twice"},
+        BrokenCase{"latte_broken_bad_id", "backend id 'no_namespace' is not valid"},
+        BrokenCase{"latte_broken_dup_builtin", "'test.builtin_backend' is already registered from built-in"}),
+    [](const ::testing::TestParamInfo<BrokenCase>& info) { return std::string(info.param.library).substr(13); });
+
+TEST_F(PluginTest, IdClashWithAnotherPluginNamesBothSources) {
+  context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  const HostState before = state();
+  const std::string path = broken("latte_broken_dup_example");
+  try {
+    context.load_plugin(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::plugin_error);
+    EXPECT_THAT(e.what(), HasSubstr("plugin " + path + " refused"));
+    EXPECT_THAT(e.what(), HasSubstr("'example.cpu_sparse_mla' is already registered from " + kExample));
+  }
+  EXPECT_EQ(state(), before);
+  expect_host_works();
+  EXPECT_EQ(context.select(glm5_sparse(8), describe_device("cpu"), no_env()).chosen, "example.cpu_sparse_mla");
+}
+
+TEST_F(PluginTest, NotALibraryAndMissingFilesAreRefused) {
+  const HostState before = state();
+  const auto dir = std::filesystem::temp_directory_path() / ("latte_plugin_garbage_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string garbage = (dir / "libgarbage.so").string();
+  std::ofstream(garbage) << "this is not an ELF file\n";
+  try {
+    context.load_plugin(garbage);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::plugin_error);
+    EXPECT_THAT(e.what(), HasSubstr("dlopen failed"));
+    EXPECT_THAT(e.what(), HasSubstr(garbage));
+  }
+  try {
+    context.load_plugin((dir / "libmissing.so").string());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::plugin_error);
+    EXPECT_THAT(e.what(), HasSubstr("no such file"));
+  }
+  EXPECT_EQ(state(), before);
+  expect_host_works();
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(PluginTest, LoadingTheSameFileTwiceIsANoOp) {
+  const PluginInfo a = context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  const uint64_t generation = registry.generation();
+  const PluginInfo b = context.load_plugin(std::string(LATTE_EXAMPLE_PLUGIN_DIR) + "/../plugins/" +
+                                           std::filesystem::path(LATTE_EXAMPLE_PLUGIN).filename().string());
+  EXPECT_EQ(a.path, b.path);
+  EXPECT_EQ(registry.generation(), generation);
+  EXPECT_EQ(context.plugins().size(), 1u);
+}
+
+TEST(PluginPath, LoadsWhatItCanAndReportsTheRest) {
+  Registry registry;
+  Context context(registry);
+  const std::string path =
+      std::string(LATTE_EXAMPLE_PLUGIN_DIR) + "::/nonexistent/latte/plugins:" + LATTE_BROKEN_PLUGIN_DIR;
+  const auto results = context.load_plugin_path(path);
+  std::vector<std::string> loaded;
+  int refused = 0;
+  bool missing_dir_reported = false;
+  for (const auto& r : results) {
+    if (r.loaded) loaded.push_back(std::filesystem::path(r.path).filename().string());
+    else ++refused;
+    if (r.path == "/nonexistent/latte/plugins") missing_dir_reported = r.error.find("does not exist") != std::string::npos;
+  }
+  // The example and the one broken plugin whose only fault is a clash that cannot happen here.
+  EXPECT_EQ(loaded, (std::vector<std::string>{"liblatte_example.so", "liblatte_broken_dup_builtin.so"}));
+  EXPECT_EQ(refused, 1 + 10);  // the missing directory and ten broken plugins
+  EXPECT_TRUE(missing_dir_reported);
+  EXPECT_EQ(context.plugin_load_results().size(), results.size());
+  EXPECT_EQ(context.select(glm5_sparse(8), describe_device("cpu"), no_env()).chosen, "example.cpu_sparse_mla");
+}
+
+}  // namespace
+}  // namespace latte
