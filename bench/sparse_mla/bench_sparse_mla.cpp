@@ -1,0 +1,320 @@
+// cuda.sparse_mla benchmark (host side): sparse MLA decode / prefill and dense MLA decode through the
+// backend (Registry -> make -> run), plus the two ceilings measured in the same process: a
+// 4 GiB device-to-device copy and a cuBLAS bf16 GEMM. Prints one JSON object per line;
+// bench/sparse_mla/run_bench.py times the PyTorch peer and prints the table.
+//
+// Method (DESIGN.md 7): random data (never zeros), CUDA events around each call, warm-up,
+// median of many calls, inputs rotated over several copies so that the working set of
+// consecutive calls is several times the L2.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include "bench_fill.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "latte/backend.hpp"
+#include "latte/device.hpp"
+#include "latte/ops.hpp"
+#include "latte/registry.hpp"
+#include "latte/spec.hpp"
+
+#define CK(x)                                                                                  \
+  do {                                                                                         \
+    cudaError_t e_ = (x);                                                                      \
+    if (e_ != cudaSuccess) {                                                                   \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                            \
+    }                                                                                          \
+  } while (0)
+
+namespace {
+
+struct Ceilings {
+  double copy_gbs = 0, mm_tflops = 0;
+};
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Ceilings measure_ceilings(cudaStream_t s) {
+  Ceilings c;
+  const std::size_t bytes = std::size_t{2} << 30;  // 2 GiB read + 2 GiB written
+  void *a = nullptr, *b = nullptr;
+  CK(cudaMalloc(&a, bytes));
+  CK(cudaMalloc(&b, bytes));
+  bench_fill_bf16(a, bytes / 2, 1, 1.f, s);
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  std::vector<float> ts;
+  for (int i = 0; i < 12; ++i) {
+    CK(cudaEventRecord(e0, s));
+    CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s));
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 2) ts.push_back(ms);
+  }
+  c.copy_gbs = 2.0 * bytes / (median(ts) * 1e-3) / 1e9;
+  CK(cudaFree(b));
+  // bf16 GEMM 8192^3 through cuBLAS on random data
+  const int n = 8192;
+  __nv_bfloat16* m = static_cast<__nv_bfloat16*>(a);  // reuse: 3 * 128 MiB < 2 GiB
+  bench_fill_bf16(m, int64_t{3} * n * n, 2, 1.f, s);
+  cublasHandle_t h;
+  cublasCreate(&h);
+  cublasSetStream(h, s);
+  const float alpha = 1.f, beta = 0.f;
+  ts.clear();
+  for (int i = 0; i < 14; ++i) {
+    CK(cudaEventRecord(e0, s));
+    cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, m, CUDA_R_16BF, n,
+                 m + int64_t{n} * n, CUDA_R_16BF, n, &beta, m + 2 * int64_t{n} * n, CUDA_R_16BF, n,
+                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    if (i >= 4) ts.push_back(ms);
+  }
+  c.mm_tflops = 2.0 * n * n * double(n) / (median(ts) * 1e-3) / 1e12;
+  cublasDestroy(h);
+  CK(cudaFree(a));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return c;
+}
+
+struct Shape {
+  std::string name;
+  bool decode;  // dense mla_decode (else sparse_mla)
+  latte::CacheFormat fmt;
+  int H, T, topk, ctx;
+  float scale;
+};
+
+constexpr int kBlock = 64;
+
+void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters) {
+  using namespace latte;
+  const std::size_t tb = sh.fmt == CacheFormat::bf16 ? 1152 : 656;
+  const std::size_t l2 = 60u << 20;
+  // One context per request (decode) or one shared context (prefill); rotated copies so that
+  // consecutive calls touch more than 4x the L2.
+  const bool prefill = !sh.decode && sh.T > 256;
+  const int64_t ctx_tokens = prefill ? sh.ctx : static_cast<int64_t>(sh.T) * sh.ctx;
+  const std::size_t set_bytes = static_cast<std::size_t>(ctx_tokens) * tb;
+  int nrot = static_cast<int>(std::min<std::size_t>(8, std::max<std::size_t>(1, 4 * l2 / set_bytes + 1)));
+  if (prefill) nrot = 2;
+  const int64_t blocks_per_set = (ctx_tokens + kBlock - 1) / kBlock;
+  const int64_t nblocks = blocks_per_set * nrot;
+  const std::size_t cache_bytes = static_cast<std::size_t>(nblocks) * kBlock * tb;
+  void* cache = nullptr;
+  CK(cudaMalloc(&cache, cache_bytes));
+  if (sh.fmt == CacheFormat::bf16) {
+    bench_fill_bf16(cache, cache_bytes / 2, 3, 1.f, s);
+  } else {
+    bench_fill_fp8_cache(cache, nblocks * kBlock, 3, s);
+  }
+  const int rows_per_group = sh.H;
+  const int64_t groups = sh.T;
+  const std::size_t q_elems = static_cast<std::size_t>(groups) * rows_per_group * 576;
+  std::vector<void*> qs(nrot), idxs(nrot), tables(nrot);
+  for (int r = 0; r < nrot; ++r) {
+    CK(cudaMalloc(&qs[r], q_elems * 2));
+    bench_fill_bf16(qs[r], q_elems, 10 + r, 2.f, s);
+  }
+  std::mt19937 rng(5);
+  // physical block permutation per rotation set
+  void* lens_d = nullptr;
+  int max_blocks = 0;
+  if (sh.decode) {
+    max_blocks = (sh.ctx + kBlock - 1) / kBlock;
+    std::vector<int32_t> lens(static_cast<std::size_t>(groups), sh.ctx);
+    CK(cudaMalloc(&lens_d, lens.size() * 4));
+    CK(cudaMemcpy(lens_d, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    for (int r = 0; r < nrot; ++r) {
+      std::vector<int32_t> perm(static_cast<std::size_t>(blocks_per_set));
+      for (int64_t i = 0; i < blocks_per_set; ++i) perm[i] = static_cast<int32_t>(r * blocks_per_set + i);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<int32_t> table(static_cast<std::size_t>(groups) * max_blocks);
+      for (int64_t g = 0; g < groups; ++g)
+        for (int j = 0; j < max_blocks; ++j) table[g * max_blocks + j] = perm[g * max_blocks + j];
+      CK(cudaMalloc(&tables[r], table.size() * 4));
+      CK(cudaMemcpy(tables[r], table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+    }
+  } else {
+    for (int r = 0; r < nrot; ++r) {
+      std::vector<int32_t> perm(static_cast<std::size_t>(blocks_per_set));
+      for (int64_t i = 0; i < blocks_per_set; ++i) perm[i] = static_cast<int32_t>(r * blocks_per_set + i);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<int32_t> idx(static_cast<std::size_t>(groups) * sh.topk);
+      std::vector<int32_t> pos(static_cast<std::size_t>(sh.ctx));
+      for (int64_t t = 0; t < groups; ++t) {
+        // token t sees its context (decode: its own request; prefill: the causal prefix)
+        const int64_t base = prefill ? 0 : t * sh.ctx;
+        const int visible = prefill ? sh.ctx - sh.T + static_cast<int>(t) + 1 : sh.ctx;
+        for (int i = 0; i < visible; ++i) pos[i] = i;
+        const int k = std::min(sh.topk, visible);
+        for (int i = 0; i < k; ++i) {  // partial Fisher-Yates: k distinct positions
+          std::uniform_int_distribution<int> d(i, visible - 1);
+          std::swap(pos[i], pos[d(rng)]);
+          const int64_t logical = base + pos[i];
+          idx[t * sh.topk + i] = static_cast<int32_t>(perm[logical / kBlock] * kBlock + logical % kBlock);
+        }
+        for (int i = k; i < sh.topk; ++i) idx[t * sh.topk + i] = -1;
+      }
+      CK(cudaMalloc(&idxs[r], idx.size() * 4));
+      CK(cudaMemcpy(idxs[r], idx.data(), idx.size() * 4, cudaMemcpyHostToDevice));
+    }
+  }
+  const std::size_t out_elems = static_cast<std::size_t>(groups) * rows_per_group * 512;
+  void *out = nullptr, *lse = nullptr;
+  CK(cudaMalloc(&out, out_elems * 2));
+  CK(cudaMalloc(&lse, out_elems / 512 * 4));
+
+  AttentionSpec spec;
+  spec.op = sh.decode ? Op::mla_decode : Op::sparse_mla;
+  spec.num_heads = sh.H;
+  spec.kv_cache = sh.fmt;
+  spec.block_size = kBlock;
+  spec.topk = sh.decode ? 0 : sh.topk;
+  spec.s_q = 1;
+  spec.max_tokens = groups;
+  spec.scale = sh.scale;
+  const DeviceInfo dev = describe_device("cuda:0");
+  auto be = Registry::global().get("cuda.sparse_mla");
+  auto kernel = be->make(spec, dev);
+  void* ws = nullptr;
+  if (kernel->workspace_bytes()) CK(cudaMalloc(&ws, kernel->workspace_bytes()));
+  RunContext rc;
+  rc.stream = s;
+  rc.workspace = ws;
+  rc.workspace_bytes = kernel->workspace_bytes();
+  const Device d{DeviceKind::cuda, 0};
+  auto args_for = [&](int r) -> OpArgs {
+    TensorView kv = sh.fmt == CacheFormat::bf16
+                        ? TensorView::contiguous(cache, DType::bf16, {nblocks, kBlock, 576}, d)
+                        : TensorView::contiguous(cache, DType::u8, {nblocks, kBlock, 656}, d);
+    if (sh.decode) {
+      MlaDecodeArgs a;
+      a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, 1, sh.H, 576}, d);
+      a.kv_cache = kv;
+      a.block_table = TensorView::contiguous(tables[r], DType::i32, {groups, max_blocks}, d);
+      a.seq_lens = TensorView::contiguous(lens_d, DType::i32, {groups}, d);
+      a.out = TensorView::contiguous(out, DType::bf16, {groups, 1, sh.H, 512}, d);
+      a.lse = TensorView::contiguous(lse, DType::f32, {groups, 1, sh.H}, d);
+      a.scale = sh.scale;
+      return a;
+    }
+    SparseMlaArgs a;
+    a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, sh.H, 576}, d);
+    a.kv_cache = kv;
+    a.indices = TensorView::contiguous(idxs[r], DType::i32, {groups, sh.topk}, d);
+    a.out = TensorView::contiguous(out, DType::bf16, {groups, sh.H, 512}, d);
+    a.lse = TensorView::contiguous(lse, DType::f32, {groups, sh.H}, d);
+    a.scale = sh.scale;
+    return a;
+  };
+  std::vector<OpArgs> args;
+  for (int r = 0; r < nrot; ++r) args.push_back(args_for(r));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int i = 0; i < 3; ++i) kernel->run(args[i % nrot], rc);
+  CK(cudaStreamSynchronize(s));
+  std::vector<float> ts;
+  for (int i = 0; i < iters; ++i) {
+    CK(cudaEventRecord(e0, s));
+    kernel->run(args[i % nrot], rc);
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    ts.push_back(ms);
+  }
+  CK(cudaGetLastError());
+  const double t_us = median(ts) * 1e3;
+  // valid tokens per query
+  double kv_tokens = 0;
+  if (sh.decode) {
+    kv_tokens = static_cast<double>(groups) * sh.ctx;
+  } else if (prefill) {
+    for (int64_t t = 0; t < groups; ++t) kv_tokens += std::min<int64_t>(sh.topk, sh.ctx - sh.T + t + 1);
+  } else {
+    kv_tokens = static_cast<double>(groups) * std::min(sh.topk, sh.ctx);
+  }
+  const double flops = 2.0 * sh.H * kv_tokens * (576 + 512);
+  const double bytes = static_cast<double>(q_elems) * 2 + kv_tokens * tb + out_elems * 2.0 +
+                       out_elems / 512 * 4.0;
+  const double roof_us = std::max(flops / (ceil.mm_tflops * 1e12), bytes / (ceil.copy_gbs * 1e9)) * 1e6;
+  std::printf(
+      "{\"name\":\"%s\",\"op\":\"%s\",\"fmt\":\"%s\",\"H\":%d,\"T\":%d,\"topk\":%d,\"ctx\":%d,"
+      "\"time_us\":%.2f,\"tflops\":%.2f,\"gbs\":%.1f,\"roof_pct\":%.1f,\"ws_bytes\":%zu,"
+      "\"rot\":%d}\n",
+      sh.name.c_str(), sh.decode ? "mla_decode" : "sparse_mla",
+      sh.fmt == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla", sh.H, sh.T, sh.topk, sh.ctx, t_us,
+      flops / (t_us * 1e-6) / 1e12, bytes / (t_us * 1e-6) / 1e9, 100.0 * roof_us / t_us,
+      kernel->workspace_bytes(), nrot);
+  std::fflush(stdout);
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  for (int r = 0; r < nrot; ++r) {
+    cudaFree(qs[r]);
+    if (idxs[r]) cudaFree(idxs[r]);
+    if (tables[r]) cudaFree(tables[r]);
+  }
+  cudaFree(lens_d);
+  cudaFree(cache);
+  cudaFree(out);
+  cudaFree(lse);
+  if (ws) cudaFree(ws);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using latte::CacheFormat;
+  const char* only = argc > 1 ? argv[1] : nullptr;  // substring filter on the shape name
+  const int iters = argc > 2 ? std::atoi(argv[2]) : 30;
+  cudaStream_t s;
+  CK(cudaStreamCreate(&s));
+  const Ceilings c = measure_ceilings(s);
+  std::printf("{\"ceilings\":true,\"copy_gbs\":%.1f,\"mm_tflops\":%.1f}\n", c.copy_gbs, c.mm_tflops);
+  std::fflush(stdout);
+  const float glm = 0.0625f, ds = 0.13523f;
+  std::vector<Shape> shapes;
+  for (CacheFormat f : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
+    const std::string fs = f == CacheFormat::bf16 ? "bf16" : "fp8";
+    for (int T : {1, 32, 128}) {
+      shapes.push_back({"glm5-tp8 decode " + fs + " T=" + std::to_string(T), false, f, 8, T, 2048, 32768, glm});
+      shapes.push_back({"glm5-tp1 decode " + fs + " T=" + std::to_string(T), false, f, 64, T, 2048, 32768, glm});
+      shapes.push_back({"dsv32 decode " + fs + " T=" + std::to_string(T), false, f, 128, T, 2048, 32768, ds});
+    }
+    shapes.push_back({"glm5-tp1 prefill " + fs + " T=4096", false, f, 64, 4096, 2048, 32768, glm});
+  }
+  shapes.push_back({"glm5-tp8 prefill bf16 T=4096", false, CacheFormat::bf16, 8, 4096, 2048, 32768, glm});
+  shapes.push_back({"dsv32 prefill bf16 T=4096", false, CacheFormat::bf16, 128, 4096, 2048, 32768, ds});
+  for (int B : {1, 32, 128})
+    shapes.push_back({"dsv3 dense decode bf16 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 32768, ds});
+  shapes.push_back({"dsv3 dense decode fp8 B=32", true, CacheFormat::fp8_ds_mla, 128, 32, 0, 32768, ds});
+  for (const Shape& sh : shapes) {
+    if (only && sh.name.find(only) == std::string::npos) continue;
+    run_shape(sh, c, s, iters);
+  }
+  CK(cudaStreamDestroy(s));
+  return 0;
+}

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One device call for cuda.sparse_mla: GPU tests, compute-sanitizer (memcheck, racecheck) on a
+# small filter, and the benchmark with its PyTorch peer. Run from the repository root on the GPU
+# machine with the binaries staged in .gpu/attn (liblatte.so*, test_cuda_sparse_mla,
+# bench_sparse_mla) and scripts/stage-device-libs' .deps carried.
+#   bench/sparse_mla/device_check.sh [tests] [memcheck] [racecheck] [bench] [bench-filter=S]
+set -u
+export LD_LIBRARY_PATH=$PWD/.gpu/attn:$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
+cublas_dir=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null || true)
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib "$cublas_dir"; do
+  if [ -n "$d" ] && [ -e "$d/libcublas.so.13" ]; then export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$d; break; fi
+done
+OUT=${OUT:-/tmp/sparse_mla_out}
+mkdir -p "$OUT"
+T=.gpu/attn/test_cuda_sparse_mla
+B=.gpu/attn/bench_sparse_mla
+filter=""
+steps="$*"
+[ -z "$steps" ] && steps="tests memcheck racecheck bench"
+for a in $steps; do case $a in bench-filter=*) filter=${a#bench-filter=};; esac; done
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
+for step in $steps; do
+  case $step in
+  tests)
+    echo "== tests"; start=$(date +%s)
+    timeout 150 "$T" --gtest_color=no > "$OUT/tests.log" 2>&1; rc=$?
+    grep -E "rel err|oracle|OK \]|FAILED|PASSED|Failure|Expected|Which is|Value of|error|SKIPPED" "$OUT/tests.log" | head -120
+    echo "tests rc=$rc ($(( $(date +%s) - start )) s)";;
+  memcheck)
+    echo "== compute-sanitizer memcheck"; start=$(date +%s)
+    timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 "$T" --gtest_color=no \
+      --gtest_filter='*SanitizerSmall*:*CudaGraph*:*Refuses*' > "$OUT/memcheck.log" 2>&1; rc=$?
+    grep -E "ERROR SUMMARY|Invalid|PASSED|FAILED|rel err" "$OUT/memcheck.log" | head -30
+    echo "memcheck rc=$rc ($(( $(date +%s) - start )) s)";;
+  racecheck)
+    echo "== compute-sanitizer racecheck"; start=$(date +%s)
+    timeout 100 compute-sanitizer --tool racecheck --racecheck-report analysis --error-exitcode 9 "$T" \
+      --gtest_color=no --gtest_filter='*SanitizerSmall*' > "$OUT/racecheck.log" 2>&1; rc=$?
+    grep -E "RACECHECK SUMMARY|ERROR SUMMARY|hazard|Race|PASSED|FAILED" "$OUT/racecheck.log" | head -30
+    echo "racecheck rc=$rc ($(( $(date +%s) - start )) s)";;
+  bench)
+    echo "== bench"; start=$(date +%s)
+    PYTHONUNBUFFERED=1 timeout 150 python3 bench/sparse_mla/run_bench.py --bin "$B" --filter "$filter" \
+      --iters 25 --peer-iters 6 --md "$OUT/bench.md" > "$OUT/bench.log" 2>&1; rc=$?
+    tail -40 "$OUT/bench.log"
+    echo "bench rc=$rc ($(( $(date +%s) - start )) s)";;
+  esac
+done

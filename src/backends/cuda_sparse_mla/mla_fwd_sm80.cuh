@@ -1,0 +1,567 @@
+// The cuda.sparse_mla forward kernel (sm_80 ... sm_120, mma.sync + ldmatrix + cp.async):
+// sparse MLA over per-token slot lists and dense paged MLA decode, bf16 or fp8_ds_mla cache.
+// Design notes: docs/kernels/sparse_mla.md. Included by one .cu file per cache format.
+//
+// One CTA = 4 warps = one group (query token / request) x one tile of R rows (heads, or
+// (query, head) pairs in decode) x one split (chunk) of the group's KV tokens. Per KV tile of
+// BN gathered tokens (cp.async, NSTAGE-deep ring, -1 / out-of-range slots zero-filled and
+// masked):
+//   QK  warp w computes a partial S[R x BN] over its quarter of the 576 dims (latent group w,
+//       128 dims, plus rope dims 16w..16w+15) and stores it to shared memory;
+//   SM  warp w owns rows [w*R/4, (w+1)*R/4): sums the 4 partials in a fixed order, masks,
+//       runs the online softmax (log2 domain), writes P and the row rescale factor;
+//   PV  warp w owns output dims [128w, 128w+128) for all R rows: O = O*alpha + P V.
+// fp8_ds_mla: the KV tile stays e4m3 in shared memory (656 B / token); fragments are widened
+// to bf16 by bit moves (e4m3_bf16_bits.cuh, value * 2^-120). The per-token group scale is
+// applied to the QK partial (warp w's latent dims are exactly group w) and folded into P for
+// PV (warp w's output dims are group w); Q's latent part is stored times 2^(120-E_row), E_row
+// the exponent of the row's largest |q|, so all products stay in range.
+// No atomics; every reduction has a fixed order, so results are bitwise deterministic and do
+// not depend on the row tile (16 or 32) or on the other groups of the call.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "backends/cuda_sparse_mla/mla_params.hpp"
+#include "cuda/e4m3_bf16_bits.cuh"
+#include "cuda/sm80_cp_async.cuh"
+#include "cuda/sm80_mma.cuh"
+
+namespace latte::cuda_sparse_mla {
+
+inline constexpr int kThreads = 128;
+inline constexpr int kQRowBytes = 576 * 2;  // one Q row in shared memory (bf16, swizzled)
+inline constexpr int kPartBytes = 512 * 2 + 4;  // one split's partial row: bf16 O/l + f32 lse2
+
+template <bool FP8, int R>
+struct KCfg {
+  static constexpr int BN = FP8 ? 32 : 16;           // KV tokens per tile
+  static constexpr int ROWB = FP8 ? 656 : 1152;      // bytes per token in a stage
+  static constexpr int NSTAGE = FP8 ? (R == 32 ? 2 : 3) : (R == 32 ? 3 : 4);
+  static constexpr int PAD = (FP8 || R == 16) ? 8 : 0;
+  static constexpr int PS = BN + PAD;                // partial / P row stride, floats
+  static constexpr int MT = R / 16;                  // m16 tiles of rows
+  static constexpr int NT = BN / 8;                  // n8 tiles of tokens
+  static constexpr int Q_OFF = 0;
+  static constexpr int ST_OFF = Q_OFF + R * kQRowBytes;
+  static constexpr int PART_OFF = ST_OFF + NSTAGE * BN * ROWB;
+  static constexpr int VALID_OFF = PART_OFF + 4 * R * PS * 4;
+  static constexpr int ALPHA_OFF = VALID_OFF + NSTAGE * BN * 4;
+  static constexpr int ROWM_OFF = ALPHA_OFF + R * 4;
+  static constexpr int FINM_OFF = ROWM_OFF + R * 4;
+  static constexpr int FINL_OFF = FINM_OFF + R * 4;
+  static constexpr int SMEM = FINL_OFF + R * 4;
+  // softmax layout: each warp owns RW rows, LPR lanes per row, CPL columns per lane
+  static constexpr int RW = R / 4;
+  static constexpr int LPR = 32 / RW;
+  static constexpr int CPL = BN / LPR;
+  static_assert(SMEM <= 101376, "shared memory over the sm_86/sm_89/sm_120 limit");
+  static_assert(ST_OFF % 16 == 0 && PART_OFF % 16 == 0 && VALID_OFF % 16 == 0, "alignment");
+  static_assert(CPL >= 2 && (CPL & (CPL - 1)) == 0, "softmax layout");
+};
+
+struct LaunchArgs {
+  int row_tiles;
+  int nsplit;
+  int chunk;
+  int64_t group_begin;
+  __nv_bfloat16* part_o;
+  float* part_lse;
+};
+
+// Pairwise sum of N values in index order (a complete binary tree), so that sums split
+// across lanes combine to the same tree.
+template <int N>
+__device__ __forceinline__ float tree_sum(const float* v) {
+  if constexpr (N == 1) {
+    return v[0];
+  } else {
+    return tree_sum<N / 2>(v) + tree_sum<N / 2>(v + N / 2);
+  }
+}
+
+template <bool FP8, int R, bool DECODE>
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_fwd_sm80_kernel(const MlaParams p, const LaunchArgs la) {
+  using C = KCfg<FP8, R>;
+  constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PS = C::PS, MT = C::MT,
+                NT = C::NT;
+  using namespace latte::cuda::sm80;
+  using latte::cuda::e4m3x4_even_to_bf16x2;
+  using latte::cuda::e4m3x4_odd_to_bf16x2;
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* const sQ = smem + C::Q_OFF;
+  uint8_t* const sST = smem + C::ST_OFF;
+  float* const sPart = reinterpret_cast<float*>(smem + C::PART_OFF);
+  int* const sValid = reinterpret_cast<int*>(smem + C::VALID_OFF);
+  float* const sAlpha = reinterpret_cast<float*>(smem + C::ALPHA_OFF);
+  float* const sRowM = reinterpret_cast<float*>(smem + C::ROWM_OFF);
+  float* const sFinM = reinterpret_cast<float*>(smem + C::FINM_OFF);
+  float* const sFinL = reinterpret_cast<float*>(smem + C::FINL_OFF);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int gq = lane >> 2, tq = lane & 3;
+
+  int64_t bid = blockIdx.x;
+  const int split = static_cast<int>(bid % la.nsplit);
+  bid /= la.nsplit;
+  const int rt = static_cast<int>(bid % la.row_tiles);
+  const int64_t g_local = bid / la.row_tiles;
+  const int64_t grp = la.group_begin + g_local;
+  const int rows = p.s_q * p.heads;
+  const int row0 = rt * R;
+
+  int n_items;
+  int seq_len = 0;
+  int nsplit_g = la.nsplit;
+  if constexpr (DECODE) {
+    const int64_t cap = static_cast<int64_t>(p.max_blocks) * p.block_size;
+    int64_t len = p.seq_lens[grp * p.sl_s];
+    len = len < 0 ? 0 : (len > cap ? cap : len);
+    seq_len = static_cast<int>(len);
+    n_items = seq_len;
+    nsplit_g = seq_len > 0 ? (seq_len + la.chunk - 1) / la.chunk : 1;
+    if (split >= nsplit_g) return;  // the whole block leaves together
+  } else {
+    n_items = p.topk;
+  }
+  const int k_begin = split * la.chunk;
+  const int k_end = min(n_items, k_begin + la.chunk);
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
+  const int64_t num_slots = p.num_blocks * static_cast<int64_t>(p.block_size);
+
+  auto q_row_ptr = [&](int row) -> const __nv_bfloat16* {
+    const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
+    return p.q + grp * p.q_sg + i * p.q_si + h * p.q_sh;
+  };
+
+  // ---- Q -> shared memory (rows past `rows` are zero) ----
+  if constexpr (!FP8) {
+    for (int c = tid; c < R * 72; c += kThreads) {
+      const int r = c / 72, ch = c - (c / 72) * 72;
+      const int row = row0 + r;
+      const bool ok = row < rows;
+      const void* src = ok ? static_cast<const void*>(q_row_ptr(row) + ch * 8)
+                           : static_cast<const void*>(p.q);
+      cp_async_16_zfill(smem_u32(sQ + r * kQRowBytes + ((ch ^ (r & 7)) << 4)), src, ok);
+    }
+  } else {
+    for (int r = warp; r < R; r += 4) {
+      const int row = row0 + r;
+      uint8_t* const qrow = sQ + r * kQRowBytes;
+      uint4 ev = make_uint4(0, 0, 0, 0), od = make_uint4(0, 0, 0, 0), rope = make_uint4(0, 0, 0, 0);
+      float rowm = 1.f;
+      if (row < rows) {
+        const __nv_bfloat16* src = q_row_ptr(row);
+        const uint4 v0 = *reinterpret_cast<const uint4*>(src + lane * 16);
+        const uint4 v1 = *reinterpret_cast<const uint4*>(src + lane * 16 + 8);
+        if (lane < 8) rope = *reinterpret_cast<const uint4*>(src + 512 + lane * 8);
+        const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+        float f[16];
+        float mx = 0.f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          f[2 * i] = __uint_as_float(w[i] << 16);
+          f[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+          mx = fmaxf(mx, fmaxf(fabsf(f[2 * i]), fabsf(f[2 * i + 1])));
+        }
+#pragma unroll
+        for (int off = 16; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+        const int ebits = static_cast<int>((__float_as_uint(mx) >> 23) & 0xFF);
+        const int E = ebits == 0 ? -126 : (ebits > 254 ? 127 : ebits - 127);
+        rowm = ldexpf(1.f, E);
+        uint32_t e[4], o[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          e[i] = pack_bf16x2(ldexpf(f[4 * i], 120 - E), ldexpf(f[4 * i + 2], 120 - E));
+          o[i] = pack_bf16x2(ldexpf(f[4 * i + 1], 120 - E), ldexpf(f[4 * i + 3], 120 - E));
+        }
+        ev = make_uint4(e[0], e[1], e[2], e[3]);
+        od = make_uint4(o[0], o[1], o[2], o[3]);
+      }
+      // latent block `lane` (dims 16*lane..): evens -> logical chunk 2*lane, odds -> 2*lane+1
+      *reinterpret_cast<uint4*>(qrow + (((2 * lane) ^ (r & 7)) << 4)) = ev;
+      *reinterpret_cast<uint4*>(qrow + (((2 * lane + 1) ^ (r & 7)) << 4)) = od;
+      if (lane < 8) *reinterpret_cast<uint4*>(qrow + (((64 + lane) ^ (r & 7)) << 4)) = rope;
+      if (lane == 0) sRowM[r] = rowm;
+    }
+  }
+
+  // ---- KV tile gather ----
+  auto load_tile = [&](int tile, int stage) {
+    constexpr int TPT = kThreads / BN;  // threads per token
+    const int tok = tid / TPT, sub = tid - (tid / TPT) * TPT;
+    const int k = k_begin + tile * BN + tok;
+    bool valid = false;
+    const uint8_t* src = p.kv;
+    if (k < k_end) {
+      int64_t blk = 0, off = 0;
+      if constexpr (DECODE) {
+        const int b = k / p.block_size;
+        const int e = p.block_table[grp * p.bt_s + b];
+        valid = e >= 0 && e < p.num_blocks;
+        blk = e;
+        off = k - static_cast<int64_t>(b) * p.block_size;
+      } else {
+        const int s = p.indices[grp * p.idx_s + k];
+        valid = s >= 0 && s < num_slots;
+        blk = s / p.block_size;
+        off = s - blk * p.block_size;
+      }
+      if (valid) src = p.kv + blk * p.kv_sblock + off * p.kv_stok;
+    }
+    uint8_t* const dst = sST + (stage * BN + tok) * ROWB;
+    if constexpr (FP8) {
+      for (int c = sub; c < 41; c += TPT)
+        cp_async_16_zfill(smem_u32(dst + c * 16), valid ? src + c * 16 : src, valid);
+    } else {
+      for (int c = sub; c < 72; c += TPT)
+        cp_async_16_zfill(smem_u32(dst + ((c ^ (tok & 7)) << 4)), valid ? src + c * 16 : src,
+                          valid);
+    }
+    if (sub == 0) sValid[stage * BN + tok] = valid ? 1 : 0;
+  };
+
+#pragma unroll
+  for (int st = 0; st < NSTAGE - 1; ++st) {
+    if (st < n_tiles) load_tile(st, st);
+    cp_async_commit_group();
+  }
+
+  // softmax-owner state (the lane's row)
+  const int srow = warp * C::RW + lane / C::LPR;
+  const int c0 = (lane % C::LPR) * C::CPL;
+  float m_run = -INFINITY, l_run = 0.f;
+  int vis_lim = 0x7fffffff;  // decode: last visible position of this row
+  if constexpr (DECODE) {
+    const int row = row0 + srow;
+    const int i = row < rows ? row / p.heads : 0;
+    vis_lim = seq_len - p.s_q + i;
+  }
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+
+  float O[MT][16][4];
+#pragma unroll
+  for (int m = 0; m < MT; ++m)
+#pragma unroll
+    for (int n = 0; n < 16; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) O[m][n][e] = 0.f;
+
+  const uint32_t q_base = smem_u32(sQ);
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait_group<NSTAGE - 2>();
+    __syncthreads();
+    {
+      const int jn = j + NSTAGE - 1;
+      if (jn < n_tiles) load_tile(jn, jn % NSTAGE);
+      cp_async_commit_group();
+    }
+    const int stage = j % NSTAGE;
+    const uint8_t* const st = sST + stage * BN * ROWB;
+    const uint32_t st_u32 = smem_u32(st);
+
+    // ---------------- QK: partial S over this warp's dims ----------------
+    {
+      const int kq = warp;
+      float acc[MT][NT][4];
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+
+      auto load_a = [&](uint32_t (&a)[MT][4], int chunk_base) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const int row = 16 * m + (lane & 15);
+          const int c = chunk_base + (lane >> 4);
+          ldmatrix_x4(a[m], q_base + row * kQRowBytes + ((c ^ (row & 7)) << 4));
+        }
+      };
+
+      if constexpr (FP8) {
+#pragma unroll 2
+        for (int s = 0; s < 8; ++s) {
+          uint32_t a[MT][4];
+          load_a(a, (kq * 8 + s) * 2);
+#pragma unroll
+          for (int n = 0; n < NT; ++n) {
+            const uint32_t w =
+                *reinterpret_cast<const uint32_t*>(st + (8 * n + gq) * ROWB + kq * 128 + s * 16 + tq * 4);
+            const uint32_t b0 = e4m3x4_even_to_bf16x2(w), b1 = e4m3x4_odd_to_bf16x2(w);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) mma_bf16_16816(acc[m][n], a[m], b0, b1);
+          }
+        }
+        // latent group kq: times the token's group scale and the row's 2^E
+        float rm[MT][2];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          rm[m][0] = sRowM[16 * m + gq];
+          rm[m][1] = sRowM[16 * m + gq + 8];
+        }
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const float s0 = *reinterpret_cast<const float*>(st + (8 * n + 2 * tq) * ROWB + 512 + 4 * kq);
+          const float s1 =
+              *reinterpret_cast<const float*>(st + (8 * n + 2 * tq + 1) * ROWB + 512 + 4 * kq);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            acc[m][n][0] *= s0 * rm[m][0];
+            acc[m][n][1] *= s1 * rm[m][0];
+            acc[m][n][2] *= s0 * rm[m][1];
+            acc[m][n][3] *= s1 * rm[m][1];
+          }
+        }
+        // rope dims 512 + 16kq .. : bf16 in the cache row at byte 528
+        {
+          uint32_t a[MT][4];
+          load_a(a, 64 + 2 * kq);
+#pragma unroll
+          for (int np = 0; np < NT / 2; ++np) {
+            const int tok = 16 * np + (lane & 7) + ((lane >> 4) << 3);
+            const int half = (lane >> 3) & 1;
+            uint32_t b[4];
+            ldmatrix_x4(b, st_u32 + tok * ROWB + 528 + kq * 32 + half * 16);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma_bf16_16816(acc[m][2 * np], a[m], b[0], b[1]);
+              mma_bf16_16816(acc[m][2 * np + 1], a[m], b[2], b[3]);
+            }
+          }
+        }
+      } else {
+#pragma unroll 3
+        for (int s = 0; s < 9; ++s) {
+          const int blk16 = s < 8 ? kq * 8 + s : 32 + kq;
+          uint32_t a[MT][4];
+          load_a(a, blk16 * 2);
+#pragma unroll
+          for (int np = 0; np < NT / 2; ++np) {
+            const int tok = 16 * np + (lane & 7) + ((lane >> 4) << 3);
+            const int c = blk16 * 2 + ((lane >> 3) & 1);
+            uint32_t b[4];
+            ldmatrix_x4(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma_bf16_16816(acc[m][2 * np], a[m], b[0], b[1]);
+              mma_bf16_16816(acc[m][2 * np + 1], a[m], b[2], b[3]);
+            }
+          }
+        }
+      }
+      // store the partial
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+          const int row = 16 * m + gq, col = 8 * n + 2 * tq;
+          *reinterpret_cast<float2*>(&sPart[(kq * R + row) * PS + col]) =
+              make_float2(acc[m][n][0], acc[m][n][1]);
+          *reinterpret_cast<float2*>(&sPart[(kq * R + row + 8) * PS + col]) =
+              make_float2(acc[m][n][2], acc[m][n][3]);
+        }
+    }
+    __syncthreads();
+
+    // ---------------- online softmax for this warp's rows ----------------
+    {
+      constexpr int CPL = C::CPL, LPR = C::LPR;
+      float x[CPL];
+#pragma unroll
+      for (int c = 0; c < CPL; c += 2) {
+        float2 v = *reinterpret_cast<const float2*>(&sPart[(0 * R + srow) * PS + c0 + c]);
+#pragma unroll
+        for (int kq = 1; kq < 4; ++kq) {
+          const float2 u = *reinterpret_cast<const float2*>(&sPart[(kq * R + srow) * PS + c0 + c]);
+          v.x += u.x;
+          v.y += u.y;
+        }
+        x[c] = v.x;
+        x[c + 1] = v.y;
+      }
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) {
+        const int tok = c0 + c;
+        bool ok = sValid[stage * BN + tok] != 0;
+        if constexpr (DECODE) ok = ok && (k_begin + j * BN + tok <= vis_lim);
+        x[c] = ok ? x[c] * scale_log2 : -INFINITY;
+        tmax = fmaxf(tmax, x[c]);
+      }
+#pragma unroll
+      for (int off = 1; off < LPR; off <<= 1)
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
+      const float m_new = fmaxf(m_run, tmax);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = fast_exp2(m_run - m_use);
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) x[c] = fast_exp2(x[c] - m_use);
+      float sum = tree_sum<CPL>(x);
+#pragma unroll
+      for (int off = 1; off < LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+#pragma unroll
+      for (int c = 0; c < CPL; c += 2)
+        *reinterpret_cast<float2*>(&sPart[srow * PS + c0 + c]) = make_float2(x[c], x[c + 1]);
+      if ((lane % LPR) == 0) sAlpha[srow] = alpha;
+    }
+    __syncthreads();
+
+    // ---------------- PV: O[:, 128w .. 128w+128) ----------------
+    {
+      float al[MT][2];
+      bool need = false;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        al[m][0] = sAlpha[16 * m + gq];
+        al[m][1] = sAlpha[16 * m + gq + 8];
+        need = need || al[m][0] != 1.f || al[m][1] != 1.f;
+      }
+      if (__any_sync(0xffffffffu, need)) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int n = 0; n < 16; ++n) {
+            O[m][n][0] *= al[m][0];
+            O[m][n][1] *= al[m][0];
+            O[m][n][2] *= al[m][1];
+            O[m][n][3] *= al[m][1];
+          }
+      }
+      const float* const sP = sPart;  // P aliases partial 0
+#pragma unroll
+      for (int i = 0; i < BN / 16; ++i) {
+        const int ka = 16 * i + 2 * tq;  // tokens ka, ka+1, ka+8, ka+9
+        float sc[4] = {1.f, 1.f, 1.f, 1.f};
+        if constexpr (FP8) {
+          sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + 512 + 4 * warp) * 0x1p112f;
+          sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + 512 + 4 * warp) * 0x1p112f;
+          sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + 512 + 4 * warp) * 0x1p112f;
+          sc[3] = *reinterpret_cast<const float*>(st + (ka + 9) * ROWB + 512 + 4 * warp) * 0x1p112f;
+        }
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          const int r0 = 16 * m + gq, r1 = r0 + 8;
+          const float2 p00 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka]);
+          const float2 p10 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka]);
+          const float2 p01 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka + 8]);
+          const float2 p11 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka + 8]);
+          a[m][0] = pack_bf16x2(p00.x * sc[0], p00.y * sc[1]);
+          a[m][1] = pack_bf16x2(p10.x * sc[0], p10.y * sc[1]);
+          a[m][2] = pack_bf16x2(p01.x * sc[2], p01.y * sc[3]);
+          a[m][3] = pack_bf16x2(p11.x * sc[2], p11.y * sc[3]);
+        }
+        if constexpr (FP8) {
+          const uint8_t* const t0 = st + ka * ROWB + 128 * warp + 8 * gq;
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            const uint2 x = *reinterpret_cast<const uint2*>(t0 + 64 * b);
+            const uint2 y = *reinterpret_cast<const uint2*>(t0 + ROWB + 64 * b);
+            const uint2 z = *reinterpret_cast<const uint2*>(t0 + 8 * ROWB + 64 * b);
+            const uint2 u = *reinterpret_cast<const uint2*>(t0 + 9 * ROWB + 64 * b);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const uint32_t xa = h ? x.y : x.x, ya = h ? y.y : y.x;
+              const uint32_t za = h ? z.y : z.x, ua = h ? u.y : u.x;
+              const uint32_t lo01 = byte_perm(xa, ya, 0x5410), lo23 = byte_perm(xa, ya, 0x7632);
+              const uint32_t hi01 = byte_perm(za, ua, 0x5410), hi23 = byte_perm(za, ua, 0x7632);
+              const uint32_t bb0[4] = {e4m3x4_even_to_bf16x2(lo01), e4m3x4_odd_to_bf16x2(lo01),
+                                       e4m3x4_even_to_bf16x2(lo23), e4m3x4_odd_to_bf16x2(lo23)};
+              const uint32_t bb1[4] = {e4m3x4_even_to_bf16x2(hi01), e4m3x4_odd_to_bf16x2(hi01),
+                                       e4m3x4_even_to_bf16x2(hi23), e4m3x4_odd_to_bf16x2(hi23)};
+#pragma unroll
+              for (int d = 0; d < 4; ++d) {
+                const int jn = 8 * b + 4 * h + d;
+#pragma unroll
+                for (int m = 0; m < MT; ++m) mma_bf16_16816(O[m][jn], a[m], bb0[d], bb1[d]);
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int c = 0; c < 16; c += 2) {
+            const int tok = 16 * i + (lane & 7) + (((lane >> 3) & 1) << 3);
+            const int chn = 16 * warp + c + (lane >> 4);
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, st_u32 + tok * ROWB + ((chn ^ (tok & 7)) << 4));
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma_bf16_16816(O[m][c], a[m], b[0], b[1]);
+              mma_bf16_16816(O[m][c + 1], a[m], b[2], b[3]);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // ---------------- epilogue ----------------
+  if ((lane % C::LPR) == 0) {
+    sFinM[srow] = m_run;
+    sFinL[srow] = l_run;
+  }
+  __syncthreads();
+
+  const bool direct = nsplit_g == 1;
+  constexpr float kOutFactor = FP8 ? 256.f : 1.f;  // P carried 2^112, V 2^-120
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = 16 * m + gq + 8 * hr;
+      const int row = row0 + r;
+      if (row >= rows) continue;
+      const float l = sFinL[r];
+      const float mm = sFinM[r];
+      const float inv = l > 0.f ? kOutFactor / l : 0.f;
+      const float lse2 = l > 0.f ? mm + __log2f(l) : -INFINITY;
+      const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
+      __nv_bfloat16* dst;
+      if (direct) {
+        dst = p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh;
+      } else {
+        dst = la.part_o + ((g_local * rows + row) * la.nsplit + split) * 512;
+      }
+      if constexpr (FP8) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          uint32_t v0[4], v1[4];
+#pragma unroll
+          for (int d = 0; d < 4; ++d) {
+            v0[d] = pack_bf16x2(O[m][8 * b + 2 * d][2 * hr] * inv, O[m][8 * b + 2 * d + 1][2 * hr] * inv);
+            v1[d] = pack_bf16x2(O[m][8 * b + 2 * d][2 * hr + 1] * inv,
+                                O[m][8 * b + 2 * d + 1][2 * hr + 1] * inv);
+          }
+          __nv_bfloat16* const o = dst + 128 * warp + 64 * b + 16 * tq;
+          *reinterpret_cast<uint4*>(o) = make_uint4(v0[0], v0[1], v0[2], v0[3]);
+          *reinterpret_cast<uint4*>(o + 8) = make_uint4(v1[0], v1[1], v1[2], v1[3]);
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < 16; ++n) {
+          *reinterpret_cast<uint32_t*>(dst + 128 * warp + 8 * n + 2 * tq) =
+              pack_bf16x2(O[m][n][2 * hr] * inv, O[m][n][2 * hr + 1] * inv);
+        }
+      }
+      if (warp == 0 && tq == 0) {
+        if (direct) {
+          if (p.lse != nullptr)
+            p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] = lse2 * 0.6931471805599453f;
+        } else {
+          la.part_lse[(g_local * rows + row) * la.nsplit + split] = lse2;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace latte::cuda_sparse_mla

@@ -1,0 +1,79 @@
+// Raw-pointer interface of the cuda.sparse_mla kernels: one parameter block for sparse MLA and
+// dense paged MLA decode, the launch plan (row tiles, splits, slabs) and the launchers.
+// The Backend (backend.cpp) validates latte::TensorView arguments and fills these; tests and
+// the benchmark may call the launchers directly.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace latte::cuda_sparse_mla {
+
+enum class KvFormat : int { bf16 = 0, fp8_ds_mla = 1 };
+
+// One call. A "group" is a query token (sparse) or a request (decode); its "rows" are the
+// (query i, head h) pairs that share the group's KV token list: row = i * heads + h.
+struct MlaParams {
+  // q: [groups, s_q, heads, 576] bf16 in elements: group, query, head strides; last dim contiguous.
+  const __nv_bfloat16* q = nullptr;
+  int64_t q_sg = 0, q_si = 0, q_sh = 0;
+  // cache: [num_blocks, block_size, 576 bf16 | 656 u8]; byte strides of block and token.
+  const uint8_t* kv = nullptr;
+  int64_t kv_sblock = 0, kv_stok = 0;
+  int64_t num_blocks = 0;
+  int block_size = 1;
+  KvFormat format = KvFormat::bf16;
+  // sparse: indices [groups, topk] i32 physical slots (-1 / out of range = none).
+  const int32_t* indices = nullptr;
+  int64_t idx_s = 0;
+  int topk = 0;
+  // decode: block_table [groups, max_blocks] i32, seq_lens [groups] i32.
+  bool decode = false;
+  const int32_t* block_table = nullptr;
+  int64_t bt_s = 0;
+  int max_blocks = 0;
+  const int32_t* seq_lens = nullptr;
+  int64_t sl_s = 1;
+  int s_q = 1;
+  int heads = 1;
+  // out: [groups, s_q, heads, 512] bf16; lse: optional [groups, s_q, heads] f32 (natural log).
+  __nv_bfloat16* out = nullptr;
+  int64_t o_sg = 0, o_si = 0, o_sh = 0;
+  float* lse = nullptr;
+  int64_t l_sg = 0, l_si = 0, l_sh = 0;
+  float scale = 0.f;
+  int groups = 0;  // T (sparse) or B (decode)
+};
+
+// How one call is cut into launches. Depends on the problem only through the per-group work
+// (topk, or each request's own length), heads and the format, never on the number of groups,
+// except for the row tile, which does not change any row's arithmetic.
+struct MlaPlan {
+  int rows = 0;         // s_q * heads
+  int row_tile = 32;    // 16 or 32 rows per CTA
+  int row_tiles = 0;
+  int chunk = 0;        // KV tokens per split (a multiple of the tile size)
+  int nsplit = 1;       // splits per group (decode: the most any request can need)
+  int64_t slab = 0;     // groups per launch (bounded by the workspace)
+  std::size_t part_bytes_per_group = 0;
+};
+
+// Splitting rule and workspace. `expected_len` is what a decode request may span (only for the
+// workspace estimate); sparse uses topk.
+int chunk_tokens(bool decode, int rows);
+MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes);
+std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
+                                int64_t max_groups);
+
+// Launches the main kernel (and the combine kernel when split) on `stream`. `workspace` must
+// hold at least plan.slab * plan.part_bytes_per_group bytes when plan.nsplit > 1.
+// Throws latte::Error(cuda_error) on a launch failure. No host synchronization.
+void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaStream_t stream);
+
+// The kernels' shared memory per block for each configuration (for tests and docs).
+std::size_t smem_bytes(KvFormat format, int row_tile);
+
+}  // namespace latte::cuda_sparse_mla

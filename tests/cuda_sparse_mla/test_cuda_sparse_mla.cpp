@@ -1,0 +1,741 @@
+// cuda.sparse_mla on a GPU: sparse_mla and mla_decode against the float64 oracle (cpu.reference
+// when registered, else a float64 loop here), poisoned outputs, -1 / out-of-range padding and
+// empty rows, bitwise determinism, batch invariance, CUDA-graph capture and replay, slabbed
+// workspaces, and the sparse == dense equality oracle.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "latte/backend.hpp"
+#include "latte/device.hpp"
+#include "latte/error.hpp"
+#include "latte/formats.hpp"
+#include "latte/ops.hpp"
+#include "latte/registry.hpp"
+#include "latte/spec.hpp"
+
+namespace latte {
+namespace {
+
+using testing::DeviceBuffer;
+
+constexpr float kGlmScale = 0.0625f;
+constexpr double kTol = 1e-2;
+
+std::size_t token_bytes(CacheFormat f) { return f == CacheFormat::bf16 ? 1152 : 656; }
+
+DeviceInfo cuda0() { return describe_device("cuda:0"); }
+
+// ---------------------------------------------------------------- host problem
+struct Cache {
+  CacheFormat fmt = CacheFormat::bf16;
+  int block_size = 1;
+  int64_t num_blocks = 0;
+  std::vector<uint8_t> bytes;
+  [[nodiscard]] int64_t slots() const { return num_blocks * block_size; }
+  // decoded values of one slot (576 floats)
+  void decode(int64_t slot, double* out) const {
+    const uint8_t* t = bytes.data() + static_cast<std::size_t>(slot) * token_bytes(fmt);
+    if (fmt == CacheFormat::bf16) {
+      const auto* v = reinterpret_cast<const uint16_t*>(t);
+      for (int d = 0; d < 576; ++d) out[d] = bf16_to_float(v[d]);
+    } else {
+      float f[576];
+      unpack_fp8_ds_mla_token(t, f);
+      for (int d = 0; d < 576; ++d) out[d] = f[d];
+    }
+  }
+};
+
+Cache make_cache(CacheFormat fmt, int block_size, int64_t min_slots, std::mt19937& rng) {
+  Cache c;
+  c.fmt = fmt;
+  c.block_size = block_size;
+  c.num_blocks = (min_slots + block_size - 1) / block_size;
+  const std::size_t n = static_cast<std::size_t>(c.slots());
+  c.bytes.resize(n * token_bytes(fmt));
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::uniform_real_distribution<float> amp(0.25f, 4.f);
+  for (std::size_t s = 0; s < n; ++s) {
+    uint8_t* t = c.bytes.data() + s * token_bytes(fmt);
+    float lat[512], rope[64];
+    // per-group amplitudes differ so that the four fp8 scales differ
+    for (int g = 0; g < 4; ++g) {
+      const float a = amp(rng);
+      for (int d = 0; d < 128; ++d) lat[g * 128 + d] = a * u(rng);
+    }
+    for (float& r : rope) r = 2.f * u(rng);
+    if (fmt == CacheFormat::bf16) {
+      auto* v = reinterpret_cast<uint16_t*>(t);
+      for (int d = 0; d < 512; ++d) v[d] = float_to_bf16(lat[d]);
+      for (int d = 0; d < 64; ++d) v[512 + d] = float_to_bf16(rope[d]);
+    } else {
+      pack_fp8_ds_mla_token(lat, rope, (s % 3 == 0) ? Fp8ScaleKind::pow2 : Fp8ScaleKind::amax, t);
+    }
+  }
+  return c;
+}
+
+std::vector<uint16_t> make_q(int64_t rows, std::mt19937& rng, float amplitude) {
+  std::vector<uint16_t> q(static_cast<std::size_t>(rows) * 576);
+  std::uniform_real_distribution<float> u(-amplitude, amplitude);
+  for (auto& v : q) v = float_to_bf16(u(rng));
+  return q;
+}
+
+struct IndexOpts {
+  double pad = 0.1;           // fraction of -1 entries
+  double oob = 0.02;          // fraction of out-of-range entries (>= slots, or < -1)
+  std::vector<int> empty;     // tokens whose row is all -1
+};
+
+std::vector<int32_t> make_indices(int64_t T, int topk, int64_t slots, const IndexOpts& o,
+                                  std::mt19937& rng) {
+  std::vector<int32_t> idx(static_cast<std::size_t>(T) * topk);
+  std::uniform_int_distribution<int64_t> pick(0, slots - 1);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (int64_t t = 0; t < T; ++t) {
+    const bool empty = std::find(o.empty.begin(), o.empty.end(), t) != o.empty.end();
+    for (int k = 0; k < topk; ++k) {
+      int32_t v = static_cast<int32_t>(pick(rng));
+      const double r = u(rng);
+      if (empty || r < o.pad) v = -1;
+      else if (r < o.pad + o.oob) v = (k & 1) ? static_cast<int32_t>(slots + k) : -2 - k;
+      idx[static_cast<std::size_t>(t * topk + k)] = v;
+    }
+  }
+  return idx;
+}
+
+// float64 oracle for one row: the listed slots (-1 / out of range skipped)
+void oracle_row(const Cache& c, const uint16_t* q, const std::vector<int64_t>& slots, double scale,
+                double* out, double* lse) {
+  double qd[576];
+  for (int d = 0; d < 576; ++d) qd[d] = bf16_to_float(q[d]);
+  std::fill(out, out + 512, 0.0);
+  if (slots.empty()) {
+    *lse = -std::numeric_limits<double>::infinity();
+    return;
+  }
+  std::vector<double> sc(slots.size());
+  std::vector<double> kv(slots.size() * 576);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    c.decode(slots[k], &kv[k * 576]);
+    double dot = 0;
+    for (int d = 0; d < 576; ++d) dot += qd[d] * kv[k * 576 + d];
+    sc[k] = scale * dot;
+    mx = std::max(mx, sc[k]);
+  }
+  double sum = 0;
+  for (double s : sc) sum += std::exp(s - mx);
+  const double l = mx + std::log(sum);
+  for (std::size_t k = 0; k < slots.size(); ++k) {
+    const double p = std::exp(sc[k] - l);
+    for (int d = 0; d < 512; ++d) out[d] += p * kv[k * 576 + d];
+  }
+  *lse = l;
+}
+
+// ---------------------------------------------------------------- GPU runs through the backend
+struct Result {
+  std::vector<uint16_t> out;
+  std::vector<float> lse;
+};
+
+class Runner {
+ public:
+  Runner() { LATTE_CUDA_CHECK(cudaStreamCreate(&stream_)); }
+  ~Runner() { cudaStreamDestroy(stream_); }
+  cudaStream_t stream() const { return stream_; }
+
+  std::unique_ptr<Kernel> make(const AttentionSpec& spec) {
+    auto be = Registry::global().get("cuda.sparse_mla");
+    const auto reasons = check(*be, spec, cuda0());
+    EXPECT_TRUE(reasons.empty()) << (reasons.empty() ? "" : reasons[0].text);
+    return be->make(spec, cuda0());
+  }
+
+  // Poisons out (NaN bytes) and lse, runs, returns both. `ws_bytes` overrides the workspace
+  // size (SIZE_MAX: the kernel's own).
+  Result run(Kernel& k, OpArgs args, std::size_t out_elems, std::size_t rows,
+             std::size_t ws_bytes = SIZE_MAX, bool graph = false) {
+    const std::size_t ws = ws_bytes == SIZE_MAX ? k.workspace_bytes() : ws_bytes;
+    if (ws > ws_buf_.bytes()) ws_buf_ = DeviceBuffer(ws);
+    TensorView* outv = nullptr;
+    TensorView* lsev = nullptr;
+    std::visit(
+        [&](auto& a) {
+          using T = std::decay_t<decltype(a)>;
+          if constexpr (std::is_same_v<T, SparseMlaArgs> || std::is_same_v<T, MlaDecodeArgs>) {
+            outv = &a.out;
+            lsev = &a.lse;
+          }
+        },
+        args);
+    LATTE_CUDA_CHECK(cudaMemsetAsync(outv->data, 0xFF, out_elems * 2, stream_));
+    LATTE_CUDA_CHECK(cudaMemsetAsync(lsev->data, 0xFF, rows * 4, stream_));
+    RunContext ctx;
+    ctx.stream = stream_;
+    ctx.workspace = ws ? ws_buf_.get() : nullptr;
+    ctx.workspace_bytes = ws;
+    if (!graph) {
+      k.run(args, ctx);
+    } else {
+      cudaGraph_t g;
+      cudaGraphExec_t ge;
+      LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      k.run(args, ctx);
+      LATTE_CUDA_CHECK(cudaStreamEndCapture(stream_, &g));
+      LATTE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+      for (int rep = 0; rep < 3; ++rep) {
+        LATTE_CUDA_CHECK(cudaMemsetAsync(outv->data, 0xFF, out_elems * 2, stream_));
+        LATTE_CUDA_CHECK(cudaGraphLaunch(ge, stream_));
+      }
+      LATTE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+      LATTE_CUDA_CHECK(cudaGraphDestroy(g));
+    }
+    LATTE_CUDA_CHECK(cudaGetLastError());
+    LATTE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    Result r;
+    r.out.resize(out_elems);
+    r.lse.resize(rows);
+    LATTE_CUDA_CHECK(cudaMemcpy(r.out.data(), outv->data, out_elems * 2, cudaMemcpyDeviceToHost));
+    LATTE_CUDA_CHECK(cudaMemcpy(r.lse.data(), lsev->data, rows * 4, cudaMemcpyDeviceToHost));
+    return r;
+  }
+
+ private:
+  cudaStream_t stream_{};
+  DeviceBuffer ws_buf_;
+};
+
+struct DeviceProblem {
+  DeviceBuffer q, cache, idx, out, lse;
+};
+
+struct SparseCase {
+  CacheFormat fmt;
+  int H, topk, bs, T;
+  IndexOpts opts;
+  float q_amp = 3.f;
+};
+
+std::string name_of(const SparseCase& c) {
+  return std::string(c.fmt == CacheFormat::bf16 ? "bf16" : "fp8") + " H=" + std::to_string(c.H) +
+         " topk=" + std::to_string(c.topk) + " bs=" + std::to_string(c.bs) +
+         " T=" + std::to_string(c.T);
+}
+
+struct SparseSetup {
+  SparseCase c;
+  Cache cache;
+  std::vector<uint16_t> q;
+  std::vector<int32_t> idx;
+  DeviceProblem d;
+  SparseMlaArgs args;
+  AttentionSpec spec;
+};
+
+std::unique_ptr<SparseSetup> setup_sparse(const SparseCase& c, uint32_t seed) {
+  auto s = std::make_unique<SparseSetup>();
+  s->c = c;
+  std::mt19937 rng(seed);
+  const int64_t slots = std::max<int64_t>(2 * c.topk, 257);
+  s->cache = make_cache(c.fmt, c.bs, slots, rng);
+  s->q = make_q(static_cast<int64_t>(c.T) * c.H, rng, c.q_amp);
+  s->idx = make_indices(c.T, c.topk, s->cache.slots(), c.opts, rng);
+  s->d.q = DeviceBuffer(s->q.size() * 2);
+  s->d.q.upload(s->q.data(), s->q.size() * 2);
+  s->d.cache = DeviceBuffer(s->cache.bytes.size());
+  s->d.cache.upload(s->cache.bytes.data(), s->cache.bytes.size());
+  s->d.idx = DeviceBuffer(s->idx.size() * 4);
+  s->d.idx.upload(s->idx.data(), s->idx.size() * 4);
+  s->d.out = DeviceBuffer(static_cast<std::size_t>(c.T) * c.H * 512 * 2);
+  s->d.lse = DeviceBuffer(static_cast<std::size_t>(c.T) * c.H * 4);
+  const Device dev{DeviceKind::cuda, 0};
+  SparseMlaArgs& a = s->args;
+  a.q = TensorView::contiguous(s->d.q.get(), DType::bf16, {c.T, c.H, 576}, dev);
+  if (c.fmt == CacheFormat::bf16) {
+    a.kv_cache = TensorView::contiguous(s->d.cache.get(), DType::bf16,
+                                        {s->cache.num_blocks, c.bs, 576}, dev);
+  } else {
+    a.kv_cache = TensorView::contiguous(s->d.cache.get(), DType::u8,
+                                        {s->cache.num_blocks, c.bs, 656}, dev);
+  }
+  a.indices = TensorView::contiguous(s->d.idx.get(), DType::i32, {c.T, c.topk}, dev);
+  a.out = TensorView::contiguous(s->d.out.get(), DType::bf16, {c.T, c.H, 512}, dev);
+  a.lse = TensorView::contiguous(s->d.lse.get(), DType::f32, {c.T, c.H}, dev);
+  a.scale = kGlmScale;
+  AttentionSpec& sp = s->spec;
+  sp.op = Op::sparse_mla;
+  sp.num_heads = c.H;
+  sp.kv_cache = c.fmt;
+  sp.block_size = c.bs;
+  sp.topk = c.topk;
+  sp.max_tokens = c.T;
+  sp.scale = kGlmScale;
+  return s;
+}
+
+// Every element written (no NaN left from the poison), lse never NaN.
+void expect_all_written(const Result& r, const std::string& what) {
+  std::size_t bad = 0;
+  for (uint16_t v : r.out)
+    if (std::isnan(bf16_to_float(v))) ++bad;
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " output values unwritten or NaN";
+  std::size_t badl = 0;
+  for (float v : r.lse)
+    if (std::isnan(v)) ++badl;
+  EXPECT_EQ(badl, 0u) << what << ": " << badl << " lse values unwritten or NaN";
+}
+
+// Tokens to compare against the oracle: bounded float64 work, always the empty rows, the first
+// and the last token.
+std::vector<int64_t> sample_tokens(const SparseCase& c) {
+  const double per_token = static_cast<double>(c.H) * c.topk;
+  const auto budget = static_cast<int64_t>(std::max(1.0, 6.0e5 / per_token));
+  std::vector<int64_t> ts;
+  for (int e : c.opts.empty)
+    if (e < c.T) ts.push_back(e);
+  ts.push_back(0);
+  ts.push_back(c.T - 1);
+  const int64_t n = std::min<int64_t>(c.T, budget);
+  for (int64_t i = 0; i < n; ++i) ts.push_back(i * c.T / n);
+  std::sort(ts.begin(), ts.end());
+  ts.erase(std::unique(ts.begin(), ts.end()), ts.end());
+  return ts;
+}
+
+// Oracle for the sampled tokens: cpu.reference when registered, else the loop above.
+void oracle_sparse(const SparseSetup& s, const std::vector<int64_t>& ts, std::vector<double>& ref,
+                   std::vector<double>& ref_lse) {
+  const int H = s.c.H, K = s.c.topk;
+  ref.assign(ts.size() * H * 512, 0.0);
+  ref_lse.assign(ts.size() * H, 0.0);
+  auto cpu = Registry::global().find("cpu.reference");
+  if (cpu) {
+    std::vector<uint16_t> q(ts.size() * H * 576), out(ts.size() * H * 512);
+    std::vector<int32_t> idx(ts.size() * K);
+    std::vector<float> lse(ts.size() * H);
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      std::memcpy(&q[i * H * 576], &s.q[static_cast<std::size_t>(ts[i]) * H * 576], H * 576 * 2);
+      std::memcpy(&idx[i * K], &s.idx[static_cast<std::size_t>(ts[i]) * K], K * 4);
+    }
+    const auto n = static_cast<int64_t>(ts.size());
+    SparseMlaArgs a;
+    a.q = TensorView::contiguous(q.data(), DType::bf16, {n, H, 576});
+    a.kv_cache = s.c.fmt == CacheFormat::bf16
+                     ? TensorView::contiguous(const_cast<uint8_t*>(s.cache.bytes.data()),
+                                              DType::bf16, {s.cache.num_blocks, s.c.bs, 576})
+                     : TensorView::contiguous(const_cast<uint8_t*>(s.cache.bytes.data()),
+                                              DType::u8, {s.cache.num_blocks, s.c.bs, 656});
+    a.indices = TensorView::contiguous(idx.data(), DType::i32, {n, K});
+    a.out = TensorView::contiguous(out.data(), DType::bf16, {n, H, 512});
+    a.lse = TensorView::contiguous(lse.data(), DType::f32, {n, H});
+    a.scale = kGlmScale;
+    AttentionSpec sp = s.spec;
+    sp.max_tokens = n;
+    auto k = cpu->make(sp, describe_device("cpu"));
+    k->run(a, RunContext{});
+    for (std::size_t i = 0; i < out.size(); ++i) ref[i] = bf16_to_float(out[i]);
+    for (std::size_t i = 0; i < lse.size(); ++i) ref_lse[i] = lse[i];
+    return;
+  }
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    std::vector<int64_t> slots;
+    for (int k = 0; k < K; ++k) {
+      const int32_t v = s.idx[static_cast<std::size_t>(ts[i]) * K + k];
+      if (v >= 0 && v < s.cache.slots()) slots.push_back(v);
+    }
+    for (int h = 0; h < H; ++h) {
+      oracle_row(s.cache, &s.q[(static_cast<std::size_t>(ts[i]) * H + h) * 576], slots, kGlmScale,
+                 &ref[(i * H + h) * 512], &ref_lse[i * H + h]);
+    }
+  }
+}
+
+void compare(const Result& r, const std::vector<int64_t>& ts, int H, const std::vector<double>& ref,
+             const std::vector<double>& ref_lse, const std::string& what) {
+  double num = 0, den = 0, lse_err = 0;
+  int lse_bad = 0;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    for (int h = 0; h < H; ++h) {
+      const std::size_t row = static_cast<std::size_t>(ts[i]) * H + h;
+      for (int d = 0; d < 512; ++d) {
+        const double g = bf16_to_float(r.out[row * 512 + d]);
+        const double e = ref[(i * H + h) * 512 + d];
+        num += (g - e) * (g - e);
+        den += e * e;
+      }
+      const double gl = r.lse[row], el = ref_lse[i * H + h];
+      if (std::isinf(el) || std::isinf(gl)) {
+        if (!(std::isinf(el) && std::isinf(gl) && el < 0 && gl < 0)) ++lse_bad;
+      } else {
+        lse_err = std::max(lse_err, std::fabs(gl - el));
+      }
+    }
+  }
+  const double rel = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  std::printf("  %-44s rel err %.2e  max |lse err| %.2e  (%zu tokens vs oracle)\n", what.c_str(),
+              rel, lse_err, ts.size());
+  EXPECT_LE(rel, kTol) << what;
+  EXPECT_LE(lse_err, 1e-2) << what;
+  EXPECT_EQ(lse_bad, 0) << what << ": empty-row lse mismatch";
+}
+
+bool bitwise_equal(const Result& a, const Result& b) {
+  return a.out == b.out && std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0;
+}
+
+// ---------------------------------------------------------------- tests
+class CudaSparseMla : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LATTE_SKIP_WITHOUT_GPU();
+    if (!Registry::global().find("cuda.sparse_mla")) GTEST_SKIP() << "cuda.sparse_mla not built";
+  }
+};
+
+// Each value of the sets appears in some case: H {1,5,8,16,40,64,128}, topk {1,63,100,
+// 2048,5000}, block size {1,16,64}, both formats, T {1,3,128,4096}.
+std::vector<SparseCase> accuracy_cases() {
+  IndexOpts padded;
+  padded.empty = {1};
+  IndexOpts dense;
+  dense.pad = 0;
+  dense.oob = 0;
+  IndexOpts heavy;
+  heavy.pad = 0.5;
+  heavy.empty = {0, 2};
+  return {
+      {CacheFormat::bf16, 1, 1, 1, 3, padded},
+      {CacheFormat::fp8_ds_mla, 1, 63, 16, 3, padded},
+      {CacheFormat::fp8_ds_mla, 5, 63, 16, 3, padded},
+      {CacheFormat::bf16, 5, 100, 64, 128, padded},
+      {CacheFormat::bf16, 8, 100, 64, 128, padded},
+      {CacheFormat::fp8_ds_mla, 8, 2048, 64, 128, padded},
+      {CacheFormat::bf16, 16, 5000, 16, 3, heavy},
+      {CacheFormat::fp8_ds_mla, 16, 1, 1, 128, padded},
+      {CacheFormat::fp8_ds_mla, 40, 100, 1, 128, padded},
+      {CacheFormat::bf16, 40, 2048, 16, 3, padded},
+      {CacheFormat::fp8_ds_mla, 64, 2048, 64, 1, dense},
+      {CacheFormat::bf16, 64, 2048, 64, 128, padded},
+      {CacheFormat::fp8_ds_mla, 64, 5000, 16, 3, heavy},
+      {CacheFormat::fp8_ds_mla, 128, 5000, 16, 3, padded},
+      {CacheFormat::bf16, 128, 63, 1, 1, dense},
+      {CacheFormat::fp8_ds_mla, 128, 2048, 64, 128, padded},
+      {CacheFormat::fp8_ds_mla, 64, 2048, 64, 4096, padded},
+      {CacheFormat::bf16, 16, 2048, 1, 4096, padded},
+  };
+}
+
+TEST_F(CudaSparseMla, AccuracyVsOracle) {
+  Runner run;
+  uint32_t seed = 1234;
+  std::printf("  oracle: %s\n",
+              Registry::global().find("cpu.reference") ? "cpu.reference" : "float64 loop (test)");
+  for (const SparseCase& c : accuracy_cases()) {
+    auto s = setup_sparse(c, seed++);
+    auto k = run.make(s->spec);
+    const Result r = run.run(*k, s->args, s->q.size() / 576 * 512, s->q.size() / 576);
+    expect_all_written(r, name_of(c));
+    const auto ts = sample_tokens(c);
+    std::vector<double> ref, ref_lse;
+    oracle_sparse(*s, ts, ref, ref_lse);
+    compare(r, ts, c.H, ref, ref_lse, name_of(c));
+    // empty rows: out exactly 0, lse -inf
+    for (int e : c.opts.empty) {
+      if (e >= c.T) continue;
+      for (int h = 0; h < c.H; ++h) {
+        const std::size_t row = static_cast<std::size_t>(e) * c.H + h;
+        EXPECT_TRUE(std::isinf(r.lse[row]) && r.lse[row] < 0) << name_of(c);
+        for (int d = 0; d < 512; ++d) ASSERT_EQ(r.out[row * 512 + d], 0u) << name_of(c);
+      }
+    }
+  }
+}
+
+// Large scores (peaked softmax) stay accurate and finite.
+TEST_F(CudaSparseMla, PeakedSoftmax) {
+  Runner run;
+  for (CacheFormat f : {CacheFormat::bf16, CacheFormat::fp8_ds_mla}) {
+    SparseCase c{f, 16, 300, 16, 4, IndexOpts{}, 40.f};
+    auto s = setup_sparse(c, 99);
+    auto k = run.make(s->spec);
+    const Result r = run.run(*k, s->args, s->q.size() / 576 * 512, s->q.size() / 576);
+    expect_all_written(r, "peaked " + name_of(c));
+    const auto ts = sample_tokens(c);
+    std::vector<double> ref, ref_lse;
+    oracle_sparse(*s, ts, ref, ref_lse);
+    compare(r, ts, c.H, ref, ref_lse, "peaked " + name_of(c));
+  }
+}
+
+TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
+  Runner run;
+  const std::vector<SparseCase> cases = {
+      {CacheFormat::fp8_ds_mla, 64, 2048, 64, 96, IndexOpts{}},
+      {CacheFormat::bf16, 128, 1000, 16, 40, IndexOpts{}},
+      {CacheFormat::fp8_ds_mla, 8, 5000, 1, 64, IndexOpts{}},
+      {CacheFormat::bf16, 40, 63, 64, 200, IndexOpts{}},
+  };
+  for (const SparseCase& c : cases) {
+    auto s = setup_sparse(c, 7);
+    auto k = run.make(s->spec);
+    const std::size_t n = s->q.size() / 576;
+    const Result a = run.run(*k, s->args, n * 512, n);
+    const Result b = run.run(*k, s->args, n * 512, n);
+    EXPECT_TRUE(bitwise_equal(a, b)) << "run-to-run " << name_of(c);
+    // a small workspace forces several launches (slabs): bitwise the same
+    const std::size_t small = std::max<std::size_t>(k->workspace_bytes() / 7, 1);
+    if (k->workspace_bytes() > 0) {
+      const Result sl = run.run(*k, s->args, n * 512, n, small);
+      EXPECT_TRUE(bitwise_equal(a, sl)) << "slabbed workspace " << name_of(c);
+    }
+    // each of a few tokens alone (T = 1) and a sub-batch: bitwise equal to the batched rows
+    for (int64_t t : {int64_t{0}, int64_t{c.T / 2}, int64_t{c.T - 1}}) {
+      SparseMlaArgs one = s->args;
+      one.q.data = static_cast<uint16_t*>(s->d.q.get()) + t * c.H * 576;
+      one.q.shape[0] = 1;
+      one.indices.data = static_cast<int32_t*>(s->d.idx.get()) + t * c.topk;
+      one.indices.shape[0] = 1;
+      one.out.shape[0] = 1;
+      one.lse.shape[0] = 1;
+      const Result r1 = run.run(*k, one, static_cast<std::size_t>(c.H) * 512, c.H);
+      const bool same_out =
+          std::equal(r1.out.begin(), r1.out.end(), a.out.begin() + t * c.H * 512);
+      const bool same_lse =
+          std::memcmp(r1.lse.data(), a.lse.data() + t * c.H, static_cast<std::size_t>(c.H) * 4) == 0;
+      EXPECT_TRUE(same_out && same_lse) << "token " << t << " alone vs batch, " << name_of(c);
+    }
+    {
+      const int64_t t0 = c.T / 3, nt = std::min<int64_t>(5, c.T - t0);
+      SparseMlaArgs sub = s->args;
+      sub.q.data = static_cast<uint16_t*>(s->d.q.get()) + t0 * c.H * 576;
+      sub.q.shape[0] = nt;
+      sub.indices.data = static_cast<int32_t*>(s->d.idx.get()) + t0 * c.topk;
+      sub.indices.shape[0] = nt;
+      sub.out.shape[0] = nt;
+      sub.lse.shape[0] = nt;
+      const Result rs = run.run(*k, sub, static_cast<std::size_t>(nt) * c.H * 512, nt * c.H);
+      EXPECT_TRUE(std::equal(rs.out.begin(), rs.out.end(), a.out.begin() + t0 * c.H * 512))
+          << "sub-batch vs batch, " << name_of(c);
+    }
+  }
+}
+
+TEST_F(CudaSparseMla, CudaGraphCaptureReplay) {
+  Runner run;
+  for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 64, 2048, 64, 4, IndexOpts{}},
+                              SparseCase{CacheFormat::bf16, 8, 100, 16, 16, IndexOpts{}}}) {
+    auto s = setup_sparse(c, 11);
+    auto k = run.make(s->spec);
+    const std::size_t n = s->q.size() / 576;
+    const Result eager = run.run(*k, s->args, n * 512, n);
+    const Result replay = run.run(*k, s->args, n * 512, n, SIZE_MAX, /*graph=*/true);
+    expect_all_written(replay, "graph " + name_of(c));
+    EXPECT_TRUE(bitwise_equal(eager, replay)) << "graph replay vs eager, " << name_of(c);
+  }
+}
+
+TEST_F(CudaSparseMla, RefusesMissingWorkspaceAndChecksIndices) {
+  Runner run;
+  auto s = setup_sparse(SparseCase{CacheFormat::bf16, 64, 2048, 64, 2, IndexOpts{}}, 5);
+  auto k = run.make(s->spec);
+  ASSERT_GT(k->workspace_bytes(), 0u);
+  RunContext ctx;
+  ctx.stream = run.stream();
+  EXPECT_THROW(k->run(s->args, ctx), Error);  // split without a workspace
+  DeviceBuffer ws(k->workspace_bytes());
+  ctx.workspace = ws.get();
+  ctx.workspace_bytes = ws.bytes();
+  ctx.check_indices = true;
+  EXPECT_THROW(k->run(s->args, ctx), Error);  // the padded indices hold out-of-range entries
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(run.stream()));
+}
+
+// ---------------------------------------------------------------- mla_decode
+struct DecodeCase {
+  CacheFormat fmt;
+  int H, s_q, bs, B;
+  std::vector<int> lens;  // per request (cycled)
+};
+
+TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
+  Runner run;
+  const std::vector<DecodeCase> cases = {
+      {CacheFormat::bf16, 16, 1, 64, 3, {1, 700, 2500}},
+      {CacheFormat::fp8_ds_mla, 8, 4, 16, 3, {4, 1111, 3000}},
+      {CacheFormat::fp8_ds_mla, 128, 1, 64, 2, {2049, 64}},
+      {CacheFormat::bf16, 40, 2, 1, 2, {33, 5000}},
+      {CacheFormat::fp8_ds_mla, 64, 3, 64, 2, {4500, 3}},
+  };
+  uint32_t seed = 77;
+  for (const DecodeCase& c : cases) {
+    std::mt19937 rng(seed++);
+    std::vector<int> lens(c.B);
+    int max_len = 1;
+    for (int b = 0; b < c.B; ++b) max_len = std::max(max_len, lens[b] = c.lens[b % c.lens.size()]);
+    const int max_blocks = (max_len + c.bs - 1) / c.bs + 1;  // one spare (padding) column
+    // physical blocks shuffled; one spare block
+    const int64_t nblocks = static_cast<int64_t>(c.B) * max_blocks + 1;
+    Cache cache = make_cache(c.fmt, c.bs, nblocks * c.bs, rng);
+    std::vector<int32_t> perm(static_cast<std::size_t>(nblocks));
+    for (int64_t i = 0; i < nblocks; ++i) perm[i] = static_cast<int32_t>(i);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    std::vector<int32_t> table(static_cast<std::size_t>(c.B) * max_blocks);
+    for (int b = 0; b < c.B; ++b)
+      for (int j = 0; j < max_blocks; ++j)
+        table[b * max_blocks + j] = (j * c.bs < lens[b]) ? perm[b * max_blocks + j] : -1;
+    const int rows = c.s_q * c.H;
+    std::vector<uint16_t> q = make_q(static_cast<int64_t>(c.B) * rows, rng, 3.f);
+
+    DeviceBuffer dq(q.size() * 2), dc(cache.bytes.size()), dt(table.size() * 4),
+        dl(lens.size() * 4), dout(q.size() / 576 * 512 * 2), dlse(q.size() / 576 * 4);
+    dq.upload(q.data(), q.size() * 2);
+    dc.upload(cache.bytes.data(), cache.bytes.size());
+    dt.upload(table.data(), table.size() * 4);
+    dl.upload(lens.data(), lens.size() * 4);
+    const Device dev{DeviceKind::cuda, 0};
+    MlaDecodeArgs a;
+    a.q = TensorView::contiguous(dq.get(), DType::bf16, {c.B, c.s_q, c.H, 576}, dev);
+    a.kv_cache = c.fmt == CacheFormat::bf16
+                     ? TensorView::contiguous(dc.get(), DType::bf16, {cache.num_blocks, c.bs, 576}, dev)
+                     : TensorView::contiguous(dc.get(), DType::u8, {cache.num_blocks, c.bs, 656}, dev);
+    a.block_table = TensorView::contiguous(dt.get(), DType::i32, {c.B, max_blocks}, dev);
+    a.seq_lens = TensorView::contiguous(dl.get(), DType::i32, {c.B}, dev);
+    a.out = TensorView::contiguous(dout.get(), DType::bf16, {c.B, c.s_q, c.H, 512}, dev);
+    a.lse = TensorView::contiguous(dlse.get(), DType::f32, {c.B, c.s_q, c.H}, dev);
+    a.scale = kGlmScale;
+    AttentionSpec sp;
+    sp.op = Op::mla_decode;
+    sp.num_heads = c.H;
+    sp.kv_cache = c.fmt;
+    sp.block_size = c.bs;
+    sp.s_q = c.s_q;
+    sp.max_tokens = static_cast<int64_t>(c.B) * c.s_q;
+    sp.scale = kGlmScale;
+    auto k = run.make(sp);
+    const std::size_t nrows = static_cast<std::size_t>(c.B) * rows;
+    const Result r = run.run(*k, a, nrows * 512, nrows);
+    const std::string what = std::string("decode ") + (c.fmt == CacheFormat::bf16 ? "bf16" : "fp8") +
+                             " H=" + std::to_string(c.H) + " s_q=" + std::to_string(c.s_q) +
+                             " bs=" + std::to_string(c.bs);
+    expect_all_written(r, what);
+    const Result r2 = run.run(*k, a, nrows * 512, nrows);
+    EXPECT_TRUE(bitwise_equal(r, r2)) << "run-to-run " << what;
+
+    // float64 oracle (causal): row (b, i, h) sees positions 0 .. len - s_q + i
+    std::vector<double> ref(nrows * 512), ref_lse(nrows);
+    for (int b = 0; b < c.B; ++b) {
+      for (int i = 0; i < c.s_q; ++i) {
+        std::vector<int64_t> slots;
+        for (int pos = 0; pos <= lens[b] - c.s_q + i; ++pos)
+          slots.push_back(static_cast<int64_t>(table[b * max_blocks + pos / c.bs]) * c.bs + pos % c.bs);
+        // bound the float64 work on big heads: a few heads per (b, i)
+        for (int h = 0; h < c.H; ++h) {
+          const std::size_t row = (static_cast<std::size_t>(b) * c.s_q + i) * c.H + h;
+          oracle_row(cache, &q[row * 576], slots, kGlmScale, &ref[row * 512], &ref_lse[row]);
+        }
+      }
+    }
+    std::vector<int64_t> all_rows(nrows);
+    for (std::size_t i = 0; i < nrows; ++i) all_rows[i] = static_cast<int64_t>(i);
+    compare(r, all_rows, 1, ref, ref_lse, what);
+
+    // Equality oracle: s_q = 1 decode == sparse_mla over the full slot list (float order aside)
+    if (c.s_q == 1) {
+      const int topk = max_len;
+      std::vector<int32_t> idx(static_cast<std::size_t>(c.B) * topk, -1);
+      for (int b = 0; b < c.B; ++b)
+        for (int pos = 0; pos < lens[b]; ++pos)
+          idx[b * topk + pos] = table[b * max_blocks + pos / c.bs] * c.bs + pos % c.bs;
+      DeviceBuffer di(idx.size() * 4), so(nrows * 512 * 2), sl(nrows * 4);
+      di.upload(idx.data(), idx.size() * 4);
+      SparseMlaArgs sa;
+      sa.q = TensorView::contiguous(dq.get(), DType::bf16, {c.B, c.H, 576}, dev);
+      sa.kv_cache = a.kv_cache;
+      sa.indices = TensorView::contiguous(di.get(), DType::i32, {c.B, topk}, dev);
+      sa.out = TensorView::contiguous(so.get(), DType::bf16, {c.B, c.H, 512}, dev);
+      sa.lse = TensorView::contiguous(sl.get(), DType::f32, {c.B, c.H}, dev);
+      sa.scale = kGlmScale;
+      AttentionSpec ss;
+      ss.op = Op::sparse_mla;
+      ss.num_heads = c.H;
+      ss.kv_cache = c.fmt;
+      ss.block_size = c.bs;
+      ss.topk = topk;
+      ss.max_tokens = c.B;
+      ss.scale = kGlmScale;
+      auto ks = run.make(ss);
+      const Result rs = run.run(*ks, sa, nrows * 512, nrows);
+      std::vector<double> as_ref(nrows * 512), as_lse(nrows);
+      for (std::size_t i = 0; i < nrows * 512; ++i) as_ref[i] = bf16_to_float(rs.out[i]);
+      for (std::size_t i = 0; i < nrows; ++i) as_lse[i] = rs.lse[i];
+      compare(r, all_rows, 1, as_ref, as_lse, what + " vs sparse_mla");
+    }
+  }
+}
+
+// Small problems for compute-sanitizer (memcheck, racecheck): both formats, both row tiles
+// (forced through LATTE_CUDA_SPARSE_MLA_ROW_TILE), splits, padding, decode with s_q > 1.
+TEST_F(CudaSparseMla, SanitizerSmall) {
+  Runner run;
+  for (const char* tile : {"16", "32"}) {
+    setenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE", tile, 1);
+    IndexOpts padded;
+    padded.empty = {1};
+    for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 40, 700, 16, 3, padded},
+                                SparseCase{CacheFormat::bf16, 40, 700, 16, 3, padded},
+                                SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded}}) {
+      auto s = setup_sparse(c, 3);
+      auto k = run.make(s->spec);
+      const std::size_t n = s->q.size() / 576;
+      const Result r = run.run(*k, s->args, n * 512, n);
+      expect_all_written(r, std::string("sanitizer tile ") + tile + " " + name_of(c));
+      const auto ts = sample_tokens(c);
+      std::vector<double> ref, ref_lse;
+      oracle_sparse(*s, ts, ref, ref_lse);
+      compare(r, ts, c.H, ref, ref_lse, std::string("tile ") + tile + " " + name_of(c));
+    }
+  }
+  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE");
+}
+
+// The kernels' shared memory fits sm_86 / sm_89 / sm_120 (101376 bytes per block); the declared
+// capabilities accept the shapes on every described arch and refuse sm_75.
+TEST(CudaSparseMlaCaps, DeclaredCapabilities) {
+  auto be = Registry::global().find("cuda.sparse_mla");
+  if (!be) GTEST_SKIP() << "cuda.sparse_mla not built";
+  AttentionSpec sp;
+  sp.op = Op::sparse_mla;
+  sp.num_heads = 8;
+  sp.kv_cache = CacheFormat::fp8_ds_mla;
+  sp.block_size = 1;
+  sp.topk = 100;
+  sp.max_tokens = 1;
+  for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}) {
+    const auto reasons = check(*be, sp, describe_device(arch));
+    EXPECT_TRUE(reasons.empty()) << arch << ": " << (reasons.empty() ? "" : reasons[0].text);
+  }
+  sp.num_heads = 129;
+  EXPECT_FALSE(check(*be, sp, describe_device("sm_90")).empty());
+  sp.num_heads = 64;
+  sp.topk = 40000;
+  EXPECT_FALSE(check(*be, sp, describe_device("sm_90")).empty());
+}
+
+}  // namespace
+}  // namespace latte
