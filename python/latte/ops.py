@@ -1,0 +1,351 @@
+"""latte's operations on caller-owned tensors (include/latte/ops.hpp; docs/operations.md).
+
+Every op takes any DLPack tensor (torch CPU/CUDA tensors, numpy arrays; numpy bfloat16 and
+float8 through ml_dtypes) without copying it, selects a backend for the call's shape and device
+through the global context (or runs the one ``backend=`` forces), and returns its outputs.
+
+- Outputs are written into the tensors given (``out=``, ``lse=``, ``indices=``, ``logits=``,
+  ``slots=``) or allocated like the first input: a torch tensor on the same device, or a numpy
+  array.
+- CUDA tensors run on their device, on ``stream`` (an int cudaStream_t, a torch.cuda.Stream or
+  any object with ``cuda_stream``) or by default torch's current stream of that device. Nothing
+  synchronizes the host unless ``check_indices=True`` (which reads the indices first).
+- Failures raise the classes of :mod:`latte.errors` with the C++ message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Tuple, Union
+
+from . import _latte
+from ._tensors import arg, empty_like_input, optional_arg, stream_handle
+from .errors import ArgumentTypeError, InvalidArgumentError
+
+__all__ = [
+    "sparse_mla",
+    "mla_decode",
+    "indexer_topk",
+    "indexer_logits",
+    "kv_store",
+    "indexer_k_store",
+    "logical_to_slots",
+]
+
+Tensor = Any  # torch.Tensor, numpy.ndarray or another DLPack producer
+Stream = Any  # int cudaStream_t, torch.cuda.Stream, or an object with .cuda_stream / .ptr
+
+
+def _lead(t: "_latte.TensorArg", count: int) -> Tuple[int, ...]:
+    # The first `count` sizes of an input, zeros when it has fewer dimensions. An output sized
+    # from a malformed input is never used: C++ checks that input first and reports it.
+    shape = tuple(t.shape)
+    return shape[:count] if len(shape) >= count else (0,) * count
+
+
+def _backend(backend: Optional[str]) -> Optional[str]:
+    return backend or None
+
+
+def sparse_mla(
+    q: Tensor,
+    kv_cache: Tensor,
+    indices: Tensor,
+    scale: float,
+    *,
+    kv_format: Optional[str] = None,
+    out: Optional[Tensor] = None,
+    lse: Optional[Tensor] = None,
+    return_lse: bool = False,
+    backend: Optional[str] = None,
+    stream: Stream = None,
+    check_indices: bool = False,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Sparse MLA attention over a per-token list of physical cache slots (DESIGN.md 2.1).
+
+    score[t,h,s] = scale * q[t,h] . kv[s] for the slots s in indices[t] (-1 = none);
+    out[t,h] = softmax-weighted sum of kv[s][:512]; lse[t,h] = ln sum exp(score) (natural log).
+    A row with no valid slot gives out = 0 and lse = -inf.
+
+    Args:
+        q: [T, H, 576] bfloat16: the absorbed latent query (512) and the rope part (64).
+        kv_cache: [num_blocks, block_size, 576] bfloat16, or [num_blocks, block_size, 656]
+            uint8 (the fp8_ds_mla layout).
+        indices: [T, topk] int32 physical slots (block * block_size + offset), -1 = none.
+        scale: the softmax scale (GLM-5: 0.0625).
+        kv_format: "bf16" or "fp8_ds_mla"; the cache's dtype and last dim already say which,
+            so this only checks that the cache is the one the caller meant. None: no check.
+        out: [T, H, 512] bfloat16 to write into; allocated like q when None.
+        lse: [T, H] float32 to write the log-sum-exp into (implies return_lse).
+        return_lse: also return lse (allocated like q when lse is None).
+        backend: force a backend id or glob ("cpu.reference", "cuda.*"); None = the selector.
+        stream: the CUDA stream; None = torch's current stream on q's device.
+        check_indices: validate every index first (costs a pass and a host sync on CUDA).
+
+    Returns:
+        out, or (out, lse) when return_lse or lse is given.
+    """
+    op = "sparse_mla"
+    q_arg = arg(q, "q", op)
+    t, h = _lead(q_arg, 2)
+    if out is None:
+        out = empty_like_input(q, (t, h, 512), "bf16", "out")
+    want_lse = return_lse or lse is not None
+    if want_lse and lse is None:
+        lse = empty_like_input(q, (t, h), "f32", "lse")
+    _latte.sparse_mla(
+        q_arg, arg(kv_cache, "kv_cache", op), arg(indices, "indices", op),
+        arg(out, "out", op, writable=True), optional_arg(lse, "lse", op, writable=True),
+        float(scale), kv_format=kv_format, backend=_backend(backend),
+        stream=stream_handle(stream, q), check_indices=check_indices)
+    return (out, lse) if want_lse else out
+
+
+def mla_decode(
+    q: Tensor,
+    kv_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    scale: float,
+    *,
+    kv_format: Optional[str] = None,
+    out: Optional[Tensor] = None,
+    lse: Optional[Tensor] = None,
+    return_lse: bool = False,
+    backend: Optional[str] = None,
+    stream: Stream = None,
+    check_indices: bool = False,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """Dense MLA decode over each request's paged cache, causal, 1..4 query tokens per request.
+
+    Query i of request b sees cache positions 0 .. seq_lens[b] - s_q + i.
+
+    Args:
+        q: [B, s_q, H, 576] bfloat16, s_q in 1..4.
+        kv_cache: as for :func:`sparse_mla`.
+        block_table: [B, max_blocks] int32: the cache blocks of each request, in order.
+        seq_lens: [B] int32: tokens in the cache per request, the s_q new ones included.
+        scale, kv_format, backend, stream, check_indices: as for :func:`sparse_mla`.
+        out: [B, s_q, H, 512] bfloat16; allocated like q when None.
+        lse: [B, s_q, H] float32 (implies return_lse).
+        return_lse: also return lse.
+
+    Returns:
+        out, or (out, lse) when return_lse or lse is given.
+    """
+    op = "mla_decode"
+    q_arg = arg(q, "q", op)
+    b, s_q, h = _lead(q_arg, 3)
+    if out is None:
+        out = empty_like_input(q, (b, s_q, h, 512), "bf16", "out")
+    want_lse = return_lse or lse is not None
+    if want_lse and lse is None:
+        lse = empty_like_input(q, (b, s_q, h), "f32", "lse")
+    _latte.mla_decode(
+        q_arg, arg(kv_cache, "kv_cache", op), arg(block_table, "block_table", op),
+        arg(seq_lens, "seq_lens", op), arg(out, "out", op, writable=True),
+        optional_arg(lse, "lse", op, writable=True), float(scale), kv_format=kv_format,
+        backend=_backend(backend), stream=stream_handle(stream, q), check_indices=check_indices)
+    return (out, lse) if want_lse else out
+
+
+def _indexer_inputs(op, q, q_scale, weights, k_cache, block_table, token_request, visible_lens):
+    # The IndexerInputs fields, by the C++ names the binding takes as keywords.
+    return {
+        "q": arg(q, "q", op),
+        "q_scale": optional_arg(q_scale, "q_scale", op),
+        "weights": arg(weights, "weights", op),
+        "k_cache": arg(k_cache, "k_cache", op),
+        "block_table": arg(block_table, "block_table", op),
+        "token_request": optional_arg(token_request, "token_request", op),
+        "visible_lens": arg(visible_lens, "visible_lens", op),
+    }
+
+
+def indexer_topk(
+    q: Tensor,
+    weights: Tensor,
+    k_cache: Tensor,
+    block_table: Tensor,
+    visible_lens: Tensor,
+    topk: Optional[int] = None,
+    *,
+    q_scale: Optional[Tensor] = None,
+    token_request: Optional[Tensor] = None,
+    kind: str = "physical",
+    indices: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+    stream: Stream = None,
+    check_indices: bool = False,
+) -> Tensor:
+    """The DSA lightning indexer and exact top-k (DESIGN.md 2.2).
+
+    I[t,s] = sum_j weights[t,j] * relu(q[t,j] . k[s]) over the visible positions
+    s < visible_lens[t]; returns the topk best per token (ties: the smaller position wins),
+    padded with -1 when fewer are visible.
+
+    Args:
+        q: [T, H_i, 128] float8_e4m3fn (with q_scale) or bfloat16.
+        weights: [T, H_i] float32 head weights (softmax scale and q scale folded in).
+        k_cache: [num_blocks, block_size, 132] uint8 indexer K pages (written by
+            :func:`indexer_k_store`).
+        block_table: [B, max_blocks] int32.
+        visible_lens: [T] int32: token t sees logical positions 0 .. visible_lens[t]-1.
+        topk: columns of the result; may be omitted when ``indices`` is given.
+        q_scale: [T, H_i] float32, required with an e4m3 q, absent with a bfloat16 q.
+        token_request: [T] int32: the block_table row of each token (default: row t).
+        kind: "physical" (cache slots, what :func:`sparse_mla` takes) or "logical" (positions).
+        indices: [T, topk] int32 to write into; allocated like q when None.
+        backend, stream, check_indices: as for :func:`sparse_mla`.
+
+    Returns:
+        indices [T, topk] int32.
+    """
+    op = "indexer_topk"
+    inputs = _indexer_inputs(op, q, q_scale, weights, k_cache, block_table, token_request,
+                             visible_lens)
+    if indices is None:
+        if topk is None:
+            raise ArgumentTypeError(f"{op}: pass topk (the columns of the result) or indices=")
+        (t,) = _lead(inputs["q"], 1)
+        indices = empty_like_input(q, (t, int(topk)), "i32", "indices")
+    indices_arg = arg(indices, "indices", op, writable=True)
+    if topk is not None and tuple(indices_arg.shape[1:]) != (int(topk),):
+        raise InvalidArgumentError(
+            f"{op}: topk is {topk} but indices= is {indices_arg.describe()}: pass one of them, "
+            f"or make indices [T, topk]")
+    _latte.indexer_topk(
+        **inputs, indices=indices_arg, kind=kind, backend=_backend(backend),
+        stream=stream_handle(stream, q), check_indices=check_indices)
+    return indices
+
+
+def indexer_logits(
+    q: Tensor,
+    weights: Tensor,
+    k_cache: Tensor,
+    block_table: Tensor,
+    visible_lens: Tensor,
+    *,
+    q_scale: Optional[Tensor] = None,
+    token_request: Optional[Tensor] = None,
+    logits: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+    stream: Stream = None,
+    check_indices: bool = False,
+) -> Tensor:
+    """The indexer scores themselves: logits[t, s] = I[t, s], -inf where s >= visible_lens[t].
+
+    Arguments as for :func:`indexer_topk`. ``logits``: [T, L] float32 to write into; when None,
+    allocated like q with L = max_blocks * block_size (every position the block table maps).
+
+    Returns:
+        logits [T, L] float32.
+    """
+    op = "indexer_logits"
+    inputs = _indexer_inputs(op, q, q_scale, weights, k_cache, block_table, token_request,
+                             visible_lens)
+    if logits is None:
+        (t,) = _lead(inputs["q"], 1)
+        _, max_blocks = _lead(inputs["block_table"], 2)
+        _, block_size = _lead(inputs["k_cache"], 2)
+        logits = empty_like_input(q, (t, max_blocks * block_size), "f32", "logits")
+    _latte.indexer_logits(
+        **inputs, logits=arg(logits, "logits", op, writable=True),
+        backend=_backend(backend), stream=stream_handle(stream, q), check_indices=check_indices)
+    return logits
+
+
+def kv_store(
+    latent: Tensor,
+    rope: Tensor,
+    slot_mapping: Tensor,
+    kv_cache: Tensor,
+    *,
+    scale_kind: str = "amax",
+    kv_format: Optional[str] = None,
+    backend: Optional[str] = None,
+    stream: Stream = None,
+    check_indices: bool = False,
+) -> None:
+    """Writes each token's latent and rope into the MLA cache at its slot (in place).
+
+    Args:
+        latent: [T, 512] bfloat16 (the normalized kv_a latent).
+        rope: [T, 64] bfloat16 (the roped k_pe).
+        slot_mapping: [T] int32 physical slots, -1 = skip the token.
+        kv_cache: the cache to write: [num_blocks, block_size, 576] bfloat16, or
+            [num_blocks, block_size, 656] uint8 (fp8_ds_mla: latent as e4m3 in 4 groups of 128
+            with float32 scales, rope as bfloat16).
+        scale_kind: fp8_ds_mla group scales: "amax" (amax / 448) or "pow2" (the next power of
+            two).
+        kv_format, backend, stream, check_indices: as for :func:`sparse_mla`.
+    """
+    op = "kv_store"
+    _latte.kv_store(
+        arg(latent, "latent", op), arg(rope, "rope", op), arg(slot_mapping, "slot_mapping", op),
+        arg(kv_cache, "kv_cache", op, writable=True), scale_kind=scale_kind, kv_format=kv_format,
+        backend=_backend(backend), stream=stream_handle(stream, latent),
+        check_indices=check_indices)
+
+
+def indexer_k_store(
+    k: Tensor,
+    slot_mapping: Tensor,
+    k_cache: Tensor,
+    *,
+    scale_kind: str = "amax",
+    backend: Optional[str] = None,
+    stream: Stream = None,
+    check_indices: bool = False,
+) -> None:
+    """Quantizes each token's indexer key to e4m3 with one float32 scale and writes it into its
+    page of the indexer K cache (in place; DESIGN.md 3 gives the page layout).
+
+    Args:
+        k: [T, 128] bfloat16 indexer keys (after rope and the Hadamard rotation).
+        slot_mapping: [T] int32 physical slots, -1 = skip.
+        k_cache: [num_blocks, block_size, 132] uint8 pages.
+        scale_kind, backend, stream, check_indices: as for :func:`kv_store`.
+    """
+    op = "indexer_k_store"
+    _latte.indexer_k_store(
+        arg(k, "k", op), arg(slot_mapping, "slot_mapping", op),
+        arg(k_cache, "k_cache", op, writable=True), scale_kind=scale_kind,
+        backend=_backend(backend), stream=stream_handle(stream, k), check_indices=check_indices)
+
+
+def logical_to_slots(
+    positions: Tensor,
+    block_table: Tensor,
+    block_size: int,
+    *,
+    token_request: Optional[Tensor] = None,
+    slots: Optional[Tensor] = None,
+    backend: Optional[str] = None,
+    stream: Stream = None,
+    check_indices: bool = False,
+) -> Tensor:
+    """Maps per-request logical positions to physical cache slots through the block table:
+    slot = block_table[r, p // block_size] * block_size + p % block_size; -1 stays -1.
+
+    Args:
+        positions: [T, K] int32 logical positions, -1 = none.
+        block_table: [B, max_blocks] int32.
+        block_size: tokens per cache block.
+        token_request: [T] int32: the block_table row of each row of positions (default: row t).
+        slots: [T, K] int32 to write into; allocated like positions when None.
+        backend, stream, check_indices: as for :func:`sparse_mla`.
+
+    Returns:
+        slots [T, K] int32.
+    """
+    op = "logical_to_slots"
+    positions_arg = arg(positions, "positions", op)
+    if slots is None:
+        slots = empty_like_input(positions, _lead(positions_arg, 2), "i32", "slots")
+    _latte.logical_to_slots(
+        positions_arg, arg(block_table, "block_table", op),
+        optional_arg(token_request, "token_request", op), arg(slots, "slots", op, writable=True),
+        int(block_size), backend=_backend(backend), stream=stream_handle(stream, positions),
+        check_indices=check_indices)
+    return slots

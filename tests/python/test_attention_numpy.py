@@ -1,0 +1,91 @@
+"""sparse_mla and mla_decode on numpy arrays against the float64 definitions (DESIGN.md 2.1)."""
+
+import numpy as np
+import pytest
+from helpers import BF16, bf16, distinct_slots, paged_requests
+
+import latte
+import numpy_reference as ref
+
+SCALE = 0.0625  # GLM-5
+
+
+def fp8_cache(rng, num_blocks, block_size):
+    """An fp8_ds_mla cache written by latte.kv_store from random tokens."""
+    cache = np.zeros((num_blocks, block_size, 656), dtype=np.uint8)
+    n = num_blocks * block_size
+    latent, rope = bf16(rng, n, 512), bf16(rng, n, 64)
+    latte.kv_store(latent, rope, np.arange(n, dtype=np.int32), cache)
+    return cache
+
+
+@pytest.mark.parametrize("kv_format", ["bf16", "fp8_ds_mla"])
+def test_sparse_mla_matches_float64(rng, kv_format):
+    t, h, nb, bs, topk = 5, 8, 4, 16, 24
+    q = bf16(rng, t, h, 576, scale=0.5)
+    cache = bf16(rng, nb, bs, 576) if kv_format == "bf16" else fp8_cache(rng, nb, bs)
+    indices = distinct_slots(rng, t, topk, nb * bs, empty=3)
+    out, lse = latte.sparse_mla(q, cache, indices, SCALE, kv_format=kv_format, return_lse=True)
+    want_out, want_lse = ref.sparse_mla(q, ref.unpack_mla_cache(cache), indices, SCALE)
+    assert out.dtype == BF16 and out.shape == (t, h, 512)
+    assert lse.dtype == np.float32 and lse.shape == (t, h)
+    np.testing.assert_allclose(ref.f64(out), want_out, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(lse[:-1], want_lse[:-1], rtol=1e-5, atol=1e-5)
+    # The last row has no valid index: out = 0 and lse = -inf, never NaN.
+    assert np.all(ref.f64(out[-1]) == 0.0) and np.all(np.isneginf(lse[-1]))
+
+
+def test_sparse_mla_returns_out_only_by_default(rng):
+    q, cache = bf16(rng, 2, 4, 576), bf16(rng, 2, 8, 576)
+    out = latte.sparse_mla(q, cache, distinct_slots(rng, 2, 4, 16), SCALE)
+    assert isinstance(out, np.ndarray) and out.shape == (2, 4, 512)
+
+
+@pytest.mark.parametrize("s_q", [1, 3])
+def test_mla_decode_matches_float64(rng, s_q):
+    h, bs, nb = 4, 16, 12
+    lengths = [37, 5, 16]
+    q = bf16(rng, len(lengths), s_q, h, 576, scale=0.5)
+    cache = bf16(rng, nb, bs, 576)
+    table = paged_requests(rng, lengths, bs, nb)
+    seq_lens = np.array(lengths, dtype=np.int32)
+    out, lse = latte.mla_decode(q, cache, table, seq_lens, SCALE, return_lse=True)
+    want_out, want_lse = ref.mla_decode(q, ref.unpack_mla_cache(cache), table, seq_lens, bs, SCALE)
+    np.testing.assert_allclose(ref.f64(out), want_out, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(lse, want_lse, rtol=1e-5, atol=1e-5)
+
+
+def test_sparse_equals_dense_when_topk_covers_the_context(rng):
+    # DESIGN.md 2.1's equality oracle, through the Python API: the same tokens either way.
+    h, bs, nb, length = 4, 16, 6, 40
+    cache = bf16(rng, nb, bs, 576)
+    table = paged_requests(rng, [length], bs, nb)
+    q = bf16(rng, 1, 1, h, 576)
+    dense = latte.mla_decode(q, cache, table, np.array([length], dtype=np.int32), SCALE)
+    positions = np.arange(64, dtype=np.int32)[None, :]
+    positions[0, length:] = -1
+    slots = latte.logical_to_slots(positions, table, bs)
+    sparse = latte.sparse_mla(q[:, 0], cache, slots, SCALE)
+    np.testing.assert_allclose(ref.f64(sparse), ref.f64(dense[:, 0]), rtol=1e-2, atol=1e-2)
+
+
+def test_logical_to_slots_matches_block_table(rng):
+    bs, nb = 8, 10
+    table = paged_requests(rng, [20, 9], bs, nb)
+    positions = np.array([[0, 7, 8, 19, -1], [8, 0, -1, -1, 3]], dtype=np.int32)
+    slots = latte.logical_to_slots(positions, table, bs)
+    want = np.where(positions < 0, -1,
+                    table[np.arange(2)[:, None], np.maximum(positions, 0) // bs] * bs + positions % bs)
+    np.testing.assert_array_equal(slots, want)
+    # token_request: both rows read request 1.
+    slots = latte.logical_to_slots(positions, table, bs, token_request=np.array([1, 1], np.int32))
+    want_row0 = [table[1, p // bs] * bs + p % bs if p >= 0 else -1 for p in positions[0]]
+    np.testing.assert_array_equal(slots[0], want_row0)
+
+
+def test_forced_backend_runs(rng):
+    q, cache = bf16(rng, 1, 2, 576), bf16(rng, 1, 4, 576)
+    out = latte.sparse_mla(q, cache, np.array([[0, 1, 2, 3]], np.int32), SCALE,
+                           backend="cpu.reference")
+    want, _ = ref.sparse_mla(q, ref.unpack_mla_cache(cache), [[0, 1, 2, 3]], SCALE)
+    np.testing.assert_allclose(ref.f64(out), want, rtol=1e-2, atol=1e-2)
