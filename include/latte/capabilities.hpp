@@ -74,6 +74,9 @@ struct Capabilities {
 [[nodiscard]] std::vector<Reason> check_declared(const Capabilities& caps,
                                                  const AttentionSpec& spec,
                                                  const DeviceInfo& device);
+// check_declared(...).empty() without building any reason text (for searches over many specs).
+[[nodiscard]] bool declared_accepts(const Capabilities& caps, const AttentionSpec& spec,
+                                    const DeviceInfo& device);
 
 // JSON form (used by plugins to declare capabilities and by `latte backends --json`).
 // parse throws latte::Error(plugin_error) naming `source`, the key and the value.

@@ -8,6 +8,7 @@
 
 #include "core/plugin_loader.hpp"
 #include "latte/error.hpp"
+#include "latte/validate.hpp"
 
 namespace latte::detail {
 namespace {
@@ -153,6 +154,9 @@ class PluginKernel final : public Kernel {
                               "arguments; make a kernel for that op",
                               id_, to_string(op_), to_string(op_of(args))));
     }
+    // The shared validation layer runs on the host side, so a plugin receives only arguments
+    // whose shapes, dtypes, strides and devices agree, with the same messages as built-ins.
+    validate_any(args);
     const CCall c = to_c(args);
     latte_call_v1 call{};
     call.struct_size = sizeof call;

@@ -126,19 +126,20 @@ Decision decide(const std::vector<std::shared_ptr<const Backend>>& backends, con
   const bool force_active = !sel.forced.empty();
 
   std::vector<std::string> valid_ids;
+  std::vector<RejectedBackend> rejected;
   std::vector<std::shared_ptr<const Backend>> candidates;
   std::vector<HeldBack> held_back;
   for (std::size_t i = 0; i < n; ++i) {
     const auto& backend = backends[i];
     const std::string& id = backend->info().id;
     if (excluded_by[i]) {
-      sel.rejected.push_back({id, {Reason{"excluded", "backend", "not excluded", excluded_by[i]->text(),
+      rejected.push_back({id, {Reason{"excluded", "backend", "not excluded", excluded_by[i]->text(),
                                           fmt::format("excluded by {}", excluded_by[i]->text())}}});
       held_back.push_back({backend, "exclude", fmt::format("it is excluded by {}", excluded_by[i]->text())});
       continue;
     }
     if (force_active && !forced_by[i]) {
-      sel.rejected.push_back({id, {Reason{"not_forced", "backend", join(sel.forced, ", "), id,
+      rejected.push_back({id, {Reason{"not_forced", "backend", join(sel.forced, ", "), id,
                                           fmt::format("not forced: {} selects only the forced backends",
                                                       join(sel.forced, ", "))}}});
       held_back.push_back({backend, "force", fmt::format("it is not among the forced backends ({})", join(sel.forced, ", "))});
@@ -149,10 +150,11 @@ Decision decide(const std::vector<std::shared_ptr<const Backend>>& backends, con
     if (reasons.empty()) {
       valid_ids.push_back(id);
     } else {
-      sel.rejected.push_back({id, std::move(reasons)});
+      rejected.push_back({id, std::move(reasons)});
     }
   }
 
+  sel.rejected = std::move(rejected);
   sel.valid = policies.rank(valid_ids, spec, device);
   if (!sel.valid.empty()) {
     sel.chosen = sel.valid.front().id;

@@ -110,7 +110,10 @@ std::vector<Suggestion> suggest(const std::vector<std::shared_ptr<const Backend>
     s.value = v.value;
     std::string because;
     for (std::size_t i = 0; i < candidates.size(); ++i) {
-      if (today[i].empty() || !safe_check(*candidates[i], v.spec, v.device).empty()) continue;
+      if (today[i].empty() || !declared_accepts(candidates[i]->info().caps, v.spec, v.device) ||
+          !safe_check(*candidates[i], v.spec, v.device).empty()) {
+        continue;
+      }
       s.backends.push_back(candidates[i]->info().id);
       if (because.empty()) {
         const auto it = std::find_if(today[i].begin(), today[i].end(),

@@ -163,6 +163,35 @@ TEST(CheckDeclared, ABackendDeclaringNoOpsOrDevicesAcceptsNothing) {
             std::vector<std::string>{"device_kind"});
 }
 
+TEST(CheckDeclared, DeclaredAcceptsAgreesWithTheReasons) {
+  std::vector<Capabilities> all;
+  for (int arch : {80, 89, 90}) {
+    Capabilities caps = mla_caps({DeviceKind::cuda}, IntRule::at_least(arch));
+    caps.kv_caches = {CacheFormat::bf16};
+    all.push_back(caps);
+    caps.heads = IntRule::list({64, 128});
+    caps.kv_caches = {};
+    all.push_back(caps);
+  }
+  all.push_back(mla_caps({DeviceKind::cpu}));
+  int accepted = 0, refused = 0;
+  for (const Capabilities& caps : all) {
+    for (int tp : {1, 8}) {
+      for (CacheFormat cache : {CacheFormat::bf16, CacheFormat::fp8_ds_mla}) {
+        for (const char* device : {"cpu", "sm_80", "sm_90", "sm_120"}) {
+          const AttentionSpec spec = glm5_sparse(tp, cache);
+          const DeviceInfo d = describe_device(device);
+          const bool empty = check_declared(caps, spec, d).empty();
+          EXPECT_EQ(declared_accepts(caps, spec, d), empty) << device << " tp " << tp;
+          (empty ? accepted : refused) += 1;
+        }
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  EXPECT_GT(refused, 0);
+}
+
 TEST(Check, CustomReasonsFollowDeclaredOnesAndAreSkippedWhenMoot) {
   auto backend = testing::make_backend("test.fp8", mla_caps({DeviceKind::cuda}), [](const AttentionSpec& spec, const DeviceInfo& d) {
     std::vector<Reason> out;
