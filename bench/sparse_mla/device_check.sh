@@ -44,5 +44,33 @@ for step in $steps; do
       --iters 25 --peer-iters 6 --md "$OUT/bench.md" > "$OUT/bench.log" 2>&1; rc=$?
     tail -40 "$OUT/bench.log"
     echo "bench rc=$rc ($(( $(date +%s) - start )) s)";;
+  ncu=*)
+    f=${step#ncu=}
+    n=$(echo "$f" | tr -c 'A-Za-z0-9' '_')
+    echo "== ncu '$f'"
+    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_fwd --launch-skip 3 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+      --section SchedulerStats --section WarpStateStats \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum" \
+      "$B" "$f" 5 > "$OUT/ncu_$n.log" 2>&1
+    grep -E "Duration|SM Frequency|Throughput|Warp Cycles|Achieved Occupancy|Theoretical Occ|Block Limit|Registers Per|stalled_[a-z_]*_per_issue_active.ratio +[a-z]* +[0-9.]*[1-9]|Issue Slots|No Eligible|inst_executed|L2 Hit|Mem Busy|Max Bandwidth|L1/TEX Hit|Bank" "$OUT/ncu_$n.log" | head -60
+    ;;
+  sass)
+    echo "== sass opcode histogram (fp8, 32 rows, sparse)"
+    cuobjdump -sass .gpu/attn/liblatte.so.0.1.0 > "$OUT/latte.sass" 2>&1
+    awk '/Function : .*mla_fwd_sm80_kernelILb1ELi32ELb0E/{f=1;next} /Function :/{f=0} f' "$OUT/latte.sass" > "$OUT/fp8_32.sass"
+    grep -oE '/\*[0-9a-f]{4}\*/ +[A-Z0-9_.]+' "$OUT/fp8_32.sass" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25 | tr '\n' ' '; echo
+    ;;
+  chunk=*)
+    c=${step#chunk=}
+    echo "== bench (no peer) with LATTE_CUDA_SPARSE_MLA_CHUNK=$c, filter '$filter'"
+    LATTE_CUDA_SPARSE_MLA_CHUNK=$c timeout 90 "$B" "$filter" 20 2>&1 | \
+      python3 -c "import sys,json
+for l in sys.stdin:
+    l=l.strip()
+    if not l.startswith('{'): continue
+    d=json.loads(l)
+    if 'name' in d: print('%-34s %9.1f us %7.1f TFLOP/s %6.0f GB/s' % (d['name'], d['time_us'], d['tflops'], d['gbs']))"
+    ;;
   esac
 done

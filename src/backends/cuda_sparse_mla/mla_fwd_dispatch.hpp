@@ -17,8 +17,6 @@ void launch_fwd_bf16(int row_tile, bool decode, int64_t grid, const MlaParams& p
                      const LaunchArgs& la, cudaStream_t stream);
 void launch_fwd_fp8(int row_tile, bool decode, int64_t grid, const MlaParams& p,
                     const LaunchArgs& la, cudaStream_t stream);
-void launch_combine(bool decode, int64_t groups_in_slab, const MlaParams& p, const LaunchArgs& la,
-                    cudaStream_t stream);
 std::size_t fwd_smem_bytes(bool fp8, int row_tile);
 
 }  // namespace latte::cuda_sparse_mla

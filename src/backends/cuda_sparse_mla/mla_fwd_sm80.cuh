@@ -2,15 +2,19 @@
 // sparse MLA over per-token slot lists and dense paged MLA decode, bf16 or fp8_ds_mla cache.
 // Design notes: docs/kernels/sparse_mla.md. Included by one .cu file per cache format.
 //
-// One CTA = 4 warps = one group (query token / request) x one tile of R rows (heads, or
+// One CTA = 8 warps = one group (query token / request) x one tile of R rows (heads, or
 // (query, head) pairs in decode) x one split (chunk) of the group's KV tokens. Per KV tile of
-// BN gathered tokens (cp.async, NSTAGE-deep ring, -1 / out-of-range slots zero-filled and
-// masked):
-//   QK  warp w computes a partial S[R x BN] over its quarter of the 576 dims (latent group w,
-//       128 dims, plus rope dims 16w..16w+15) and stores it to shared memory;
-//   SM  warp w owns rows [w*R/4, (w+1)*R/4): sums the 4 partials in a fixed order, masks,
+// BN gathered tokens (cp.async, NSTAGE-deep ring, slot indices prefetched one tile ahead,
+// -1 / out-of-range slots zero-filled and masked):
+//   QK  warp w = (kq = w % 4, nh = w / 4) computes a partial S[R x BN/2] (token half nh) over
+//       its quarter of the 576 dims (latent group kq, 128 dims, plus rope dims 16kq..+15) and
+//       stores it to shared memory;
+//   SM  warp w owns rows [w*R/8, (w+1)*R/8): sums the 4 partials in a fixed order, masks,
 //       runs the online softmax (log2 domain), writes P and the row rescale factor;
-//   PV  warp w owns output dims [128w, 128w+128) for all R rows: O = O*alpha + P V.
+//   PV  warp w owns output dims [64w, 64w+64) for all R rows: O = O*alpha + P V.
+// Split groups: each split CTA writes its normalized partial (bf16) and lse to the workspace;
+// the last CTA of a (group, row tile) to finish (a counter, not part of any sum) combines the
+// splits in split order and discards the partials from L2 without writing them back.
 // fp8_ds_mla: the KV tile stays e4m3 in shared memory (656 B / token); fragments are widened
 // to bf16 by bit moves (e4m3_bf16_bits.cuh, value * 2^-120). The per-token group scale is
 // applied to the QK partial (warp w's latent dims are exactly group w) and folded into P for
@@ -31,7 +35,8 @@
 
 namespace latte::cuda_sparse_mla {
 
-inline constexpr int kThreads = 128;
+inline constexpr int kThreads = 256;
+inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kQRowBytes = 576 * 2;  // one Q row in shared memory (bf16, swizzled)
 inline constexpr int kPartBytes = 512 * 2 + 4;  // one split's partial row: bf16 O/l + f32 lse2
 
@@ -52,14 +57,16 @@ struct KCfg {
   static constexpr int ROWM_OFF = ALPHA_OFF + R * 4;
   static constexpr int FINM_OFF = ROWM_OFF + R * 4;
   static constexpr int FINL_OFF = FINM_OFF + R * 4;
-  static constexpr int SMEM = FINL_OFF + R * 4;
+  static constexpr int FLAG_OFF = FINL_OFF + R * 4;
+  static constexpr int SMEM = FLAG_OFF + 16;
   // softmax layout: each warp owns RW rows, LPR lanes per row, CPL columns per lane
-  static constexpr int RW = R / 4;
+  static constexpr int NTW = NT / 2;                 // n8 tiles per QK warp
+  static constexpr int RW = R / kWarps;
   static constexpr int LPR = 32 / RW;
   static constexpr int CPL = BN / LPR;
   static_assert(SMEM <= 101376, "shared memory over the sm_86/sm_89/sm_120 limit");
   static_assert(ST_OFF % 16 == 0 && PART_OFF % 16 == 0 && VALID_OFF % 16 == 0, "alignment");
-  static_assert(CPL >= 2 && (CPL & (CPL - 1)) == 0, "softmax layout");
+  static_assert(CPL >= 1 && (CPL & (CPL - 1)) == 0, "softmax layout");
 };
 
 struct LaunchArgs {
@@ -69,6 +76,7 @@ struct LaunchArgs {
   int64_t group_begin;
   __nv_bfloat16* part_o;
   float* part_lse;
+  int* counters;  // [groups in slab][row_tiles], zero at launch
 };
 
 // Pairwise sum of N values in index order (a complete binary tree), so that sums split
@@ -83,11 +91,11 @@ __device__ __forceinline__ float tree_sum(const float* v) {
 }
 
 template <bool FP8, int R, bool DECODE>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
     mla_fwd_sm80_kernel(const MlaParams p, const LaunchArgs la) {
   using C = KCfg<FP8, R>;
   constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PS = C::PS, MT = C::MT,
-                NT = C::NT;
+                NTW = C::NTW;
   using namespace latte::cuda::sm80;
   using latte::cuda::e4m3x4_even_to_bf16x2;
   using latte::cuda::e4m3x4_odd_to_bf16x2;
@@ -101,6 +109,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* const sRowM = reinterpret_cast<float*>(smem + C::ROWM_OFF);
   float* const sFinM = reinterpret_cast<float*>(smem + C::FINM_OFF);
   float* const sFinL = reinterpret_cast<float*>(smem + C::FINL_OFF);
+  int* const sFlag = reinterpret_cast<int*>(smem + C::FLAG_OFF);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int gq = lane >> 2, tq = lane & 3;
@@ -138,6 +147,52 @@ __global__ void __launch_bounds__(kThreads, 1)
     return p.q + grp * p.q_sg + i * p.q_si + h * p.q_sh;
   };
 
+  // ---- KV tile gather: this thread's token of a tile, its raw index fetched a tile early ----
+  constexpr int TPT = kThreads / BN;  // threads per token
+  const int ld_tok = tid / TPT, ld_sub = tid - (tid / TPT) * TPT;
+  auto fetch_index = [&](int tile) -> int {
+    const int k = k_begin + tile * BN + ld_tok;
+    if (tile >= n_tiles || k >= k_end) return -1;
+    if constexpr (DECODE) {
+      return p.block_table[grp * p.bt_s + k / p.block_size];
+    } else {
+      return p.indices[grp * p.idx_s + k];
+    }
+  };
+  auto issue_tile = [&](int tile, int stage, int raw) {
+    const int k = k_begin + tile * BN + ld_tok;
+    bool valid = false;
+    const uint8_t* src = p.kv;
+    if (k < k_end) {
+      int64_t blk = 0, off = 0;
+      if constexpr (DECODE) {
+        valid = raw >= 0 && raw < p.num_blocks;
+        blk = raw;
+        off = k % p.block_size;
+      } else {
+        valid = raw >= 0 && raw < num_slots;
+        blk = raw / p.block_size;
+        off = raw - blk * p.block_size;
+      }
+      if (valid) src = p.kv + blk * p.kv_sblock + off * p.kv_stok;
+    }
+    uint8_t* const dst = sST + (stage * BN + ld_tok) * ROWB;
+    if constexpr (FP8) {
+      for (int c = ld_sub; c < 41; c += TPT)
+        cp_async_16_zfill(smem_u32(dst + c * 16), valid ? src + c * 16 : src, valid);
+    } else {
+      for (int c = ld_sub; c < 72; c += TPT)
+        cp_async_16_zfill(smem_u32(dst + ((c ^ (ld_tok & 7)) << 4)), valid ? src + c * 16 : src,
+                          valid);
+    }
+    if (ld_sub == 0) sValid[stage * BN + ld_tok] = valid ? 1 : 0;
+  };
+
+  // first indices in flight before the Q load
+  int raw_pro[NSTAGE];
+#pragma unroll
+  for (int st = 0; st < NSTAGE; ++st) raw_pro[st] = fetch_index(st);
+
   // ---- Q -> shared memory (rows past `rows` are zero) ----
   if constexpr (!FP8) {
     for (int c = tid; c < R * 72; c += kThreads) {
@@ -149,7 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       cp_async_16_zfill(smem_u32(sQ + r * kQRowBytes + ((ch ^ (r & 7)) << 4)), src, ok);
     }
   } else {
-    for (int r = warp; r < R; r += 4) {
+    for (int r = warp; r < R; r += kWarps) {
       const int row = row0 + r;
       uint8_t* const qrow = sQ + r * kQRowBytes;
       uint4 ev = make_uint4(0, 0, 0, 0), od = make_uint4(0, 0, 0, 0), rope = make_uint4(0, 0, 0, 0);
@@ -190,46 +245,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
 
-  // ---- KV tile gather ----
-  auto load_tile = [&](int tile, int stage) {
-    constexpr int TPT = kThreads / BN;  // threads per token
-    const int tok = tid / TPT, sub = tid - (tid / TPT) * TPT;
-    const int k = k_begin + tile * BN + tok;
-    bool valid = false;
-    const uint8_t* src = p.kv;
-    if (k < k_end) {
-      int64_t blk = 0, off = 0;
-      if constexpr (DECODE) {
-        const int b = k / p.block_size;
-        const int e = p.block_table[grp * p.bt_s + b];
-        valid = e >= 0 && e < p.num_blocks;
-        blk = e;
-        off = k - static_cast<int64_t>(b) * p.block_size;
-      } else {
-        const int s = p.indices[grp * p.idx_s + k];
-        valid = s >= 0 && s < num_slots;
-        blk = s / p.block_size;
-        off = s - blk * p.block_size;
-      }
-      if (valid) src = p.kv + blk * p.kv_sblock + off * p.kv_stok;
-    }
-    uint8_t* const dst = sST + (stage * BN + tok) * ROWB;
-    if constexpr (FP8) {
-      for (int c = sub; c < 41; c += TPT)
-        cp_async_16_zfill(smem_u32(dst + c * 16), valid ? src + c * 16 : src, valid);
-    } else {
-      for (int c = sub; c < 72; c += TPT)
-        cp_async_16_zfill(smem_u32(dst + ((c ^ (tok & 7)) << 4)), valid ? src + c * 16 : src,
-                          valid);
-    }
-    if (sub == 0) sValid[stage * BN + tok] = valid ? 1 : 0;
-  };
-
 #pragma unroll
   for (int st = 0; st < NSTAGE - 1; ++st) {
-    if (st < n_tiles) load_tile(st, st);
+    if (st < n_tiles) issue_tile(st, st, raw_pro[st]);
     cp_async_commit_group();
   }
+  int raw_next = raw_pro[NSTAGE - 1];  // index of tile j + NSTAGE - 1
 
   // softmax-owner state (the lane's row)
   const int srow = warp * C::RW + lane / C::LPR;
@@ -243,36 +264,37 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
-  float O[MT][16][4];
+  float O[MT][8][4];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
 #pragma unroll
-    for (int n = 0; n < 16; ++n)
+    for (int n = 0; n < 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) O[m][n][e] = 0.f;
 
   const uint32_t q_base = smem_u32(sQ);
+  const int kq = warp & 3, nh = warp >> 2;
 
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait_group<NSTAGE - 2>();
     __syncthreads();
     {
       const int jn = j + NSTAGE - 1;
-      if (jn < n_tiles) load_tile(jn, jn % NSTAGE);
+      if (jn < n_tiles) issue_tile(jn, jn % NSTAGE, raw_next);
       cp_async_commit_group();
+      raw_next = fetch_index(jn + 1);  // consumed next tile: its latency overlaps this one
     }
     const int stage = j % NSTAGE;
     const uint8_t* const st = sST + stage * BN * ROWB;
     const uint32_t st_u32 = smem_u32(st);
 
-    // ---------------- QK: partial S over this warp's dims ----------------
+    // ---------------- QK: partial S over this warp's dims and token half ----------------
     {
-      const int kq = warp;
-      float acc[MT][NT][4];
+      float acc[MT][NTW][4];
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int n = 0; n < NT; ++n)
+        for (int n = 0; n < NTW; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
 
@@ -284,16 +306,17 @@ __global__ void __launch_bounds__(kThreads, 1)
           ldmatrix_x4(a[m], q_base + row * kQRowBytes + ((c ^ (row & 7)) << 4));
         }
       };
+      const int tok0 = nh * NTW * 8;  // first token of this warp's half
 
       if constexpr (FP8) {
-#pragma unroll 2
+#pragma unroll 4
         for (int s = 0; s < 8; ++s) {
           uint32_t a[MT][4];
           load_a(a, (kq * 8 + s) * 2);
 #pragma unroll
-          for (int n = 0; n < NT; ++n) {
-            const uint32_t w =
-                *reinterpret_cast<const uint32_t*>(st + (8 * n + gq) * ROWB + kq * 128 + s * 16 + tq * 4);
+          for (int n = 0; n < NTW; ++n) {
+            const uint32_t w = *reinterpret_cast<const uint32_t*>(
+                st + (tok0 + 8 * n + gq) * ROWB + kq * 128 + s * 16 + tq * 4);
             const uint32_t b0 = e4m3x4_even_to_bf16x2(w), b1 = e4m3x4_odd_to_bf16x2(w);
 #pragma unroll
             for (int m = 0; m < MT; ++m) mma_bf16_16816(acc[m][n], a[m], b0, b1);
@@ -307,10 +330,10 @@ __global__ void __launch_bounds__(kThreads, 1)
           rm[m][1] = sRowM[16 * m + gq + 8];
         }
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const float s0 = *reinterpret_cast<const float*>(st + (8 * n + 2 * tq) * ROWB + 512 + 4 * kq);
-          const float s1 =
-              *reinterpret_cast<const float*>(st + (8 * n + 2 * tq + 1) * ROWB + 512 + 4 * kq);
+        for (int n = 0; n < NTW; ++n) {
+          const int tk = tok0 + 8 * n + 2 * tq;
+          const float s0 = *reinterpret_cast<const float*>(st + tk * ROWB + 512 + 4 * kq);
+          const float s1 = *reinterpret_cast<const float*>(st + (tk + 1) * ROWB + 512 + 4 * kq);
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
             acc[m][n][0] *= s0 * rm[m][0];
@@ -321,47 +344,40 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         // rope dims 512 + 16kq .. : bf16 in the cache row at byte 528
         {
+          static_assert(NTW == 2, "fp8 rope path loads two n8 tiles");
           uint32_t a[MT][4];
           load_a(a, 64 + 2 * kq);
+          const int tok = tok0 + (lane & 7) + ((lane >> 4) << 3);
+          const int half = (lane >> 3) & 1;
+          uint32_t b[4];
+          ldmatrix_x4(b, st_u32 + tok * ROWB + 528 + kq * 32 + half * 16);
 #pragma unroll
-          for (int np = 0; np < NT / 2; ++np) {
-            const int tok = 16 * np + (lane & 7) + ((lane >> 4) << 3);
-            const int half = (lane >> 3) & 1;
-            uint32_t b[4];
-            ldmatrix_x4(b, st_u32 + tok * ROWB + 528 + kq * 32 + half * 16);
-#pragma unroll
-            for (int m = 0; m < MT; ++m) {
-              mma_bf16_16816(acc[m][2 * np], a[m], b[0], b[1]);
-              mma_bf16_16816(acc[m][2 * np + 1], a[m], b[2], b[3]);
-            }
+          for (int m = 0; m < MT; ++m) {
+            mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
+            mma_bf16_16816(acc[m][1], a[m], b[2], b[3]);
           }
         }
       } else {
+        static_assert(NTW == 1, "bf16 path: one n8 tile per QK warp");
 #pragma unroll 3
         for (int s = 0; s < 9; ++s) {
           const int blk16 = s < 8 ? kq * 8 + s : 32 + kq;
           uint32_t a[MT][4];
           load_a(a, blk16 * 2);
+          const int tok = tok0 + (lane & 7);
+          const int c = blk16 * 2 + ((lane >> 3) & 1);
+          uint32_t b[2];
+          ldmatrix_x2(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
 #pragma unroll
-          for (int np = 0; np < NT / 2; ++np) {
-            const int tok = 16 * np + (lane & 7) + ((lane >> 4) << 3);
-            const int c = blk16 * 2 + ((lane >> 3) & 1);
-            uint32_t b[4];
-            ldmatrix_x4(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
-#pragma unroll
-            for (int m = 0; m < MT; ++m) {
-              mma_bf16_16816(acc[m][2 * np], a[m], b[0], b[1]);
-              mma_bf16_16816(acc[m][2 * np + 1], a[m], b[2], b[3]);
-            }
-          }
+          for (int m = 0; m < MT; ++m) mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
         }
       }
       // store the partial
 #pragma unroll
       for (int m = 0; m < MT; ++m)
 #pragma unroll
-        for (int n = 0; n < NT; ++n) {
-          const int row = 16 * m + gq, col = 8 * n + 2 * tq;
+        for (int n = 0; n < NTW; ++n) {
+          const int row = 16 * m + gq, col = tok0 + 8 * n + 2 * tq;
           *reinterpret_cast<float2*>(&sPart[(kq * R + row) * PS + col]) =
               make_float2(acc[m][n][0], acc[m][n][1]);
           *reinterpret_cast<float2*>(&sPart[(kq * R + row + 8) * PS + col]) =
@@ -374,17 +390,24 @@ __global__ void __launch_bounds__(kThreads, 1)
     {
       constexpr int CPL = C::CPL, LPR = C::LPR;
       float x[CPL];
+      if constexpr (CPL >= 2) {
 #pragma unroll
-      for (int c = 0; c < CPL; c += 2) {
-        float2 v = *reinterpret_cast<const float2*>(&sPart[(0 * R + srow) * PS + c0 + c]);
+        for (int c = 0; c < CPL; c += 2) {
+          float2 v = *reinterpret_cast<const float2*>(&sPart[(0 * R + srow) * PS + c0 + c]);
 #pragma unroll
-        for (int kq = 1; kq < 4; ++kq) {
-          const float2 u = *reinterpret_cast<const float2*>(&sPart[(kq * R + srow) * PS + c0 + c]);
-          v.x += u.x;
-          v.y += u.y;
+          for (int q4 = 1; q4 < 4; ++q4) {
+            const float2 u = *reinterpret_cast<const float2*>(&sPart[(q4 * R + srow) * PS + c0 + c]);
+            v.x += u.x;
+            v.y += u.y;
+          }
+          x[c] = v.x;
+          x[c + 1] = v.y;
         }
-        x[c] = v.x;
-        x[c + 1] = v.y;
+      } else {
+        float v = sPart[(0 * R + srow) * PS + c0];
+#pragma unroll
+        for (int q4 = 1; q4 < 4; ++q4) v += sPart[(q4 * R + srow) * PS + c0];
+        x[0] = v;
       }
       float tmax = -INFINITY;
 #pragma unroll
@@ -408,14 +431,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int off = 1; off < LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       l_run = l_run * alpha + sum;
       m_run = m_new;
+      if constexpr (CPL >= 2) {
 #pragma unroll
-      for (int c = 0; c < CPL; c += 2)
-        *reinterpret_cast<float2*>(&sPart[srow * PS + c0 + c]) = make_float2(x[c], x[c + 1]);
+        for (int c = 0; c < CPL; c += 2)
+          *reinterpret_cast<float2*>(&sPart[srow * PS + c0 + c]) = make_float2(x[c], x[c + 1]);
+      } else {
+        sPart[srow * PS + c0] = x[0];
+      }
       if ((lane % LPR) == 0) sAlpha[srow] = alpha;
     }
     __syncthreads();
 
-    // ---------------- PV: O[:, 128w .. 128w+128) ----------------
+    // ---------------- PV: O[:, 64w .. 64w+64) ----------------
     {
       float al[MT][2];
       bool need = false;
@@ -429,7 +456,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-          for (int n = 0; n < 16; ++n) {
+          for (int n = 0; n < 8; ++n) {
             O[m][n][0] *= al[m][0];
             O[m][n][1] *= al[m][0];
             O[m][n][2] *= al[m][1];
@@ -442,10 +469,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int ka = 16 * i + 2 * tq;  // tokens ka, ka+1, ka+8, ka+9
         float sc[4] = {1.f, 1.f, 1.f, 1.f};
         if constexpr (FP8) {
-          sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + 512 + 4 * warp) * 0x1p112f;
-          sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + 512 + 4 * warp) * 0x1p112f;
-          sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + 512 + 4 * warp) * 0x1p112f;
-          sc[3] = *reinterpret_cast<const float*>(st + (ka + 9) * ROWB + 512 + 4 * warp) * 0x1p112f;
+          const int so = 512 + 4 * (warp >> 1);  // group of dims [64w, 64w+64)
+          sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + so) * 0x1p112f;
+          sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + so) * 0x1p112f;
+          sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + so) * 0x1p112f;
+          sc[3] = *reinterpret_cast<const float*>(st + (ka + 9) * ROWB + so) * 0x1p112f;
         }
         uint32_t a[MT][4];
 #pragma unroll
@@ -461,36 +489,33 @@ __global__ void __launch_bounds__(kThreads, 1)
           a[m][3] = pack_bf16x2(p11.x * sc[2], p11.y * sc[3]);
         }
         if constexpr (FP8) {
-          const uint8_t* const t0 = st + ka * ROWB + 128 * warp + 8 * gq;
+          const uint8_t* const t0 = st + ka * ROWB + 64 * warp + 8 * gq;
+          const uint2 x = *reinterpret_cast<const uint2*>(t0);
+          const uint2 y = *reinterpret_cast<const uint2*>(t0 + ROWB);
+          const uint2 z = *reinterpret_cast<const uint2*>(t0 + 8 * ROWB);
+          const uint2 u = *reinterpret_cast<const uint2*>(t0 + 9 * ROWB);
 #pragma unroll
-          for (int b = 0; b < 2; ++b) {
-            const uint2 x = *reinterpret_cast<const uint2*>(t0 + 64 * b);
-            const uint2 y = *reinterpret_cast<const uint2*>(t0 + ROWB + 64 * b);
-            const uint2 z = *reinterpret_cast<const uint2*>(t0 + 8 * ROWB + 64 * b);
-            const uint2 u = *reinterpret_cast<const uint2*>(t0 + 9 * ROWB + 64 * b);
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t xa = h ? x.y : x.x, ya = h ? y.y : y.x;
+            const uint32_t za = h ? z.y : z.x, ua = h ? u.y : u.x;
+            const uint32_t lo01 = byte_perm(xa, ya, 0x5410), lo23 = byte_perm(xa, ya, 0x7632);
+            const uint32_t hi01 = byte_perm(za, ua, 0x5410), hi23 = byte_perm(za, ua, 0x7632);
+            const uint32_t bb0[4] = {e4m3x4_even_to_bf16x2(lo01), e4m3x4_odd_to_bf16x2(lo01),
+                                     e4m3x4_even_to_bf16x2(lo23), e4m3x4_odd_to_bf16x2(lo23)};
+            const uint32_t bb1[4] = {e4m3x4_even_to_bf16x2(hi01), e4m3x4_odd_to_bf16x2(hi01),
+                                     e4m3x4_even_to_bf16x2(hi23), e4m3x4_odd_to_bf16x2(hi23)};
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              const uint32_t xa = h ? x.y : x.x, ya = h ? y.y : y.x;
-              const uint32_t za = h ? z.y : z.x, ua = h ? u.y : u.x;
-              const uint32_t lo01 = byte_perm(xa, ya, 0x5410), lo23 = byte_perm(xa, ya, 0x7632);
-              const uint32_t hi01 = byte_perm(za, ua, 0x5410), hi23 = byte_perm(za, ua, 0x7632);
-              const uint32_t bb0[4] = {e4m3x4_even_to_bf16x2(lo01), e4m3x4_odd_to_bf16x2(lo01),
-                                       e4m3x4_even_to_bf16x2(lo23), e4m3x4_odd_to_bf16x2(lo23)};
-              const uint32_t bb1[4] = {e4m3x4_even_to_bf16x2(hi01), e4m3x4_odd_to_bf16x2(hi01),
-                                       e4m3x4_even_to_bf16x2(hi23), e4m3x4_odd_to_bf16x2(hi23)};
+            for (int d = 0; d < 4; ++d) {
+              const int jn = 4 * h + d;
 #pragma unroll
-              for (int d = 0; d < 4; ++d) {
-                const int jn = 8 * b + 4 * h + d;
-#pragma unroll
-                for (int m = 0; m < MT; ++m) mma_bf16_16816(O[m][jn], a[m], bb0[d], bb1[d]);
-              }
+              for (int m = 0; m < MT; ++m) mma_bf16_16816(O[m][jn], a[m], bb0[d], bb1[d]);
             }
           }
         } else {
 #pragma unroll
-          for (int c = 0; c < 16; c += 2) {
+          for (int c = 0; c < 8; c += 2) {
             const int tok = 16 * i + (lane & 7) + (((lane >> 3) & 1) << 3);
-            const int chn = 16 * warp + c + (lane >> 4);
+            const int chn = 8 * warp + c + (lane >> 4);
             uint32_t b[4];
             ldmatrix_x4_trans(b, st_u32 + tok * ROWB + ((chn ^ (tok & 7)) << 4));
 #pragma unroll
@@ -532,23 +557,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         dst = la.part_o + ((g_local * rows + row) * la.nsplit + split) * 512;
       }
       if constexpr (FP8) {
+        uint32_t v0[4], v1[4];
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
-          uint32_t v0[4], v1[4];
-#pragma unroll
-          for (int d = 0; d < 4; ++d) {
-            v0[d] = pack_bf16x2(O[m][8 * b + 2 * d][2 * hr] * inv, O[m][8 * b + 2 * d + 1][2 * hr] * inv);
-            v1[d] = pack_bf16x2(O[m][8 * b + 2 * d][2 * hr + 1] * inv,
-                                O[m][8 * b + 2 * d + 1][2 * hr + 1] * inv);
-          }
-          __nv_bfloat16* const o = dst + 128 * warp + 64 * b + 16 * tq;
-          *reinterpret_cast<uint4*>(o) = make_uint4(v0[0], v0[1], v0[2], v0[3]);
-          *reinterpret_cast<uint4*>(o + 8) = make_uint4(v1[0], v1[1], v1[2], v1[3]);
+        for (int d = 0; d < 4; ++d) {
+          v0[d] = pack_bf16x2(O[m][2 * d][2 * hr] * inv, O[m][2 * d + 1][2 * hr] * inv);
+          v1[d] = pack_bf16x2(O[m][2 * d][2 * hr + 1] * inv, O[m][2 * d + 1][2 * hr + 1] * inv);
         }
+        __nv_bfloat16* const o = dst + 64 * warp + 16 * tq;
+        *reinterpret_cast<uint4*>(o) = make_uint4(v0[0], v0[1], v0[2], v0[3]);
+        *reinterpret_cast<uint4*>(o + 8) = make_uint4(v1[0], v1[1], v1[2], v1[3]);
       } else {
 #pragma unroll
-        for (int n = 0; n < 16; ++n) {
-          *reinterpret_cast<uint32_t*>(dst + 128 * warp + 8 * n + 2 * tq) =
+        for (int n = 0; n < 8; ++n) {
+          *reinterpret_cast<uint32_t*>(dst + 64 * warp + 8 * n + 2 * tq) =
               pack_bf16x2(O[m][n][2 * hr] * inv, O[m][n][2 * hr + 1] * inv);
         }
       }
@@ -561,6 +582,62 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
+  }
+  if (direct) return;
+
+  // ---------------- split combine by the last CTA of this (group, row tile) ----------------
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int done = atomicAdd(&la.counters[g_local * la.row_tiles + rt], 1);
+    *sFlag = done == nsplit_g - 1 ? 1 : 0;
+  }
+  __syncthreads();
+  if (*sFlag == 0) return;
+  __threadfence();
+  for (int r = warp; r < R; r += kWarps) {
+    const int row = row0 + r;
+    if (row >= rows) break;
+    const int64_t base = (g_local * rows + row) * la.nsplit;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int s2 = 0; s2 < nsplit_g; ++s2) mx = fmaxf(mx, __ldcg(la.part_lse + base + s2));
+    float accv[16];
+#pragma unroll
+    for (int d = 0; d < 16; ++d) accv[d] = 0.f;
+    float wsum = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll 4
+      for (int s2 = 0; s2 < nsplit_g; ++s2) {
+        const float w = exp2f(__ldcg(la.part_lse + base + s2) - mx);
+        wsum += w;
+        const uint4* src = reinterpret_cast<const uint4*>(la.part_o + (base + s2) * 512 + lane * 16);
+        const uint4 v0 = __ldcg(src), v1 = __ldcg(src + 1);
+        const uint32_t u[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+        for (int d = 0; d < 8; ++d) {
+          accv[2 * d] += w * __uint_as_float(u[d] << 16);
+          accv[2 * d + 1] += w * __uint_as_float(u[d] & 0xFFFF0000u);
+        }
+      }
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
+    __nv_bfloat16* const dst = p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh + lane * 16;
+    uint32_t o[8];
+#pragma unroll
+    for (int d = 0; d < 8; ++d) o[d] = pack_bf16x2(accv[2 * d] * inv, accv[2 * d + 1] * inv);
+    reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    if (lane == 0 && p.lse != nullptr) {
+      p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] =
+          mx == -INFINITY ? -INFINITY : (mx + log2f(wsum)) * 0.6931471805599453f;
+    }
+    // the partials of this row are consumed: drop them from L2 without a write-back
+    __syncwarp();
+    const int lines = nsplit_g * 8;  // 1024 B per split = 8 lines of 128 B
+    for (int ln = lane; ln < lines; ln += 32)
+      discard_l2_line(reinterpret_cast<const uint8_t*>(la.part_o + base * 512) + ln * 128);
   }
 }
 
