@@ -236,6 +236,7 @@ struct BadCaps {
   const char* json;
   const char* fragment;
 };
+void PrintTo(const BadCaps& c, std::ostream* os) { *os << c.json; }
 
 class CapabilitiesJsonErrors : public ::testing::TestWithParam<BadCaps> {};
 

@@ -16,6 +16,7 @@ struct Described {
   int64_t smem;
   int sm_count;
 };
+void PrintTo(const Described& d, std::ostream* os) { *os << d.name; }
 
 class DescribedDevices : public ::testing::TestWithParam<Described> {};
 

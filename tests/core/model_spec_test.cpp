@@ -22,6 +22,7 @@ struct Preset {
   const char* rope_type;
   double factor;
 };
+void PrintTo(const Preset& p, std::ostream* os) { *os << p.name; }
 
 double yarn_scale(double factor) {
   const double m = 0.1 * std::log(factor) + 1.0;
@@ -218,6 +219,7 @@ struct BadConfig {
   std::string json;
   const char* fragment;
 };
+void PrintTo(const BadConfig& c, std::ostream* os) { *os << c.name; }
 
 std::string config_with(const std::string& replace_key, const std::string& value) {
   // A valid DSA config with one field replaced (value "" removes it).

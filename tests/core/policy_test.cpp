@@ -200,6 +200,7 @@ struct BadPolicy {
   std::string json;
   const char* fragment;
 };
+void PrintTo(const BadPolicy& p, std::ostream* os) { *os << p.name; }
 
 std::string rule_with(const std::string& rule) { return R"({"latte_policy": 1, "rules": [)" + rule + "]}"; }
 std::string when_with(const std::string& when) {

@@ -259,6 +259,7 @@ struct BrokenCase {
   const char* library;
   const char* fragment;
 };
+void PrintTo(const BrokenCase& c, std::ostream* os) { *os << c.library; }
 
 class BrokenPlugins : public PluginTest, public ::testing::WithParamInterface<BrokenCase> {};
 
@@ -366,6 +367,49 @@ TEST(PluginPath, LoadsWhatItCanAndReportsTheRest) {
   EXPECT_TRUE(missing_dir_reported);
   EXPECT_EQ(context.plugin_load_results().size(), results.size());
   EXPECT_EQ(context.select(glm5_sparse(8), describe_device("cpu"), no_env()).chosen, "example.cpu_sparse_mla");
+}
+
+}  // namespace
+}  // namespace latte
+
+namespace latte {
+namespace {
+
+// Context::global() reads LATTE_POLICY and LATTE_PLUGIN_PATH once, on first use. Each case
+// runs in a forked child (a gtest death test) so that the first use happens there.
+TEST(GlobalContextDeathTest, ReadsThePluginPathAndThePolicyFromTheEnvironment) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("LATTE_PLUGIN_PATH", LATTE_EXAMPLE_PLUGIN_DIR ":/nonexistent/dir", 1);
+        unsetenv("LATTE_POLICY");
+        Context& ctx = Context::global();
+        const bool loaded = ctx.plugins().size() == 1 && ctx.plugin_load_results().size() == 2;
+        const Selection s = ctx.select(glm5_sparse(8), describe_device("cpu"), no_env());
+        std::exit(loaded && s.chosen == "example.cpu_sparse_mla" ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(GlobalContextDeathTest, ABadUserPolicyThrowsOnFirstUseNamingTheVariable) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const std::string bad = ::testing::TempDir() + "latte_bad_global_policy.json";
+  std::ofstream(bad) << R"({"latte_policy": 1, "rules": [{"name": "x", "when": {"arch": "sm90"}, "order": ["a.*"]}]})";
+  EXPECT_EXIT(
+      {
+        unsetenv("LATTE_PLUGIN_PATH");
+        setenv("LATTE_POLICY", bad.c_str(), 1);
+        try {
+          (void)Context::global();
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          const bool clear = e.code() == ErrorCode::policy_error && what.find("LATTE_POLICY=" + bad) == 0 &&
+                             what.find("rules[0].when.arch") != std::string::npos;
+          std::exit(clear ? 3 : 4);
+        }
+        std::exit(5);
+      },
+      ::testing::ExitedWithCode(3), "");
 }
 
 }  // namespace
