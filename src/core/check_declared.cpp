@@ -28,6 +28,14 @@ std::string listed(const std::vector<T>& items, std::string_view separator) {
   return detail::join(items, separator, [](const T& item) { return std::string(to_string(item)); });
 }
 
+// "sm_89 or newer", "sm_90 or older", "sm_80..sm_89", "one of {sm_90, sm_100}".
+std::string describe_arch(const IntRule& rule) {
+  const bool plain = !rule.multiple_of && rule.one_of.empty();
+  if (plain && rule.min && !rule.max) return arch_name(static_cast<int>(*rule.min)) + " or newer";
+  if (plain && rule.max && !rule.min) return arch_name(static_cast<int>(*rule.max)) + " or older";
+  return rule.describe_with([](int64_t a) { return arch_name(static_cast<int>(a)); });
+}
+
 // A reason for an integer field refused by `rule`.
 Reason int_reason(const char* code, const char* field, const char* what, const IntRule& rule, int64_t value,
                   const std::string& got_detail = {}) {
@@ -64,7 +72,7 @@ void walk_declared(const Capabilities& caps, const AttentionSpec& spec, const De
     }
   } else if (device.kind == DeviceKind::cuda && !caps.arch.accepts(device.arch())) {
     if (!refuse([&] {
-          const std::string wanted = caps.arch.describe_with([](int64_t a) { return arch_name(static_cast<int>(a)); });
+          const std::string wanted = describe_arch(caps.arch);
           const std::string got = arch_name(device.arch());
           return Reason{"arch", "device.arch", wanted, got, fmt::format("needs {}; this device is {}", wanted, got)};
         })) {

@@ -87,7 +87,9 @@ TEST(CheckDeclared, DeviceKindAndArch) {
 TEST(CheckDeclared, ArchIsIgnoredOnTheCpu) {
   Capabilities caps = mla_caps({DeviceKind::cpu, DeviceKind::cuda}, IntRule::at_least(89));
   EXPECT_TRUE(check_declared(caps, glm5_sparse(), describe_device("cpu")).empty());
-  EXPECT_EQ(codes(check_declared(caps, glm5_sparse(), describe_device("sm_80"))), std::vector<std::string>{"arch"});
+  const auto on_80 = check_declared(caps, glm5_sparse(), describe_device("sm_80"));
+  EXPECT_EQ(codes(on_80), std::vector<std::string>{"arch"});
+  EXPECT_EQ(on_80[0].text, "needs sm_89 or newer; this device is sm_80");
 }
 
 TEST(CheckDeclared, HeadsNamesTheTensorParallelSplit) {
