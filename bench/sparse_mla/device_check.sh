@@ -4,6 +4,7 @@
 # machine with the binaries staged in .gpu/attn (liblatte.so*, test_cuda_sparse_mla,
 # bench_sparse_mla) and scripts/stage-device-libs' .deps carried.
 #   bench/sparse_mla/device_check.sh [tests] [memcheck] [racecheck] [bench] [bench-filter=S]
+#        [env:VAR=VALUE (bench again without the peer, with VAR set)] [sass] [ncu=FILTER_WORD]
 set -u
 export LD_LIBRARY_PATH=$PWD/.gpu/attn:$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
 cublas_dir=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null || true)
@@ -17,10 +18,10 @@ B=.gpu/attn/bench_sparse_mla
 filter=""
 steps="$*"
 [ -z "$steps" ] && steps="tests memcheck racecheck bench"
-for a in $steps; do case $a in bench-filter=*) filter=${a#bench-filter=};; esac; done
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 for step in $steps; do
   case $step in
+  bench-filter=*) filter=${step#bench-filter=};;
   tests)
     echo "== tests"; start=$(date +%s)
     timeout 150 "$T" --gtest_color=no > "$OUT/tests.log" 2>&1; rc=$?
@@ -61,10 +62,10 @@ for step in $steps; do
     awk '/Function : .*mla_fwd_sm80_kernelILb1ELi32ELb0E/{f=1;next} /Function :/{f=0} f' "$OUT/latte.sass" > "$OUT/fp8_32.sass"
     grep -oE '/\*[0-9a-f]{4}\*/ +[A-Z0-9_.]+' "$OUT/fp8_32.sass" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25 | tr '\n' ' '; echo
     ;;
-  chunk=*)
-    c=${step#chunk=}
-    echo "== bench (no peer) with LATTE_CUDA_SPARSE_MLA_CHUNK=$c, filter '$filter'"
-    LATTE_CUDA_SPARSE_MLA_CHUNK=$c timeout 90 "$B" "$filter" 20 2>&1 | \
+  env:*)
+    kv=${step#env:}
+    echo "== bench (no peer) with $kv, filter '$filter'"
+    env "$kv" timeout 120 "$B" "$filter" 20 2>&1 | \
       python3 -c "import sys,json
 for l in sys.stdin:
     l=l.strip()

@@ -310,6 +310,7 @@ std::vector<int64_t> sample_tokens(const SparseCase& c) {
   for (int e : c.opts.empty)
     if (e < c.T) ts.push_back(e);
   ts.push_back(0);
+  ts.push_back(c.T / 2);
   ts.push_back(c.T - 1);
   const int64_t n = std::min<int64_t>(c.T, budget);
   for (int64_t i = 0; i < n; ++i) ts.push_back(i * c.T / n);
@@ -693,7 +694,9 @@ TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
 // (forced through LATTE_CUDA_SPARSE_MLA_ROW_TILE), splits, padding, decode with s_q > 1.
 TEST_F(CudaSparseMla, SanitizerSmall) {
   Runner run;
+  for (const char* warps : {"4", "8"})
   for (const char* tile : {"16", "32"}) {
+    setenv("LATTE_CUDA_SPARSE_MLA_WARPS", warps, 1);
     setenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE", tile, 1);
     IndexOpts padded;
     padded.empty = {1};
@@ -704,14 +707,16 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
       auto k = run.make(s->spec);
       const std::size_t n = s->q.size() / 576;
       const Result r = run.run(*k, s->args, n * 512, n);
-      expect_all_written(r, std::string("sanitizer tile ") + tile + " " + name_of(c));
+      const std::string what = std::string("warps ") + warps + " tile " + tile + " " + name_of(c);
+      expect_all_written(r, what);
       const auto ts = sample_tokens(c);
       std::vector<double> ref, ref_lse;
       oracle_sparse(*s, ts, ref, ref_lse);
-      compare(r, ts, c.H, ref, ref_lse, std::string("tile ") + tile + " " + name_of(c));
+      compare(r, ts, c.H, ref, ref_lse, what);
     }
   }
   unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE");
+  unsetenv("LATTE_CUDA_SPARSE_MLA_WARPS");
 }
 
 // The kernels' shared memory fits sm_86 / sm_89 / sm_120 (101376 bytes per block); the declared

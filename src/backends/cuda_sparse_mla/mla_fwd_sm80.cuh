@@ -2,21 +2,22 @@
 // sparse MLA over per-token slot lists and dense paged MLA decode, bf16 or fp8_ds_mla cache.
 // Design notes: docs/kernels/sparse_mla.md. Included by one .cu file per cache format.
 //
-// One CTA = 8 warps = one group (query token / request) x one tile of R rows (heads, or
-// (query, head) pairs in decode) x one split (chunk) of the group's KV tokens. Per KV tile of
-// BN gathered tokens (cp.async, NSTAGE-deep ring, slot indices prefetched one tile ahead,
+// One CTA = NW (4 or 8) warps = one group (query token / request) x one tile of R rows (heads,
+// or (query, head) pairs in decode) x one split (chunk) of the group's KV tokens. Per KV tile
+// of BN gathered tokens (cp.async, NSTAGE-deep ring, slot indices prefetched one tile ahead,
 // -1 / out-of-range slots zero-filled and masked):
-//   QK  warp w = (kq = w % 4, nh = w / 4) computes a partial S[R x BN/2] (token half nh) over
-//       its quarter of the 576 dims (latent group kq, 128 dims, plus rope dims 16kq..+15) and
-//       stores it to shared memory;
-//   SM  warp w owns rows [w*R/8, (w+1)*R/8): sums the 4 partials in a fixed order, masks,
+//   QK  warp w = (kq = w % 4, nh = w / 4) computes a partial S[R x BN*4/NW] (its token part)
+//       over its quarter of the 576 dims (latent group kq, 128 dims, plus rope dims
+//       16kq..16kq+15) and stores it to shared memory;
+//   SM  warp w owns rows [w*R/NW, (w+1)*R/NW): sums the 4 partials in a fixed order, masks,
 //       runs the online softmax (log2 domain), writes P and the row rescale factor;
-//   PV  warp w owns output dims [64w, 64w+64) for all R rows: O = O*alpha + P V.
+//   PV  warp w owns output dims [w*512/NW, (w+1)*512/NW) for all R rows: O = O*alpha + P V.
 // Split groups: each split CTA writes its normalized partial (bf16) and lse to the workspace;
 // the last CTA of a (group, row tile) to finish (a counter, not part of any sum) combines the
 // splits in split order and discards the partials from L2 without writing them back.
-// fp8_ds_mla: the KV tile stays e4m3 in shared memory (656 B / token); fragments are widened
-// to bf16 by bit moves (e4m3_bf16_bits.cuh, value * 2^-120). The per-token group scale is
+// fp8_ds_mla: the KV tile stays e4m3 in shared memory (656 B / token); ldmatrix (plain for QK,
+// .trans for PV, which pairs two tokens' bytes the way the B fragment wants them) reads the
+// e4m3 bytes and bit moves widen them to bf16 (e4m3_bf16_bits.cuh, value * 2^-120). The per-token group scale is
 // applied to the QK partial (warp w's latent dims are exactly group w) and folded into P for
 // PV (warp w's output dims are group w); Q's latent part is stored times 2^(120-E_row), E_row
 // the exponent of the row's largest |q|, so all products stay in range.
@@ -35,13 +36,13 @@
 
 namespace latte::cuda_sparse_mla {
 
-inline constexpr int kThreads = 256;
-inline constexpr int kWarps = kThreads / 32;
 inline constexpr int kQRowBytes = 576 * 2;  // one Q row in shared memory (bf16, swizzled)
 inline constexpr int kPartBytes = 512 * 2 + 4;  // one split's partial row: bf16 O/l + f32 lse2
 
-template <bool FP8, int R>
+template <bool FP8, int R, int NW = 8>
 struct KCfg {
+  static constexpr int kWarps = NW;                  // 4 or 8 warps per CTA
+  static constexpr int kThreads = NW * 32;
   static constexpr int BN = FP8 ? 32 : 16;           // KV tokens per tile
   static constexpr int ROWB = FP8 ? 656 : 1152;      // bytes per token in a stage
   static constexpr int NSTAGE = FP8 ? (R == 32 ? 2 : 3) : (R == 32 ? 3 : 4);
@@ -60,7 +61,9 @@ struct KCfg {
   static constexpr int FLAG_OFF = FINL_OFF + R * 4;
   static constexpr int SMEM = FLAG_OFF + 16;
   // softmax layout: each warp owns RW rows, LPR lanes per row, CPL columns per lane
-  static constexpr int NTW = NT / 2;                 // n8 tiles per QK warp
+  static constexpr int NTW = NT / (NW / 4);          // n8 tiles per QK warp
+  static constexpr int DPW = 512 / NW;               // output dims per PV warp
+  static constexpr int NPV = DPW / 8;                // n8 tiles per PV warp
   static constexpr int RW = R / kWarps;
   static constexpr int LPR = 32 / RW;
   static constexpr int CPL = BN / LPR;
@@ -90,12 +93,13 @@ __device__ __forceinline__ float tree_sum(const float* v) {
   }
 }
 
-template <bool FP8, int R, bool DECODE>
-__global__ void __launch_bounds__(kThreads, 2)
+template <bool FP8, int R, bool DECODE, int NW>
+__global__ void __launch_bounds__(NW * 32, 2)
     mla_fwd_sm80_kernel(const MlaParams p, const LaunchArgs la) {
-  using C = KCfg<FP8, R>;
+  using C = KCfg<FP8, R, NW>;
   constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PS = C::PS, MT = C::MT,
-                NTW = C::NTW;
+                NTW = C::NTW, DPW = C::DPW, NPV = C::NPV;
+  constexpr int kThreads = C::kThreads, kWarps = C::kWarps;
   using namespace latte::cuda::sm80;
   using latte::cuda::e4m3x4_even_to_bf16x2;
   using latte::cuda::e4m3x4_odd_to_bf16x2;
@@ -159,6 +163,13 @@ __global__ void __launch_bounds__(kThreads, 2)
       return p.indices[grp * p.idx_s + k];
     }
   };
+  // block_size a power of two (the usual 1 / 16 / 64): shifts instead of a division
+  const int bs_mask = p.block_size - 1;
+  const int bs_shift = (p.block_size & bs_mask) == 0 ? __ffs(p.block_size) - 1 : -1;
+  constexpr int NCH = ROWB / 16;                 // 16-byte chunks per token row
+  constexpr int CPT = (NCH + TPT - 1) / TPT;      // chunks per thread
+  const uint32_t ld_dst0 =
+      smem_u32(sST) + ld_tok * ROWB + (FP8 ? ld_sub : (ld_sub ^ (ld_tok & 7))) * 16;
   auto issue_tile = [&](int tile, int stage, int raw) {
     const int k = k_begin + tile * BN + ld_tok;
     bool valid = false;
@@ -168,22 +179,24 @@ __global__ void __launch_bounds__(kThreads, 2)
       if constexpr (DECODE) {
         valid = raw >= 0 && raw < p.num_blocks;
         blk = raw;
-        off = k % p.block_size;
+        off = bs_shift >= 0 ? (k & bs_mask) : k % p.block_size;
       } else {
         valid = raw >= 0 && raw < num_slots;
-        blk = raw / p.block_size;
-        off = raw - blk * p.block_size;
+        if (bs_shift >= 0) {
+          blk = raw >> bs_shift;
+          off = raw & bs_mask;
+        } else {
+          blk = raw / p.block_size;
+          off = raw - blk * p.block_size;
+        }
       }
-      if (valid) src = p.kv + blk * p.kv_sblock + off * p.kv_stok;
+      if (valid) src = p.kv + blk * p.kv_sblock + off * p.kv_stok + ld_sub * 16;
     }
-    uint8_t* const dst = sST + (stage * BN + ld_tok) * ROWB;
-    if constexpr (FP8) {
-      for (int c = ld_sub; c < 41; c += TPT)
-        cp_async_16_zfill(smem_u32(dst + c * 16), valid ? src + c * 16 : src, valid);
-    } else {
-      for (int c = ld_sub; c < 72; c += TPT)
-        cp_async_16_zfill(smem_u32(dst + ((c ^ (ld_tok & 7)) << 4)), valid ? src + c * 16 : src,
-                          valid);
+    const uint32_t dst = ld_dst0 + stage * BN * ROWB;
+#pragma unroll
+    for (int i = 0; i < CPT; ++i) {
+      if (ld_sub + i * TPT < NCH)
+        cp_async_16_zfill(dst + i * TPT * 16, valid ? src + i * TPT * 16 : p.kv, valid);
     }
     if (ld_sub == 0) sValid[stage * BN + ld_tok] = valid ? 1 : 0;
   };
@@ -264,16 +277,16 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
-  float O[MT][8][4];
+  float O[MT][NPV][4];
 #pragma unroll
   for (int m = 0; m < MT; ++m)
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+    for (int n = 0; n < NPV; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) O[m][n][e] = 0.f;
 
   const uint32_t q_base = smem_u32(sQ);
-  const int kq = warp & 3, nh = warp >> 2;
+  const int kq = warp & 3, nh = warp >> 2;  // nh = 0 with 4 warps
 
   for (int j = 0; j < n_tiles; ++j) {
     cp_async_wait_group<NSTAGE - 2>();
@@ -309,17 +322,31 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int tok0 = nh * NTW * 8;  // first token of this warp's half
 
       if constexpr (FP8) {
-#pragma unroll 4
-        for (int s = 0; s < 8; ++s) {
-          uint32_t a[MT][4];
-          load_a(a, (kq * 8 + s) * 2);
+        static_assert(NTW % 2 == 0, "fp8 QK loads two n8 tiles per ldmatrix");
+        // B: 8 tokens x 16 e4m3 per 8x8 b16 matrix; lane (g, t) gets token g, bytes 4t..4t+3
+        const uint32_t b_base = st_u32 + (tok0 + (lane & 7) + ((lane >> 4) << 3)) * ROWB +
+                                kq * 128 + ((lane >> 3) & 1) * 16;
+#pragma unroll 2
+        for (int s = 0; s < 8; s += 2) {
+          uint32_t a0[MT][4], a1[MT][4];
+          load_a(a0, (kq * 8 + s) * 2);
+          load_a(a1, (kq * 8 + s + 1) * 2);
 #pragma unroll
-          for (int n = 0; n < NTW; ++n) {
-            const uint32_t w = *reinterpret_cast<const uint32_t*>(
-                st + (tok0 + 8 * n + gq) * ROWB + kq * 128 + s * 16 + tq * 4);
-            const uint32_t b0 = e4m3x4_even_to_bf16x2(w), b1 = e4m3x4_odd_to_bf16x2(w);
+          for (int np = 0; np < NTW / 2; ++np) {
+            uint32_t b[4];  // (n0, s), (n0, s+1), (n1, s), (n1, s+1)
+            ldmatrix_x4(b, b_base + np * 16 * ROWB + s * 16);
 #pragma unroll
-            for (int m = 0; m < MT; ++m) mma_bf16_16816(acc[m][n], a[m], b0, b1);
+            for (int h = 0; h < 2; ++h) {
+              const int n = 2 * np + h;
+              const uint32_t e0 = e4m3x4_even_to_bf16x2(b[2 * h]), o0 = e4m3x4_odd_to_bf16x2(b[2 * h]);
+              const uint32_t e1 = e4m3x4_even_to_bf16x2(b[2 * h + 1]),
+                             o1 = e4m3x4_odd_to_bf16x2(b[2 * h + 1]);
+#pragma unroll
+              for (int m = 0; m < MT; ++m) {
+                mma_bf16_16816(acc[m][n], a0[m], e0, o0);
+                mma_bf16_16816(acc[m][n], a1[m], e1, o1);
+              }
+            }
           }
         }
         // latent group kq: times the token's group scale and the row's 2^E
@@ -344,32 +371,46 @@ __global__ void __launch_bounds__(kThreads, 2)
         }
         // rope dims 512 + 16kq .. : bf16 in the cache row at byte 528
         {
-          static_assert(NTW == 2, "fp8 rope path loads two n8 tiles");
           uint32_t a[MT][4];
           load_a(a, 64 + 2 * kq);
-          const int tok = tok0 + (lane & 7) + ((lane >> 4) << 3);
           const int half = (lane >> 3) & 1;
-          uint32_t b[4];
-          ldmatrix_x4(b, st_u32 + tok * ROWB + 528 + kq * 32 + half * 16);
 #pragma unroll
-          for (int m = 0; m < MT; ++m) {
-            mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
-            mma_bf16_16816(acc[m][1], a[m], b[2], b[3]);
+          for (int np = 0; np < NTW / 2; ++np) {
+            const int tok = tok0 + 16 * np + (lane & 7) + ((lane >> 4) << 3);
+            uint32_t b[4];
+            ldmatrix_x4(b, st_u32 + tok * ROWB + 528 + kq * 32 + half * 16);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma_bf16_16816(acc[m][2 * np], a[m], b[0], b[1]);
+              mma_bf16_16816(acc[m][2 * np + 1], a[m], b[2], b[3]);
+            }
           }
         }
       } else {
-        static_assert(NTW == 1, "bf16 path: one n8 tile per QK warp");
+        static_assert(NTW == 1 || NTW == 2, "bf16 path: one or two n8 tiles per QK warp");
 #pragma unroll 3
         for (int s = 0; s < 9; ++s) {
           const int blk16 = s < 8 ? kq * 8 + s : 32 + kq;
           uint32_t a[MT][4];
           load_a(a, blk16 * 2);
-          const int tok = tok0 + (lane & 7);
-          const int c = blk16 * 2 + ((lane >> 3) & 1);
-          uint32_t b[2];
-          ldmatrix_x2(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
+          if constexpr (NTW == 1) {
+            const int tok = tok0 + (lane & 7);
+            const int c = blk16 * 2 + ((lane >> 3) & 1);
+            uint32_t b[2];
+            ldmatrix_x2(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
 #pragma unroll
-          for (int m = 0; m < MT; ++m) mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
+            for (int m = 0; m < MT; ++m) mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
+          } else {
+            const int tok = tok0 + (lane & 7) + ((lane >> 4) << 3);
+            const int c = blk16 * 2 + ((lane >> 3) & 1);
+            uint32_t b[4];
+            ldmatrix_x4(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
+              mma_bf16_16816(acc[m][1], a[m], b[2], b[3]);
+            }
+          }
         }
       }
       // store the partial
@@ -456,7 +497,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll
-          for (int n = 0; n < 8; ++n) {
+          for (int n = 0; n < NPV; ++n) {
             O[m][n][0] *= al[m][0];
             O[m][n][1] *= al[m][0];
             O[m][n][2] *= al[m][1];
@@ -469,7 +510,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         const int ka = 16 * i + 2 * tq;  // tokens ka, ka+1, ka+8, ka+9
         float sc[4] = {1.f, 1.f, 1.f, 1.f};
         if constexpr (FP8) {
-          const int so = 512 + 4 * (warp >> 1);  // group of dims [64w, 64w+64)
+          const int so = 512 + 4 * ((DPW * warp) >> 7);  // the group of this warp's dims
           sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + so) * 0x1p112f;
           sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + so) * 0x1p112f;
           sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + so) * 0x1p112f;
@@ -489,33 +530,32 @@ __global__ void __launch_bounds__(kThreads, 2)
           a[m][3] = pack_bf16x2(p11.x * sc[2], p11.y * sc[3]);
         }
         if constexpr (FP8) {
-          const uint8_t* const t0 = st + ka * ROWB + 64 * warp + 8 * gq;
-          const uint2 x = *reinterpret_cast<const uint2*>(t0);
-          const uint2 y = *reinterpret_cast<const uint2*>(t0 + ROWB);
-          const uint2 z = *reinterpret_cast<const uint2*>(t0 + 8 * ROWB);
-          const uint2 u = *reinterpret_cast<const uint2*>(t0 + 9 * ROWB);
+          // V^T via ldmatrix.trans of 8 tokens x 16 e4m3: lane (g, t) gets tokens 2t, 2t+1 at
+          // bytes 2g, 2g+1 of a 16-byte segment, already paired for the B fragment.
+          const uint32_t v_base = st_u32 + (16 * i + (lane & 7) + (((lane >> 3) & 1) << 3)) * ROWB +
+                                  DPW * warp + (lane >> 4) * 16;
 #pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t xa = h ? x.y : x.x, ya = h ? y.y : y.x;
-            const uint32_t za = h ? z.y : z.x, ua = h ? u.y : u.x;
-            const uint32_t lo01 = byte_perm(xa, ya, 0x5410), lo23 = byte_perm(xa, ya, 0x7632);
-            const uint32_t hi01 = byte_perm(za, ua, 0x5410), hi23 = byte_perm(za, ua, 0x7632);
-            const uint32_t bb0[4] = {e4m3x4_even_to_bf16x2(lo01), e4m3x4_odd_to_bf16x2(lo01),
-                                     e4m3x4_even_to_bf16x2(lo23), e4m3x4_odd_to_bf16x2(lo23)};
-            const uint32_t bb1[4] = {e4m3x4_even_to_bf16x2(hi01), e4m3x4_odd_to_bf16x2(hi01),
-                                     e4m3x4_even_to_bf16x2(hi23), e4m3x4_odd_to_bf16x2(hi23)};
+          for (int q2 = 0; q2 < DPW / 32; ++q2) {
+            uint32_t r[4];  // (seg 2q2: tokens 0-7, 8-15), (seg 2q2+1: tokens 0-7, 8-15)
+            ldmatrix_x4_trans(r, v_base + q2 * 32);
 #pragma unroll
-            for (int d = 0; d < 4; ++d) {
-              const int jn = 4 * h + d;
+            for (int h = 0; h < 2; ++h) {
+              const int seg = 2 * q2 + h;
+              const uint32_t be = e4m3x4_even_to_bf16x2(r[2 * h]), bo = e4m3x4_odd_to_bf16x2(r[2 * h]);
+              const uint32_t ce = e4m3x4_even_to_bf16x2(r[2 * h + 1]),
+                             co = e4m3x4_odd_to_bf16x2(r[2 * h + 1]);
 #pragma unroll
-              for (int m = 0; m < MT; ++m) mma_bf16_16816(O[m][jn], a[m], bb0[d], bb1[d]);
+              for (int m = 0; m < MT; ++m) {
+                mma_bf16_16816(O[m][2 * seg], a[m], be, ce);      // dims 16seg + 2g
+                mma_bf16_16816(O[m][2 * seg + 1], a[m], bo, co);  // dims 16seg + 2g + 1
+              }
             }
           }
         } else {
 #pragma unroll
-          for (int c = 0; c < 8; c += 2) {
+          for (int c = 0; c < NPV; c += 2) {
             const int tok = 16 * i + (lane & 7) + (((lane >> 3) & 1) << 3);
-            const int chn = 8 * warp + c + (lane >> 4);
+            const int chn = NPV * warp + c + (lane >> 4);
             uint32_t b[4];
             ldmatrix_x4_trans(b, st_u32 + tok * ROWB + ((chn ^ (tok & 7)) << 4));
 #pragma unroll
@@ -557,19 +597,18 @@ __global__ void __launch_bounds__(kThreads, 2)
         dst = la.part_o + ((g_local * rows + row) * la.nsplit + split) * 512;
       }
       if constexpr (FP8) {
-        uint32_t v0[4], v1[4];
+        // n8 tile 2seg+par, acc col 2t+e  ->  dim 64w + 16seg + 4t + 2e + par
 #pragma unroll
-        for (int d = 0; d < 4; ++d) {
-          v0[d] = pack_bf16x2(O[m][2 * d][2 * hr] * inv, O[m][2 * d + 1][2 * hr] * inv);
-          v1[d] = pack_bf16x2(O[m][2 * d][2 * hr + 1] * inv, O[m][2 * d + 1][2 * hr + 1] * inv);
+        for (int seg = 0; seg < DPW / 16; ++seg) {
+          const uint32_t lo = pack_bf16x2(O[m][2 * seg][2 * hr] * inv, O[m][2 * seg + 1][2 * hr] * inv);
+          const uint32_t hi =
+              pack_bf16x2(O[m][2 * seg][2 * hr + 1] * inv, O[m][2 * seg + 1][2 * hr + 1] * inv);
+          *reinterpret_cast<uint2*>(dst + DPW * warp + 16 * seg + 4 * tq) = make_uint2(lo, hi);
         }
-        __nv_bfloat16* const o = dst + 64 * warp + 16 * tq;
-        *reinterpret_cast<uint4*>(o) = make_uint4(v0[0], v0[1], v0[2], v0[3]);
-        *reinterpret_cast<uint4*>(o + 8) = make_uint4(v1[0], v1[1], v1[2], v1[3]);
       } else {
 #pragma unroll
-        for (int n = 0; n < 8; ++n) {
-          *reinterpret_cast<uint32_t*>(dst + 64 * warp + 8 * n + 2 * tq) =
+        for (int n = 0; n < NPV; ++n) {
+          *reinterpret_cast<uint32_t*>(dst + DPW * warp + 8 * n + 2 * tq) =
               pack_bf16x2(O[m][n][2 * hr] * inv, O[m][n][2 * hr + 1] * inv);
         }
       }
