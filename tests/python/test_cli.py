@@ -11,8 +11,26 @@ import pytest
 import latte
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-# The C++ CLI to compare with: LATTE_CLI, or the one scripts/build puts in build/bin.
-CPP_CLI = pathlib.Path(os.environ.get("LATTE_CLI", REPO / "build" / "bin" / "latte"))
+
+
+def matching_cpp_cli():
+    """The C++ CLI to compare with: LATTE_CLI, the one built beside the package
+    (build-python/*/bin, scripts/test-python builds it), or scripts/build's build/bin; the first
+    whose build has the same backends as this package (a CUDA build lists more)."""
+    candidates = [os.environ.get("LATTE_CLI", "")]
+    candidates += sorted(str(p) for p in REPO.glob("build-python/*/bin/latte"))
+    candidates.append(str(REPO / "build" / "bin" / "latte"))
+    ours = [b["id"] for b in latte.backends()]
+    for path in filter(None, candidates):
+        if not pathlib.Path(path).exists():
+            continue
+        r = subprocess.run([path, "backends", "--json"], capture_output=True, text=True, timeout=60)
+        if r.returncode == 0 and [b["id"] for b in json.loads(r.stdout)] == ours:
+            return pathlib.Path(path)
+    return None
+
+
+CPP_CLI = matching_cpp_cli()
 
 
 def python_cli(*args):
@@ -72,8 +90,8 @@ SAME_AS_CPP = [
 ]
 
 
-@pytest.mark.skipif(not CPP_CLI.exists(), reason=f"no C++ CLI at {CPP_CLI} (run scripts/build or "
-                                                  f"set LATTE_CLI)")
+@pytest.mark.skipif(CPP_CLI is None, reason="no C++ latte CLI with this package's backends (set "
+                                            "LATTE_CLI, or build with LATTE_BUILD_TOOLS=ON)")
 @pytest.mark.parametrize("args", SAME_AS_CPP, ids=" ".join)
 def test_same_output_as_the_cpp_cli(args):
     cpp = subprocess.run([str(CPP_CLI), *args], capture_output=True, text=True, timeout=120)
