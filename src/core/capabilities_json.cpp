@@ -138,7 +138,7 @@ Capabilities capabilities_from_json(const std::string& json_text, const std::str
   json root;
   try {
     root = json::parse(json_text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e99999
     throw Error(ErrorCode::plugin_error,
                 fmt::format("capabilities of {} are not valid JSON: {}", source, e.what()));
   }

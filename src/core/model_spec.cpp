@@ -196,7 +196,7 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   json root;
   try {
     root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e99999
     throw Error(ErrorCode::config_error,
                 fmt::format("model config {} is not valid JSON: {}", source, e.what()));
   }

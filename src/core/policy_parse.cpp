@@ -47,7 +47,7 @@ class PolicyParser {
     try {
       root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/true,
                          /*ignore_comments=*/true);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e99999
       throw Error(ErrorCode::policy_error,
                   fmt::format("policy error in {}: not valid JSON: {}", source_, e.what()));
     }

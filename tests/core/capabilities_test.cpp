@@ -256,6 +256,7 @@ TEST_P(CapabilitiesJsonErrors, NameTheSourceKeyAndValue) {
 INSTANTIATE_TEST_SUITE_P(
     Table, CapabilitiesJsonErrors,
     ::testing::Values(BadCaps{"{ops: [", "not valid JSON"},
+                      BadCaps{R"({"ops": ["sparse_mla"], "devices": ["cpu"], "heads": 1e99999})", "not valid JSON"},
                       BadCaps{"[1]", "must be a JSON object"},
                       BadCaps{R"({"devices": ["cpu"]})", "\"ops\" = null: is required"},
                       BadCaps{R"({"ops": [], "devices": ["cpu"]})", "must list at least one op"},

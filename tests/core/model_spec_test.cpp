@@ -256,6 +256,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadConfig{"NotJson", "{\"num_attention_heads\": 64,", "is not valid JSON"},
         BadConfig{"Empty", "", "is not valid JSON"},
+        BadConfig{"NumberOverflow", "{\"num_attention_heads\": 9e99999}", "number overflow"},  // found by the fuzzer
         BadConfig{"TopLevelArray", "[1, 2]", "the top level is array"},
         BadConfig{"MissingHeads", config_with("num_attention_heads", ""), "\"num_attention_heads\" is missing"},
         BadConfig{"HeadsAsString", config_with("num_attention_heads", "\"64\""), "\"num_attention_heads\" = \"64\" must be a positive integer"},

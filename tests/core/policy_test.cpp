@@ -225,6 +225,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(
         BadPolicy{"NotJson", R"({"latte_policy": 1, "rules": [)", "not valid JSON"},
         BadPolicy{"TopLevelList", "[]", "(top level) = []"},
+        BadPolicy{"NumberOverflow", R"({"latte_policy": 1e99999, "rules": []})", "not valid JSON"},
         BadPolicy{"NoVersion", R"({"rules": []})", "latte_policy: missing"},
         BadPolicy{"WrongVersion", R"({"latte_policy": 2, "rules": []})", "latte_policy = 2: unsupported format version"},
         BadPolicy{"VersionString", R"({"latte_policy": "1", "rules": []})", "latte_policy = \"1\""},
