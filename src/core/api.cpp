@@ -133,27 +133,26 @@ struct KernelKey {
   }
 };
 
+// Selection runs on every call (the Context caches it, keyed by spec, device, policy and
+// environment), so policy or LATTE_BACKEND changes take effect; kernels are kept per chosen
+// backend, spec and device.
 std::shared_ptr<Kernel> kernel_for(const Context& context, const std::string& forced,
                                    const AttentionSpec& spec, const DeviceInfo& device,
                                    std::string* backend_id) {
   static std::mutex mutex;
-  static std::map<KernelKey, std::pair<std::string, std::shared_ptr<Kernel>>> cache;
-  KernelKey key{&context, forced, spec, device};
-  {
-    std::lock_guard lock(mutex);
-    if (auto it = cache.find(key); it != cache.end()) {
-      *backend_id = it->second.first;
-      return it->second.second;
-    }
-  }
+  static std::map<KernelKey, std::shared_ptr<Kernel>> cache;
   SelectOptions options;
   if (!forced.empty()) options.force.push_back(forced);
   const Selection selection = context.select(spec, device, options);
+  *backend_id = selection.chosen;
+  KernelKey key{&context, selection.chosen, spec, device};
+  {
+    std::lock_guard lock(mutex);
+    if (auto it = cache.find(key); it != cache.end()) return it->second;
+  }
   std::shared_ptr<Kernel> kernel = selection.backend->make(spec, device);
   std::lock_guard lock(mutex);
-  auto [it, inserted] = cache.emplace(key, std::make_pair(selection.chosen, std::move(kernel)));
-  *backend_id = it->second.first;
-  return it->second.second;
+  return cache.emplace(key, std::move(kernel)).first->second;
 }
 
 // Workspace for one call: host memory on the CPU, stream-ordered device memory on CUDA (so
