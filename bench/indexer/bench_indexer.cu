@@ -1,0 +1,368 @@
+// Indexer and top-k benchmark on one GPU (bench/indexer/run.sh runs it with the PyTorch peers).
+// Prints one JSON object per measurement on stdout and a table on stderr.
+//   decode: B in {1, 32, 128} x context {8K, 32K, 128K} x H_i in {32 (GLM-5), 64 (DeepSeek-V3.2)}
+//   prefill: 4096 tokens at 32K context
+//   top-k alone: 2048 of 131072 for 8 rows, and each decode shape's rows
+// Timing: CUDA events around each launch, median of `reps` after warm-up; small problems rotate
+// over block tables that point at different pages so the K bytes do not sit in L2.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "backends/cuda_indexer/indexer_launch.hpp"
+
+using namespace latte::cuda_indexer;
+
+#define CK(x)                                                                            \
+  do {                                                                                   \
+    cudaError_t e_ = (x);                                                                \
+    if (e_ != cudaSuccess) {                                                             \
+      std::fprintf(stderr, "%s failed: %s (%s:%d)\n", #x, cudaGetErrorString(e_), __FILE__, __LINE__); \
+      std::exit(1);                                                                      \
+    }                                                                                    \
+  } while (0)
+
+namespace {
+
+__device__ uint32_t hash32(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return static_cast<uint32_t>(x);
+}
+
+// Random e4m3 codes (never NaN) everywhere, then valid positive scales in each page's tail.
+__global__ void fill_pages(uint8_t* k, int64_t pages, int bs, uint64_t seed) {
+  const int64_t page_bytes = static_cast<int64_t>(bs) * 132;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < pages * page_bytes;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t in_page = i % page_bytes;
+    const uint32_t h = hash32(seed * 0x9E3779B97F4A7C15ULL + i);
+    if (in_page < static_cast<int64_t>(bs) * 128) {
+      uint8_t c = static_cast<uint8_t>(h & 0xFF);
+      if ((c & 0x7F) == 0x7F) c ^= 1;
+      k[i] = c;
+    } else if ((in_page - static_cast<int64_t>(bs) * 128) % 4 == 0) {
+      const float s = 1e-3f * (1.0f + (h % 1000) / 1000.0f);
+      std::memcpy(k + i, &s, 4);
+    }
+  }
+}
+
+__global__ void fill_f32(float* x, int64_t n, float lo, float hi, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    // Box-Muller-free: sum of uniforms (approximately normal), scaled into [lo, hi] region.
+    float u = 0;
+    for (int j = 0; j < 4; ++j) u += (hash32(seed * 131 + i * 4 + j) & 0xFFFFFF) / 16777216.0f;
+    x[i] = lo + (hi - lo) * (u / 4.0f);
+  }
+}
+
+__global__ void fill_normalish(float* x, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float u = 0;
+    for (int j = 0; j < 12; ++j) u += (hash32(seed * 977 + i * 12 + j) & 0xFFFFFF) / 16777216.0f;
+    x[i] = u - 6.0f;
+  }
+}
+
+__global__ void fill_q(uint8_t* q, int64_t n, uint64_t seed) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    uint8_t c = static_cast<uint8_t>(hash32(seed + i) & 0xFF);
+    if ((c & 0x7F) == 0x7F) c ^= 1;
+    q[i] = c;
+  }
+}
+
+template <typename T>
+T* dalloc(std::size_t count) {
+  void* p = nullptr;
+  CK(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)));
+  return static_cast<T*>(p);
+}
+
+// Median of `reps` timed calls of f(i) (i = rep index, for rotation), after `warm` calls.
+double time_us(const std::function<void(int)>& f, int reps = 20, int warm = 3) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; ++i) f(i);
+  CK(cudaDeviceSynchronize());
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    CK(cudaEventRecord(a));
+    f(i);
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+struct Setup {
+  int T = 0, H = 0, B = 0, bs = 64;
+  int64_t ctx = 0;
+  int rot = 1;  // block tables rotating over disjoint pages
+  uint8_t* k = nullptr;
+  int64_t pages = 0;
+  std::vector<int32_t*> tables;
+  int32_t* tr = nullptr;
+  int32_t* vl = nullptr;
+  uint8_t* q = nullptr;
+  float* qs = nullptr;
+  float* w = nullptr;
+  IndexerProblem problem(int r) const {
+    IndexerProblem p;
+    p.q = q;
+    p.q_fp8 = true;
+    p.q_st = static_cast<int64_t>(H) * 128;
+    p.q_sh = 128;
+    p.q_scale = qs;
+    p.qs_st = H;
+    p.qs_sh = 1;
+    p.weights = w;
+    p.w_st = H;
+    p.w_sh = 1;
+    p.k_cache = k;
+    p.page_stride = static_cast<int64_t>(bs) * 132;
+    p.num_blocks = static_cast<int>(pages);
+    p.block_size = bs;
+    p.block_table = tables[static_cast<std::size_t>(r % rot)];
+    p.max_blocks = static_cast<int>(ctx / bs);
+    p.bt_sr = p.max_blocks;
+    p.bt_sc = 1;
+    p.batch = B;
+    p.token_request = tr;
+    p.tr_s = 1;
+    p.visible_lens = vl;
+    p.vl_s = 1;
+    p.tokens = T;
+    p.heads = H;
+    return p;
+  }
+  void free_all() {
+    cudaFree(k);
+    for (auto* t : tables) cudaFree(t);
+    cudaFree(tr);
+    cudaFree(vl);
+    cudaFree(q);
+    cudaFree(qs);
+    cudaFree(w);
+  }
+};
+
+// B requests of ctx tokens; T query tokens (decode: T = B, token t -> row t, sees all ctx;
+// prefill: B = 1, T tokens at the end of the context, causal).
+Setup make_setup(int B, int64_t ctx, int H, int T, bool prefill) {
+  Setup s;
+  s.T = T;
+  s.H = H;
+  s.B = B;
+  s.ctx = ctx;
+  const int64_t blocks_per = ctx / s.bs;
+  const int64_t need_pages = B * blocks_per;
+  const int64_t min_bytes = int64_t{768} << 20;  // >> 50 MB of L2
+  const int64_t page_bytes = static_cast<int64_t>(s.bs) * 132;
+  s.rot = static_cast<int>(std::clamp<int64_t>(min_bytes / (need_pages * page_bytes), 1, 16));
+  s.pages = need_pages * s.rot;
+  s.k = dalloc<uint8_t>(static_cast<std::size_t>(s.pages * page_bytes));
+  fill_pages<<<1024, 256>>>(s.k, s.pages, s.bs, 7);
+  std::vector<int32_t> perm(static_cast<std::size_t>(s.pages));
+  for (int64_t i = 0; i < s.pages; ++i) perm[static_cast<std::size_t>(i)] = static_cast<int32_t>(i);
+  uint64_t st = 12345;
+  const bool sequential = std::getenv("LATTE_BENCH_SEQ") != nullptr;  // A/B: pages in order
+  for (int64_t i = s.pages - 1; i > 0 && !sequential; --i) {  // shuffle pages (paged, not contiguous)
+    st = st * 6364136223846793005ULL + 1442695040888963407ULL;
+    std::swap(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>((st >> 33) % (i + 1))]);
+  }
+  for (int r = 0; r < s.rot; ++r) {
+    int32_t* t = dalloc<int32_t>(static_cast<std::size_t>(need_pages));
+    CK(cudaMemcpy(t, perm.data() + r * need_pages, need_pages * 4, cudaMemcpyHostToDevice));
+    s.tables.push_back(t);
+  }
+  std::vector<int32_t> tr(static_cast<std::size_t>(T)), vl(static_cast<std::size_t>(T));
+  for (int t = 0; t < T; ++t) {
+    tr[static_cast<std::size_t>(t)] = prefill ? 0 : t;
+    vl[static_cast<std::size_t>(t)] = prefill ? static_cast<int32_t>(ctx - T + t + 1) : static_cast<int32_t>(ctx);
+  }
+  s.tr = dalloc<int32_t>(static_cast<std::size_t>(T));
+  s.vl = dalloc<int32_t>(static_cast<std::size_t>(T));
+  CK(cudaMemcpy(s.tr, tr.data(), T * 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(s.vl, vl.data(), T * 4, cudaMemcpyHostToDevice));
+  s.q = dalloc<uint8_t>(static_cast<std::size_t>(T) * H * 128);
+  fill_q<<<256, 256>>>(s.q, static_cast<int64_t>(T) * H * 128, 3);
+  s.qs = dalloc<float>(static_cast<std::size_t>(T) * H);
+  s.w = dalloc<float>(static_cast<std::size_t>(T) * H);
+  fill_f32<<<64, 256>>>(s.qs, static_cast<int64_t>(T) * H, 0.005f, 0.02f, 5);
+  fill_f32<<<64, 256>>>(s.w, static_cast<int64_t>(T) * H, -0.05f, 0.1f, 9);
+  CK(cudaDeviceSynchronize());
+  return s;
+}
+
+void emit(const char* kind, const std::string& fields) { std::printf("{\"kind\": \"%s\", %s}\n", kind, fields.c_str()); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  // --prefill-only: one call of each prefill path (for compute-sanitizer); --decode32: only
+  // B = 32 x 32K decode (A/B runs of the pipeline settings).
+  const bool prefill_only = argc > 1 && std::strcmp(argv[1], "--prefill-only") == 0;
+  const bool decode32 = argc > 1 && std::strcmp(argv[1], "--decode32") == 0;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  DeviceTraits dev;
+  dev.arch = prop.major * 10 + prop.minor;
+  dev.sm_count = prop.multiProcessorCount;
+  std::fprintf(stderr, "device: %s (sm_%d, %d SMs)\n", prop.name, dev.arch, dev.sm_count);
+
+  // Copy bandwidth ceiling: 1 GiB device-to-device (2 GiB moved).
+  if (!prefill_only) {
+    const std::size_t bytes = std::size_t{1} << 30;
+    uint8_t* a = dalloc<uint8_t>(bytes);
+    uint8_t* b = dalloc<uint8_t>(bytes);
+    CK(cudaMemset(a, 1, bytes));
+    const double us = time_us([&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); }, 10, 2);
+    const double gbs = 2.0 * bytes / (us * 1e3);
+    emit("copy", "\"bytes\": " + std::to_string(2 * bytes) + ", \"us\": " + std::to_string(us) +
+                     ", \"gbs\": " + std::to_string(gbs));
+    std::fprintf(stderr, "copy 1 GiB D2D: %.1f us = %.0f GB/s (read + write)\n", us, gbs);
+    cudaFree(a);
+    cudaFree(b);
+  }
+
+  // Top-k alone: 2048 of 131072 for 8 rows (the issue's target), fresh random rows.
+  if (!prefill_only && !decode32) {
+    const int rows = 8;
+    const int64_t n = 131072;
+    const int k = 2048;
+    const int sets = 8;
+    float* x = dalloc<float>(static_cast<std::size_t>(rows * n * sets));
+    fill_normalish<<<1024, 256>>>(x, rows * n * sets, 11);
+    int32_t* out = dalloc<int32_t>(static_cast<std::size_t>(rows) * k);
+    const double us = time_us([&](int i) {
+      launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, nullptr);
+    }, 50, 5);
+    emit("rows_topk", "\"rows\": 8, \"n\": 131072, \"k\": 2048, \"us\": " + std::to_string(us));
+    std::fprintf(stderr, "top-k 2048 of 131072, 8 rows: %.1f us\n", us);
+    cudaFree(x);
+    cudaFree(out);
+  }
+
+  std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 32, 128};
+  std::vector<int64_t> ctxs = quick ? std::vector<int64_t>{32768} : std::vector<int64_t>{8192, 32768, 131072};
+  if (prefill_only) batches.clear();
+  if (decode32) {
+    batches = {32};
+    ctxs = {32768};
+  }
+  std::fprintf(stderr, "\n%-8s %4s %5s %7s | %9s %7s | %9s %9s %9s | %9s\n", "shape", "H", "B", "ctx", "logits",
+               "GB/s", "unfused", "fused", "topk", "rowtopk");
+  for (int H : {32, 64}) {
+    if (decode32 && H == 64) break;
+    for (int B : batches) {
+      for (int64_t ctx : ctxs) {
+        Setup s = make_setup(B, ctx, H, B, false);
+        const int k = 2048;
+        float* logits = dalloc<float>(static_cast<std::size_t>(B) * ctx);
+        int32_t* idx = dalloc<int32_t>(static_cast<std::size_t>(B) * k);
+        const IndexerProblem p0 = s.problem(0);
+        const std::size_t ws_u = topk_workspace_bytes(p0, k, TopkPath::unfused, dev);
+        const std::size_t ws_f = topk_workspace_bytes(p0, k, TopkPath::fused, dev);
+        uint8_t* ws = dalloc<uint8_t>(std::max(ws_u, ws_f));
+        TopkOutput o;
+        o.indices = idx;
+        o.st = k;
+        o.sc = 1;
+        o.topk = k;
+        o.physical = true;
+        const double t_logits = time_us([&](int i) {
+          launch_indexer_logits(s.problem(i), logits, ctx, 1, ctx, dev, nullptr);
+        });
+        const double t_unfused = time_us([&](int i) {
+          launch_indexer_topk(s.problem(i), o, TopkPath::unfused, ws, ws_u, dev, nullptr);
+        });
+        const double t_fused = time_us([&](int i) {
+          launch_indexer_topk(s.problem(i), o, TopkPath::fused, ws, ws_f, dev, nullptr);
+        });
+        const double t_rows = time_us([&](int) { launch_rows_topk(logits, B, ctx, ctx, k, idx, k, nullptr); });
+        const double kbytes = static_cast<double>(B) * ctx * 132;
+        const double gbs = kbytes / (t_logits * 1e3);
+        const TopkPath autop = choose_topk_path(p0, k, std::max(ws_u, ws_f), dev);
+        emit("decode", "\"H\": " + std::to_string(H) + ", \"B\": " + std::to_string(B) + ", \"ctx\": " +
+                           std::to_string(ctx) + ", \"k\": 2048, \"logits_us\": " + std::to_string(t_logits) +
+                           ", \"logits_gbs\": " + std::to_string(gbs) + ", \"unfused_us\": " +
+                           std::to_string(t_unfused) + ", \"fused_us\": " + std::to_string(t_fused) +
+                           ", \"rows_topk_us\": " + std::to_string(t_rows) + ", \"auto\": \"" +
+                           (autop == TopkPath::fused ? "fused" : "unfused") + "\", \"rot\": " + std::to_string(s.rot));
+        std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %7.0f | %7.1fus %7.1fus %7s | %7.1fus\n", "decode", H, B,
+                     static_cast<long long>(ctx), t_logits, gbs, t_unfused, t_fused,
+                     autop == TopkPath::fused ? "->fused" : "->unfus", t_rows);
+        cudaFree(logits);
+        cudaFree(idx);
+        cudaFree(ws);
+        s.free_all();
+      }
+    }
+  }
+
+  // Prefill: a 4096-token chunk at 32K context (causal), both head counts.
+  for (int H : {32, 64}) {
+    if (decode32) break;
+    if (prefill_only && H == 64) break;
+    const int T = 4096;
+    const int64_t ctx = 32768;
+    const int k = 2048;
+    Setup s = make_setup(1, ctx, H, T, true);
+    float* logits = dalloc<float>(static_cast<std::size_t>(T) * ctx);
+    int32_t* idx = dalloc<int32_t>(static_cast<std::size_t>(T) * k);
+    const IndexerProblem p0 = s.problem(0);
+    const std::size_t ws_u = topk_workspace_bytes(p0, k, TopkPath::unfused, dev);
+    const std::size_t ws_f = topk_workspace_bytes(p0, k, TopkPath::fused, dev);
+    uint8_t* ws = dalloc<uint8_t>(std::max(ws_u, ws_f));
+    TopkOutput o;
+    o.indices = idx;
+    o.st = k;
+    o.sc = 1;
+    o.topk = k;
+    const int reps = prefill_only ? 1 : (quick ? 3 : 5);
+    const int warm = prefill_only ? 0 : 1;
+    std::fprintf(stderr, "prefill H=%d: logits\n", H);
+    const double t_logits = time_us([&](int) { launch_indexer_logits(p0, logits, ctx, 1, ctx, dev, nullptr); }, reps, warm);
+    std::fprintf(stderr, "prefill H=%d: unfused\n", H);
+    const double t_unfused = time_us([&](int) { launch_indexer_topk(p0, o, TopkPath::unfused, ws, ws_u, dev, nullptr); }, reps, warm);
+    std::fprintf(stderr, "prefill H=%d: fused\n", H);
+    const double t_fused = time_us([&](int) { launch_indexer_topk(p0, o, TopkPath::fused, ws, ws_f, dev, nullptr); }, reps, warm);
+    double pairs = 0;
+    for (int t = 0; t < T; ++t) pairs += static_cast<double>(ctx - T + t + 1);
+    const double tflops = pairs * H * 128 * 2 / (t_logits * 1e6);
+    emit("prefill", "\"H\": " + std::to_string(H) + ", \"T\": 4096, \"ctx\": 32768, \"k\": 2048, \"logits_us\": " +
+                        std::to_string(t_logits) + ", \"logits_tflops\": " + std::to_string(tflops) +
+                        ", \"unfused_us\": " + std::to_string(t_unfused) + ", \"fused_us\": " + std::to_string(t_fused) +
+                        ", \"unfused_ws_bytes\": " + std::to_string(ws_u) + ", \"fused_ws_bytes\": " + std::to_string(ws_f));
+    std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %5.0fTF | %7.1fus %7.1fus\n", "prefill", H, T,
+                 static_cast<long long>(ctx), t_logits, tflops, t_unfused, t_fused);
+    cudaFree(logits);
+    cudaFree(idx);
+    cudaFree(ws);
+    s.free_all();
+  }
+  return 0;
+}

@@ -1,0 +1,45 @@
+"""Merges bench_indexer and peers.py output (JSON lines) into the markdown table of
+docs/performance.md's "Indexer and top-k" section."""
+import json
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip().startswith("{")]
+
+
+def main():
+    ours = load(sys.argv[1])
+    peers = load(sys.argv[2])
+    copy = next(r for r in ours if r["kind"] == "copy")["gbs"]
+    torch_copy = next((r["gbs"] for r in peers if r["kind"] == "torch_copy"), float("nan"))
+    topk_peer = {(r["rows"], r["n"]): r["us"] for r in peers if r["kind"] == "torch_topk"}
+    print(f"Copy bandwidth (1 GiB D2D, read + write): {copy:.0f} GB/s (torch copy_: {torch_copy:.0f} GB/s)\n")
+    rt = next(r for r in ours if r["kind"] == "rows_topk")
+    print("| top-k alone | latte | torch.topk | target |\n|---|---|---|---|")
+    print(f"| 2048 of 131072, 8 rows | {rt['us']:.1f} us | {topk_peer.get((8, 131072), float('nan')):.1f} us | <= 30 us |\n")
+    print("| H_i | B | context | logits us | GB/s (% copy) | unfused top-k us | fused top-k us | auto | "
+          "top-k of logits us | torch.topk us |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in ours:
+        if r["kind"] != "decode":
+            continue
+        pct = 100.0 * r["logits_gbs"] / copy
+        peer = topk_peer.get((r["B"], r["ctx"]), float("nan"))
+        print(f"| {r['H']} | {r['B']} | {r['ctx']} | {r['logits_us']:.1f} | {r['logits_gbs']:.0f} ({pct:.0f}%) | "
+              f"{r['unfused_us']:.1f} | {r['fused_us']:.1f} | {r['auto']} | {r['rows_topk_us']:.1f} | {peer:.1f} |")
+    print("\n| prefill | H_i | logits us | TFLOP/s | unfused top-k us | fused top-k us |\n|---|---|---|---|---|---|")
+    for r in ours:
+        if r["kind"] == "prefill":
+            print(f"| 4096 tokens @ 32K | {r['H']} | {r['logits_us']:.0f} | {r['logits_tflops']:.0f} | "
+                  f"{r['unfused_us']:.0f} | {r['fused_us']:.0f} |")
+    eager = [r for r in peers if r["kind"] == "torch_eager_indexer"]
+    if eager:
+        print("\n| eager PyTorch indexer (peer) | H_i | B | context | us | GB/s |\n|---|---|---|---|---|---|")
+        for r in eager:
+            print(f"| bf16 bmm + relu + sum | {r['H']} | {r['B']} | {r['ctx']} | {r['us']:.0f} | {r['gbs']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,251 @@
+// cuda.indexer: the DSA lightning indexer (indexer_logits) and indexer + exact top-k
+// (indexer_topk) on CUDA GPUs from sm_80. Kernels: score_kernel.cuh, topk_kernel.cuh;
+// design notes: docs/kernels/indexer.md.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include "cuda/check.cuh"
+#include "indexer_launch.hpp"
+#include "latte/backend.hpp"
+#include "latte/error.hpp"
+#include "latte/registry.hpp"
+#include "latte/spec.hpp"
+#include "latte/validate.hpp"
+
+namespace latte::cuda_indexer {
+namespace {
+
+constexpr int kMaxTopkCuda = 4096;
+constexpr int kMaxHeads = 128;
+// The unfused path (scores materialized in the workspace, then top-k) is offered up to this
+// much workspace; longer contexts and bigger batches take the fused path.
+constexpr std::size_t kUnfusedWorkspaceCap = std::size_t{64} << 20;
+constexpr int64_t kUnfusedLenHint = 32768;
+
+Capabilities indexer_capabilities() {
+  Capabilities caps;
+  caps.ops = {Op::indexer_topk, Op::indexer_logits};
+  caps.devices = {DeviceKind::cuda};
+  caps.arch = IntRule::at_least(80);
+  caps.q_dtypes = {DType::e4m3, DType::bf16};
+  caps.heads = IntRule::range(1, kMaxHeads);
+  caps.head_dim = IntRule::list({kIndexDim});
+  caps.block_size = IntRule::at_least(1);
+  caps.topk = IntRule::range(1, kMaxTopkCuda);
+  caps.workspace =
+      "indexer_topk: max(fused: T * chunks * topk * 8 B with chunks <= 4 * SMs / T, "
+      "unfused: min(T * 32768 * 4 B, 64 MiB)); indexer_logits: none";
+  caps.notes =
+      "mma.sync e4m3 (sm_89+) or bf16 (sm_80/86; e4m3 q widened to bf16 exactly); exact radix "
+      "top-k, fused (no [T, L] scores) for long contexts";
+  return caps;
+}
+
+DeviceTraits traits_of(const DeviceInfo& device) {
+  DeviceTraits t;
+  t.arch = device.arch();
+  t.sm_count = device.sm_count;
+  if (t.sm_count <= 0 || t.arch <= 0) {
+    int dev = 0, sms = 0, major = 0, minor = 0;
+    LATTE_CUDA_TRY(cudaGetDevice(&dev));
+    LATTE_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    LATTE_CUDA_TRY(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    LATTE_CUDA_TRY(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    if (t.sm_count <= 0) t.sm_count = sms;
+    if (t.arch <= 0) t.arch = major * 10 + minor;
+  }
+  return t;
+}
+
+IndexerProblem problem_of(const IndexerInputs& in, const IndexerShape& s) {
+  IndexerProblem p;
+  p.q = in.q.data;
+  p.q_fp8 = s.q_dtype == DType::e4m3;
+  p.q_st = in.q.stride(0);
+  p.q_sh = in.q.stride(1);
+  if (p.q_fp8) {
+    p.q_scale = in.q_scale.ptr<const float>();
+    p.qs_st = in.q_scale.stride(0);
+    p.qs_sh = in.q_scale.stride(1);
+  }
+  p.weights = in.weights.ptr<const float>();
+  p.w_st = in.weights.stride(0);
+  p.w_sh = in.weights.stride(1);
+  p.k_cache = in.k_cache.ptr<const uint8_t>();
+  p.page_stride = in.k_cache.stride(0);
+  p.num_blocks = static_cast<int>(s.num_blocks);
+  p.block_size = static_cast<int>(s.block_size);
+  p.block_table = in.block_table.ptr<const int32_t>();
+  p.bt_sr = in.block_table.stride(0);
+  p.bt_sc = in.block_table.stride(1);
+  p.batch = static_cast<int>(s.batch);
+  p.max_blocks = static_cast<int>(s.max_blocks);
+  if (in.token_request.defined()) {
+    p.token_request = in.token_request.ptr<const int32_t>();
+    p.tr_s = in.token_request.stride(0);
+  }
+  p.visible_lens = in.visible_lens.ptr<const int32_t>();
+  p.vl_s = in.visible_lens.stride(0);
+  p.tokens = static_cast<int>(s.tokens);
+  p.heads = static_cast<int>(s.heads);
+  return p;
+}
+
+// Copies a strided int32 vector / matrix to the host (check mode only: synchronizes).
+std::vector<int32_t> download_i32(const TensorView& t, cudaStream_t stream) {
+  const int64_t rows = t.rank >= 1 ? t.size(0) : 0;
+  const int64_t cols = t.rank >= 2 ? t.size(1) : 1;
+  std::vector<int32_t> host(static_cast<std::size_t>(rows * cols));
+  if (rows == 0 || cols == 0) return host;
+  const int64_t sr = t.stride(0), sc = t.rank >= 2 ? t.stride(1) : 1;
+  if (sc == 1) {
+    LATTE_CUDA_TRY(cudaMemcpy2DAsync(host.data(), static_cast<std::size_t>(cols) * 4, t.data,
+                                     static_cast<std::size_t>(sr) * 4, static_cast<std::size_t>(cols) * 4,
+                                     static_cast<std::size_t>(rows), cudaMemcpyDeviceToHost, stream));
+  } else {
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        LATTE_CUDA_TRY(cudaMemcpyAsync(&host[static_cast<std::size_t>(r * cols + c)],
+                                       t.ptr<const int32_t>() + r * sr + c * sc, 4,
+                                       cudaMemcpyDeviceToHost, stream));
+  }
+  LATTE_CUDA_TRY(cudaStreamSynchronize(stream));
+  return host;
+}
+
+// Check mode: the same index rules as cpu.reference (token_request rows, visible lengths and
+// the blocks they cover).
+void check_indexer_indices(const IndexerInputs& in, const IndexerShape& s, const char* op,
+                           cudaStream_t stream) {
+  const std::string prefix(op);
+  std::vector<int32_t> rows;
+  if (in.token_request.defined()) {
+    rows = download_i32(in.token_request, stream);
+    check_values_in_range(rows.data(), s.tokens, 1, 0, s.batch - 1, (prefix + ": token_request").c_str(),
+                          "rows of block_table");
+  }
+  const std::vector<int32_t> lens = download_i32(in.visible_lens, stream);
+  check_values_in_range(lens.data(), s.tokens, 1, 0, s.max_len(), (prefix + ": visible_lens").c_str(),
+                        "max_blocks * block_size positions of block_table");
+  std::vector<int64_t> used(static_cast<std::size_t>(s.batch), 0);
+  for (int64_t t = 0; t < s.tokens; ++t) {
+    const int64_t row = rows.empty() ? t : rows[static_cast<std::size_t>(t)];
+    auto& u = used[static_cast<std::size_t>(row)];
+    u = std::max<int64_t>(u, (lens[static_cast<std::size_t>(t)] + s.block_size - 1) / s.block_size);
+  }
+  const std::vector<int32_t> table = download_i32(in.block_table, stream);
+  check_block_table_prefix(table.data(), s.batch, s.max_blocks, used.data(), s.num_blocks,
+                           (prefix + ": block_table").c_str());
+}
+
+void require_cuda_tensors(const OpArgs& args, Op op) {
+  const Device device = common_device(args);
+  if (device.kind != DeviceKind::cuda) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("cuda.indexer: {} was given host tensors; this backend reads CUDA device "
+                            "memory. Move the tensors to the GPU, or select cpu.reference.",
+                            to_string(op)));
+  }
+}
+
+void require_limits(const IndexerShape& s, const char* op) {
+  if (s.heads > kMaxHeads) {
+    throw Error(ErrorCode::unsupported,
+                fmt::format("cuda.indexer: {} has {} index heads; this backend takes 1..{}. Split "
+                            "the heads into several calls and add the logits, or use cpu.reference.",
+                            op, s.heads, kMaxHeads));
+  }
+  if (s.topk > kMaxTopkCuda) {
+    throw Error(ErrorCode::unsupported,
+                fmt::format("cuda.indexer: indexer_topk with topk {} > {}; this backend selects at "
+                            "most {} tokens per query. Use cpu.reference for larger topk.",
+                            s.topk, kMaxTopkCuda, kMaxTopkCuda));
+  }
+}
+
+class IndexerKernel final : public Kernel {
+ public:
+  IndexerKernel(const AttentionSpec& spec, const DeviceInfo& device)
+      : op_(spec.op), traits_(traits_of(device)) {
+    if (op_ == Op::indexer_topk) {
+      const int64_t tokens = std::max<int64_t>(1, spec.max_tokens);
+      const std::size_t fused = fused_workspace_bound(tokens, std::max(1, spec.topk),
+                                                      std::max(1, spec.num_heads),
+                                                      spec.q_dtype == DType::e4m3, traits_);
+      const std::size_t unfused =
+          std::min(kUnfusedWorkspaceCap, static_cast<std::size_t>(tokens * kUnfusedLenHint * 4));
+      workspace_ = std::max(fused, unfused);
+    }
+  }
+
+  [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
+
+  void run(const OpArgs& args, const RunContext& ctx) override {
+    const Op op = op_of(args);
+    if (op != op_) {
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("cuda.indexer: this kernel was made for {} but was given {} arguments; "
+                              "make a kernel for {}.",
+                              to_string(op_), to_string(op), to_string(op)));
+    }
+    const auto stream = static_cast<cudaStream_t>(ctx.stream);
+    if (const auto* a = std::get_if<IndexerTopkArgs>(&args)) {
+      const IndexerShape s = validate(*a);
+      require_cuda_tensors(args, op);
+      require_limits(s, "indexer_topk");
+      if (ctx.check_indices) check_indexer_indices(a->in, s, "indexer_topk", stream);
+      TopkOutput out;
+      out.indices = a->indices.ptr<int32_t>();
+      out.st = a->indices.stride(0);
+      out.sc = a->indices.stride(1);
+      out.topk = static_cast<int>(s.topk);
+      out.physical = a->kind == IndexKind::physical;
+      launch_indexer_topk(problem_of(a->in, s), out, TopkPath::automatic, ctx.workspace,
+                          ctx.workspace_bytes, traits_, ctx.stream);
+    } else if (const auto* l = std::get_if<IndexerLogitsArgs>(&args)) {
+      const IndexerShape s = validate(*l);
+      require_cuda_tensors(args, op);
+      require_limits(s, "indexer_logits");
+      if (ctx.check_indices) check_indexer_indices(l->in, s, "indexer_logits", stream);
+      launch_indexer_logits(problem_of(l->in, s), l->logits.ptr<float>(), l->logits.stride(0),
+                            l->logits.stride(1), s.logits_len, traits_, ctx.stream);
+    } else {
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("cuda.indexer: {} is not an indexer op", to_string(op)));
+    }
+    if (ctx.check_indices) LATTE_CUDA_TRY(cudaStreamSynchronize(stream));
+  }
+
+ private:
+  Op op_;
+  DeviceTraits traits_;
+  std::size_t workspace_ = 0;
+};
+
+class CudaIndexerBackend final : public Backend {
+ public:
+  CudaIndexerBackend()
+      : info_{"cuda.indexer",
+              "DSA lightning indexer and exact top-k on CUDA (sm_80+): mma.sync, paged e4m3 K, "
+              "fused or unfused selection",
+              indexer_capabilities(), "built-in"} {}
+
+  [[nodiscard]] const BackendInfo& info() const override { return info_; }
+
+  [[nodiscard]] std::unique_ptr<Kernel> make(const AttentionSpec& spec,
+                                             const DeviceInfo& device) const override {
+    return std::make_unique<IndexerKernel>(spec, device);
+  }
+
+ private:
+  BackendInfo info_;
+};
+
+LATTE_REGISTER_BACKEND(CudaIndexerBackend);
+
+}  // namespace
+}  // namespace latte::cuda_indexer

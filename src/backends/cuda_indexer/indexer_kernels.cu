@@ -1,0 +1,465 @@
+// cuda.indexer launchers: plans (grid, shared memory layout, workspace) and kernel launches.
+// Design notes: docs/kernels/indexer.md.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "cuda/check.cuh"
+#include "indexer_launch.hpp"
+#include "latte/error.hpp"
+#include "score_kernel.cuh"
+#include "topk_kernel.cuh"
+
+namespace latte::cuda_indexer {
+namespace {
+
+constexpr int64_t kFusedMinLen = 65536;  // contexts from this length take the fused path
+constexpr int kMaxFusedChunks = 64;
+constexpr std::size_t kAlign = 256;
+
+std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int math_for(const IndexerProblem& p, const DeviceTraits& dev) {
+  // LATTE_CUDA_INDEXER_MATH=bf16 forces the bf16 mma.sync path (measurements, tests).
+  const char* env = std::getenv("LATTE_CUDA_INDEXER_MATH");
+  const bool force_bf16 = dev.force_bf16_math || (env && std::strcmp(env, "bf16") == 0);
+  return (p.q_fp8 && dev.arch >= 89 && !force_bf16) ? kMathFp8 : kMathBf16;
+}
+
+// Sets the dynamic shared memory limit of a kernel once per device.
+template <typename Kernel>
+void allow_smem(Kernel kernel, std::atomic<uint64_t>& done_mask) {
+  int device = 0;
+  LATTE_CUDA_TRY(cudaGetDevice(&device));
+  const uint64_t bit = uint64_t{1} << (device & 63);
+  if (done_mask.load(std::memory_order_acquire) & bit) return;
+  LATTE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
+  done_mask.fetch_or(bit, std::memory_order_acq_rel);
+}
+
+template <int MODE, int MATH>
+void ensure_score_smem() {
+  static std::atomic<uint64_t> done{0};
+  allow_smem(indexer_score_kernel<MODE, MATH>, done);
+}
+
+struct ScorePlan {
+  int math = kMathFp8;
+  int mode = kModeLogits;
+  int hp = 8;
+  int stages = 3;
+  int group = 1, num_groups = 0, chunk_len = kStageTokens, num_chunks = 0;
+  int off_q = 0, off_coef = 0, off_tok = 0, off_misc = 0, off_buf = 0, smem = 0;
+  int capb = 0;
+  bool gbuf = false;
+  [[nodiscard]] int64_t grid() const { return static_cast<int64_t>(num_groups) * num_chunks; }
+};
+
+void plan_layout(ScorePlan& pl, int topk) {
+  const int nt = pl.group * pl.hp / 8;
+  pl.off_q = pl.stages * kStageBytes;
+  pl.off_coef = pl.off_q + nt * (pl.math == kMathFp8 ? 1024 : 2048);
+  pl.off_tok = pl.off_coef + nt * 64;
+  pl.off_misc = pl.off_tok + 2 * kMaxGroup * 4;
+  const int misc = pl.mode == kModeFused ? static_cast<int>(align_up(sizeof(FusedMisc), 16)) : 16;
+  pl.off_buf = pl.off_misc + misc;
+  pl.smem = pl.off_buf;
+  if (pl.mode == kModeFused) {
+    // The running candidate buffers live in the workspace (L2-resident, a few KB per CTA), so
+    // the CTA's shared memory stays that of the unfused kernel and as many CTAs fit per SM.
+    pl.capb = static_cast<int>(align_up(static_cast<std::size_t>(2 * topk + 1024), 32));
+    pl.gbuf = true;
+  }
+}
+
+int env_stages() {
+  const char* v = std::getenv("LATTE_CUDA_INDEXER_STAGES");
+  const int n = v ? std::atoi(v) : 3;
+  return n == 4 ? 4 : 3;
+}
+
+int env_debug() {
+  const char* v = std::getenv("LATTE_CUDA_INDEXER_DEBUG");
+  return v ? std::atoi(v) : 0;
+}
+
+// Resident CTAs per SM of the score kernel for this plan (at least 1).
+int score_ctas_per_sm(const ScorePlan& pl) {
+  int n = 0;
+  cudaError_t err = cudaSuccess;
+  const bool fp8 = pl.math == kMathFp8;
+  if (fp8) {
+    if (pl.mode == kModeLogits) ensure_score_smem<kModeLogits, kMathFp8>();
+    else if (pl.mode == kModeKeys) ensure_score_smem<kModeKeys, kMathFp8>();
+    else ensure_score_smem<kModeFused, kMathFp8>();
+  } else {
+    if (pl.mode == kModeLogits) ensure_score_smem<kModeLogits, kMathBf16>();
+    else if (pl.mode == kModeKeys) ensure_score_smem<kModeKeys, kMathBf16>();
+    else ensure_score_smem<kModeFused, kMathBf16>();
+  }
+  if (pl.mode == kModeLogits) {
+    err = fp8 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeLogits, kMathFp8>, kThreads, pl.smem)
+              : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeLogits, kMathBf16>, kThreads, pl.smem);
+  } else if (pl.mode == kModeKeys) {
+    err = fp8 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeKeys, kMathFp8>, kThreads, pl.smem)
+              : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeKeys, kMathBf16>, kThreads, pl.smem);
+  } else {
+    err = fp8 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeFused, kMathFp8>, kThreads, pl.smem)
+              : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeFused, kMathBf16>, kThreads, pl.smem);
+  }
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  return std::max(1, n);
+}
+
+// Grid for the logits / keys modes: groups of query tokens x chunks of `cover` positions,
+// sized to the resident CTAs: one full wave when there are fewer groups than CTA slots
+// (decode), about four waves otherwise (prefill).
+ScorePlan plan_scores(const IndexerProblem& p, int mode, int64_t cover, const DeviceTraits& dev) {
+  ScorePlan pl;
+  pl.math = math_for(p, dev);
+  pl.mode = mode;
+  pl.hp = (p.heads + 7) / 8 * 8;
+  pl.stages = env_stages();
+  const int cmax = pl.math == kMathFp8 ? 256 : 128;
+  const int gmax = std::max(1, std::min(kMaxGroup, cmax / pl.hp));
+  int group = 1;
+  if (p.token_request) {
+    const int64_t per = p.tokens / std::max(1, p.batch);
+    while (group * 2 <= gmax && group * 2 <= per) group *= 2;
+  }
+  pl.group = group;
+  pl.num_groups = static_cast<int>(ceil_div(p.tokens, group));
+  plan_layout(pl, 0);
+  const int64_t slots = static_cast<int64_t>(dev.sm_count) * score_ctas_per_sm(pl);
+  const int64_t max_chunks = std::max<int64_t>(1, ceil_div(cover, kStageTokens));
+  int64_t chunks = pl.num_groups <= slots ? slots / pl.num_groups : (4 * slots + pl.num_groups / 2) / pl.num_groups;
+  chunks = std::clamp<int64_t>(chunks, 1, max_chunks);
+  pl.chunk_len = static_cast<int>(ceil_div(ceil_div(cover, chunks), kStageTokens) * kStageTokens);
+  pl.num_chunks = static_cast<int>(std::max<int64_t>(1, ceil_div(cover, pl.chunk_len)));
+  return pl;
+}
+
+int64_t fused_chunk_bound(int64_t tokens, const DeviceTraits& dev) {
+  const int64_t target = static_cast<int64_t>(dev.sm_count) * 4;
+  return std::clamp<int64_t>(ceil_div(target, std::max<int64_t>(1, tokens)), 1, kMaxFusedChunks);
+}
+
+ScorePlan plan_fused(const IndexerProblem& p, int topk, const DeviceTraits& dev) {
+  ScorePlan pl;
+  pl.math = math_for(p, dev);
+  pl.mode = kModeFused;
+  pl.hp = (p.heads + 7) / 8 * 8;
+  pl.stages = 3;
+  pl.group = 1;
+  pl.num_groups = p.tokens;
+  plan_layout(pl, topk);
+  const int64_t max_len = std::max<int64_t>(1, p.max_len());
+  const int64_t by_len = std::max<int64_t>(1, max_len / (2 * static_cast<int64_t>(topk)));
+  const int64_t slots = static_cast<int64_t>(dev.sm_count) * score_ctas_per_sm(pl);
+  const int64_t by_slots = std::max<int64_t>(1, slots / std::max(1, p.tokens));
+  const int64_t chunks = std::min({fused_chunk_bound(p.tokens, dev), by_len, by_slots});
+  pl.chunk_len = static_cast<int>(ceil_div(ceil_div(max_len, chunks), kStageTokens) * kStageTokens);
+  pl.num_chunks = static_cast<int>(ceil_div(max_len, pl.chunk_len));
+  return pl;
+}
+
+struct FusedWorkspace {
+  std::size_t cand_keys = 0, cand_pos = 0, gbuf_keys = 0, gbuf_pos = 0, total = 0;
+};
+
+FusedWorkspace fused_layout(const ScorePlan& pl, int64_t tokens, int topk) {
+  FusedWorkspace w;
+  const std::size_t entries = static_cast<std::size_t>(tokens) * pl.num_chunks * topk;
+  std::size_t off = 0;
+  w.cand_keys = off;
+  off = align_up(off + entries * 4, kAlign);
+  w.cand_pos = off;
+  off = align_up(off + entries * 4, kAlign);
+  if (pl.gbuf) {
+    const std::size_t g = static_cast<std::size_t>(pl.grid()) * pl.capb;
+    w.gbuf_keys = off;
+    off = align_up(off + g * 4, kAlign);
+    w.gbuf_pos = off;
+    off = align_up(off + g * 4, kAlign);
+  }
+  w.total = off;
+  return w;
+}
+
+int64_t keys_ld(const IndexerProblem& p) { return ceil_div(std::max<int64_t>(1, p.max_len()), kStageTokens) * kStageTokens; }
+
+std::size_t unfused_bytes(const IndexerProblem& p) {
+  return align_up(static_cast<std::size_t>(p.tokens) * keys_ld(p) * 4, kAlign);
+}
+
+ScoreArgs score_args(const IndexerProblem& p, const ScorePlan& pl) {
+  ScoreArgs a{};
+  a.q = static_cast<const uint8_t*>(p.q);
+  a.q_fp8 = p.q_fp8 ? 1 : 0;
+  const auto qptr = reinterpret_cast<std::uintptr_t>(p.q);
+  if (pl.math == kMathFp8) {
+    a.q_vec = (qptr % 16 == 0 && p.q_st % 16 == 0 && p.q_sh % 16 == 0) ? 1 : 0;
+  } else if (p.q_fp8) {
+    a.q_vec = (qptr % 8 == 0 && p.q_st % 8 == 0 && p.q_sh % 8 == 0) ? 1 : 0;
+  } else {
+    a.q_vec = (qptr % 16 == 0 && p.q_st % 8 == 0 && p.q_sh % 8 == 0) ? 1 : 0;
+  }
+  a.q_st = p.q_st;
+  a.q_sh = p.q_sh;
+  a.q_scale = p.q_fp8 ? p.q_scale : nullptr;
+  a.qs_st = p.qs_st;
+  a.qs_sh = p.qs_sh;
+  a.w = p.weights;
+  a.w_st = p.w_st;
+  a.w_sh = p.w_sh;
+  a.k_cache = p.k_cache;
+  a.page_stride = p.page_stride;
+  a.num_blocks = p.num_blocks;
+  a.block_size = p.block_size;
+  a.bt = p.block_table;
+  a.bt_sr = p.bt_sr;
+  a.bt_sc = p.bt_sc;
+  a.batch = p.batch;
+  a.max_blocks = p.max_blocks;
+  a.tr = p.token_request;
+  a.tr_s = p.tr_s;
+  a.vl = p.visible_lens;
+  a.vl_s = p.vl_s;
+  a.tokens = p.tokens;
+  a.heads = p.heads;
+  a.hp = pl.hp;
+  a.max_len = p.max_len();
+  a.group = pl.group;
+  a.num_groups = pl.num_groups;
+  a.chunk_len = pl.chunk_len;
+  a.num_chunks = pl.num_chunks;
+  a.stages = pl.stages;
+  a.off_q = pl.off_q;
+  a.off_coef = pl.off_coef;
+  a.off_tok = pl.off_tok;
+  a.off_misc = pl.off_misc;
+  a.off_buf = pl.off_buf;
+  a.smem_bytes = pl.smem;
+  a.capb = pl.capb;
+  a.debug = env_debug();
+  return a;
+}
+
+template <int MODE, int MATH>
+void launch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream) {
+  ensure_score_smem<MODE, MATH>();
+  indexer_score_kernel<MODE, MATH><<<static_cast<unsigned>(pl.grid()), kThreads, pl.smem, stream>>>(a);
+  LATTE_CUDA_CHECK_LAUNCH("indexer_score_kernel");
+}
+
+void dispatch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream) {
+  if (pl.grid() <= 0) return;
+  if (pl.grid() > 0x7fffffff) {
+    throw Error(ErrorCode::unsupported, "cuda.indexer: the problem needs more than 2^31 CTAs; split the batch");
+  }
+  const bool fp8 = pl.math == kMathFp8;
+  switch (pl.mode) {
+    case kModeLogits:
+      fp8 ? launch_score<kModeLogits, kMathFp8>(a, pl, stream) : launch_score<kModeLogits, kMathBf16>(a, pl, stream);
+      break;
+    case kModeKeys:
+      fp8 ? launch_score<kModeKeys, kMathFp8>(a, pl, stream) : launch_score<kModeKeys, kMathBf16>(a, pl, stream);
+      break;
+    default:
+      fp8 ? launch_score<kModeFused, kMathFp8>(a, pl, stream) : launch_score<kModeFused, kMathBf16>(a, pl, stream);
+      break;
+  }
+}
+
+// Shared memory of the top-k kernel for rows of up to `max_positions` positions.
+struct TopkPlan {
+  int cap = 0, bitmap_words = 0, smem = 0;
+};
+
+TopkPlan plan_topk(int64_t max_positions, int topk) {
+  TopkPlan t;
+  t.bitmap_words = static_cast<int>(std::max<int64_t>(1, ceil_div(max_positions, 32)));
+  const int fixed = static_cast<int>(align_up(sizeof(TopkShared), 16)) +
+                    static_cast<int>(align_up(static_cast<std::size_t>(t.bitmap_words), 4)) * 4;
+  int cap = (kSmemLimit - fixed) / 8 / 256 * 256;
+  cap = std::min(cap, 8192);
+  if (cap < std::max(kSamples, topk) || 2 * cap < t.bitmap_words) {
+    throw Error(ErrorCode::unsupported,
+                "cuda.indexer: rows of " + std::to_string(max_positions) +
+                    " positions need more shared memory than the top-k kernel has (at most about "
+                    "524288 positions, i.e. max_blocks * block_size); use a narrower block_table");
+  }
+  t.cap = cap;
+  t.smem = fixed + cap * 8;
+  return t;
+}
+
+template <int SRC>
+void launch_topk_kernel(const TopkArgs& a, const TopkPlan& t, cudaStream_t stream) {
+  if (a.rows <= 0) return;
+  static std::atomic<uint64_t> done{0};
+  allow_smem(topk_rows_kernel<SRC>, done);
+  topk_rows_kernel<SRC><<<static_cast<unsigned>(a.rows), kTopkThreads, t.smem, stream>>>(a);
+  LATTE_CUDA_CHECK_LAUNCH("topk_rows_kernel");
+}
+
+TopkArgs topk_args(const IndexerProblem& p, const TopkOutput& out, const TopkPlan& t) {
+  TopkArgs a{};
+  a.rows = p.tokens;
+  a.topk = out.topk;
+  a.vl = p.visible_lens;
+  a.vl_s = p.vl_s;
+  a.tr = p.token_request;
+  a.tr_s = p.tr_s;
+  a.batch = p.batch;
+  a.max_len = p.max_len();
+  a.out = out.indices;
+  a.out_sr = out.st;
+  a.out_sc = out.sc;
+  a.physical = out.physical ? 1 : 0;
+  a.bt = p.block_table;
+  a.bt_sr = p.bt_sr;
+  a.bt_sc = p.bt_sc;
+  a.max_blocks = p.max_blocks;
+  a.block_size = p.block_size;
+  a.num_blocks = p.num_blocks;
+  a.cap = t.cap;
+  a.bitmap_words = t.bitmap_words;
+  return a;
+}
+
+std::size_t fused_bytes(const IndexerProblem& p, int topk, const DeviceTraits& dev) {
+  const ScorePlan pl = plan_fused(p, topk, dev);
+  return fused_layout(pl, p.tokens, topk).total;
+}
+
+TopkPath env_path() {
+  const char* v = std::getenv("LATTE_CUDA_INDEXER_PATH");
+  if (!v) return TopkPath::automatic;
+  if (std::strcmp(v, "fused") == 0) return TopkPath::fused;
+  if (std::strcmp(v, "unfused") == 0) return TopkPath::unfused;
+  return TopkPath::automatic;
+}
+
+}  // namespace
+
+void launch_indexer_logits(const IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
+                           int64_t logits_len, const DeviceTraits& dev, void* stream) {
+  if (p.tokens <= 0 || logits_len <= 0) return;
+  const ScorePlan pl = plan_scores(p, kModeLogits, logits_len, dev);
+  ScoreArgs a = score_args(p, pl);
+  a.logits = logits;
+  a.lg_st = ld_t;
+  a.lg_ss = ld_s;
+  a.logits_len = logits_len;
+  dispatch_score(a, pl, static_cast<cudaStream_t>(stream));
+}
+
+std::size_t fused_workspace_bound(int64_t tokens, int topk, int heads, bool q_fp8, const DeviceTraits& dev) {
+  IndexerProblem p;
+  p.tokens = static_cast<int>(std::max<int64_t>(1, tokens));
+  p.heads = heads;
+  p.q_fp8 = q_fp8;
+  // A context long enough that the chunk count is bounded by the token count only.
+  p.block_size = 1;
+  p.max_blocks = static_cast<int>(kMaxFusedChunks * 2 * static_cast<int64_t>(std::max(1, topk)) + kStageTokens);
+  return fused_bytes(p, std::max(1, topk), dev);
+}
+
+std::size_t topk_workspace_bytes(const IndexerProblem& p, int topk, TopkPath path, const DeviceTraits& dev) {
+  if (p.tokens <= 0) return 0;
+  if (path == TopkPath::unfused) return unfused_bytes(p);
+  if (path == TopkPath::fused) return fused_bytes(p, topk, dev);
+  return std::min(unfused_bytes(p), fused_bytes(p, topk, dev));
+}
+
+TopkPath choose_topk_path(const IndexerProblem& p, int topk, std::size_t workspace_bytes, const DeviceTraits& dev) {
+  const TopkPath forced = env_path();
+  if (forced != TopkPath::automatic) return forced;
+  const bool unfused_fits = unfused_bytes(p) <= workspace_bytes;
+  const bool fused_fits = fused_bytes(p, topk, dev) <= workspace_bytes;
+  if (p.max_len() >= kFusedMinLen && fused_fits) return TopkPath::fused;
+  if (unfused_fits) return TopkPath::unfused;
+  return TopkPath::fused;
+}
+
+void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPath path, void* workspace,
+                         std::size_t workspace_bytes, const DeviceTraits& dev, void* stream_ptr) {
+  if (p.tokens <= 0 || out.topk <= 0) return;
+  const auto stream = static_cast<cudaStream_t>(stream_ptr);
+  if (path == TopkPath::automatic) path = choose_topk_path(p, out.topk, workspace_bytes, dev);
+  const std::size_t need = topk_workspace_bytes(p, out.topk, path, dev);
+  if (need > workspace_bytes || (need > 0 && workspace == nullptr)) {
+    throw Error(ErrorCode::invalid_argument,
+                "cuda.indexer: indexer_topk (" + std::string(path == TopkPath::fused ? "fused" : "unfused") +
+                    " path) needs " + std::to_string(need) + " bytes of workspace for " +
+                    std::to_string(p.tokens) + " tokens, got " + std::to_string(workspace_bytes) +
+                    ". Make the kernel with spec.max_tokens >= the tokens of the call.");
+  }
+  auto* ws = static_cast<uint8_t*>(workspace);
+  if (path == TopkPath::unfused) {
+    const ScorePlan pl = plan_scores(p, kModeKeys, p.max_len(), dev);
+    const TopkPlan tp = plan_topk(p.max_len(), out.topk);
+    ScoreArgs a = score_args(p, pl);
+    a.keys = reinterpret_cast<uint32_t*>(ws);
+    a.keys_ld = keys_ld(p);
+    dispatch_score(a, pl, stream);
+    TopkArgs t = topk_args(p, out, tp);
+    t.keys = a.keys;
+    t.ld = a.keys_ld;
+    t.vec = 1;
+    launch_topk_kernel<kSrcKeys>(t, tp, stream);
+    return;
+  }
+  const ScorePlan pl = plan_fused(p, out.topk, dev);
+  const FusedWorkspace fw = fused_layout(pl, p.tokens, out.topk);
+  const TopkPlan tp = plan_topk(p.max_len(), out.topk);
+  ScoreArgs a = score_args(p, pl);
+  a.topk = out.topk;
+  a.cand_keys = reinterpret_cast<uint32_t*>(ws + fw.cand_keys);
+  a.cand_pos = reinterpret_cast<int32_t*>(ws + fw.cand_pos);
+  if (pl.gbuf) {
+    a.gbuf_keys = reinterpret_cast<uint32_t*>(ws + fw.gbuf_keys);
+    a.gbuf_pos = reinterpret_cast<int32_t*>(ws + fw.gbuf_pos);
+  }
+  dispatch_score(a, pl, stream);
+  TopkArgs t = topk_args(p, out, tp);
+  t.keys = a.cand_keys;
+  t.cpos = a.cand_pos;
+  t.ld = static_cast<int64_t>(pl.num_chunks) * out.topk;
+  t.n_fixed = t.ld;
+  t.vec = (t.ld % 4 == 0) ? 1 : 0;
+  launch_topk_kernel<kSrcCands>(t, tp, stream);
+}
+
+void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int topk, int32_t* out,
+                      int64_t out_ld, void* stream) {
+  if (rows <= 0 || topk <= 0) return;
+  const TopkPlan tp = plan_topk(n, topk);
+  TopkArgs a{};
+  a.rows = rows;
+  a.topk = topk;
+  a.f32 = scores;
+  a.ld = ld;
+  a.vec = (reinterpret_cast<std::uintptr_t>(scores) % 16 == 0 && ld % 4 == 0) ? 1 : 0;
+  a.n_fixed = n;
+  a.max_len = n;
+  a.out = out;
+  a.out_sr = out_ld;
+  a.out_sc = 1;
+  a.physical = 0;
+  a.cap = tp.cap;
+  a.bitmap_words = tp.bitmap_words;
+  launch_topk_kernel<kSrcF32>(a, tp, static_cast<cudaStream_t>(stream));
+}
+
+}  // namespace latte::cuda_indexer

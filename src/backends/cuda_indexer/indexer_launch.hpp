@@ -1,0 +1,83 @@
+// cuda.indexer's launchers: raw device pointers in, kernels launched on a stream, no host
+// synchronization. The Backend (backend.cpp) maps latte's TensorViews onto these; tests and
+// bench/indexer call them directly to pick a path (fused or unfused) explicitly.
+//
+// Semantics (DESIGN.md 2.2, cpu.reference's indexer.cpp):
+//   I[t, p] = sum_j w[t, j] * ReLU(dot(q[t, j] * q_scale[t, j], k[p] * k_scale[p]))
+// for visible positions p < visible_lens[t] whose block_table entry is a valid block; the
+// kernels compute sum_j w[t, j] * ReLU(q_scale[t, j] * dot(q, k)) * k_scale[p], which is the
+// same value for k_scale >= 0 (indexer_k_store writes amax/448 or a power of two, never < 0).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace latte::cuda_indexer {
+
+// All pointers are device pointers; strides are in elements of the tensor's dtype.
+struct IndexerProblem {
+  const void* q = nullptr;   // [T, H, 128] e4m3 (q_fp8) or bf16; last dim contiguous
+  bool q_fp8 = true;
+  int64_t q_st = 0, q_sh = 0;
+  const float* q_scale = nullptr;  // [T, H] with e4m3 q; null with bf16 q
+  int64_t qs_st = 0, qs_sh = 0;
+  const float* weights = nullptr;  // [T, H]
+  int64_t w_st = 0, w_sh = 0;
+  const uint8_t* k_cache = nullptr;  // pages: block_size*128 e4m3, then block_size f32
+  int64_t page_stride = 0;           // bytes between pages (multiple of 16)
+  int num_blocks = 0;
+  int block_size = 0;
+  const int32_t* block_table = nullptr;  // [batch, max_blocks]
+  int64_t bt_sr = 0, bt_sc = 0;
+  int batch = 0;
+  int max_blocks = 0;
+  const int32_t* token_request = nullptr;  // [T] or null (token t reads row t)
+  int64_t tr_s = 0;
+  const int32_t* visible_lens = nullptr;  // [T]
+  int64_t vl_s = 0;
+  int tokens = 0;
+  int heads = 0;
+  [[nodiscard]] int64_t max_len() const { return static_cast<int64_t>(max_blocks) * block_size; }
+};
+
+struct DeviceTraits {
+  int arch = 90;       // compute capability * 10
+  int sm_count = 132;
+  bool force_bf16_math = false;  // tests: run the sm_80 path (bf16 mma.sync) on any GPU
+};
+
+enum class TopkPath { automatic, fused, unfused };
+
+// indexer_logits: logits [T, L] f32 with strides (ld_t, ld_s); -inf where not visible.
+void launch_indexer_logits(const IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
+                           int64_t logits_len, const DeviceTraits& dev, void* stream);
+
+struct TopkOutput {
+  int32_t* indices = nullptr;  // [T, topk]
+  int64_t st = 0, sc = 1;
+  int topk = 0;
+  bool physical = true;  // physical slots (block * block_size + offset) or logical positions
+};
+
+// Device workspace the path needs for this problem (0 when nothing is needed).
+[[nodiscard]] std::size_t topk_workspace_bytes(const IndexerProblem& p, int topk, TopkPath path,
+                                               const DeviceTraits& dev);
+// Upper bound of the fused path's workspace for any context length, given T and topk.
+[[nodiscard]] std::size_t fused_workspace_bound(int64_t tokens, int topk, int heads, bool q_fp8,
+                                                const DeviceTraits& dev);
+// The path `automatic` resolves to for this problem and workspace.
+[[nodiscard]] TopkPath choose_topk_path(const IndexerProblem& p, int topk,
+                                        std::size_t workspace_bytes, const DeviceTraits& dev);
+// indexer_topk: indices in ascending position order, -1 padded. Throws latte::Error when the
+// workspace is too small for the path.
+void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPath path,
+                         void* workspace, std::size_t workspace_bytes, const DeviceTraits& dev,
+                         void* stream);
+
+// Plain exact top-k of f32 rows (scores [rows, n] with row stride ld): out[r, 0..topk) gets the
+// positions of the topk largest (ties to the smaller position, NaN last), ascending, -1 padded.
+// For benchmarks and tests of the selection alone.
+void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int topk,
+                      int32_t* out, int64_t out_ld, void* stream);
+
+}  // namespace latte::cuda_indexer

@@ -1,0 +1,498 @@
+// The indexer score kernel: I[t, p] for a group of query tokens over a chunk of positions.
+//
+// One CTA = 4 warps = (a group of G query tokens that share one block_table row) x (a chunk
+// of positions). K pages stream through a 3-stage cp.async pipeline of 128 positions per stage
+// (16 KB of e4m3 + 512 B of scales, XOR-swizzled so fragment reads are conflict-free). Each
+// warp owns 32 positions of a stage (two 16-row m-tiles: K is the A operand) and loops over the
+// n-tiles of the queries (8 columns = 8 (token, head) pairs each, the B operand, kept in shared
+// memory in fragment order). The epilogue folds ReLU, q_scale and the head weights into a
+// per-position partial sum, reduced over the 4 lanes of a quad, and multiplied by k_scale.
+//
+// k permutation: lane (g, c) of a fragment reads the 32 bytes [32c, 32c + 32) of its rows; the
+// same logical -> physical k map is applied to q, so the dot products are unchanged.
+//
+// Modes: logits (f32 out, -inf where not visible), keys (orderable u32 keys for the top-k
+// kernel, 0 where not visible) and fused (keeps a running top-k candidate buffer per CTA and
+// writes at most topk candidates; the [T, L] scores are never stored).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/async_copy.cuh"
+#include "cuda/fp8_mma.cuh"
+#include "cuda/radix_select.cuh"
+
+namespace latte::cuda_indexer {
+
+constexpr int kThreads = 128;
+constexpr int kStageTokens = 128;
+constexpr int kMaxStages = 4;
+constexpr int kKStageBytes = kStageTokens * 128;  // 16384
+constexpr int kScaleStageBytes = kStageTokens * 4;
+constexpr int kValidStageBytes = 16;
+constexpr int kLocStageBytes = kStageTokens * 8;  // (block, offset) of each position
+// Bytes of one pipeline stage in shared memory.
+constexpr int kStageBytes = kKStageBytes + kScaleStageBytes + kValidStageBytes + kLocStageBytes;
+constexpr int kMaxGroup = 32;
+constexpr int kSmemLimit = 101376;  // sm_86 / sm_89 / sm_120 opt-in limit per block
+
+enum ScoreMode : int { kModeLogits = 0, kModeKeys = 1, kModeFused = 2 };
+enum MathKind : int { kMathFp8 = 0, kMathBf16 = 1 };
+
+struct ScoreArgs {
+  // inputs
+  const uint8_t* q;  // bytes; element size 1 (e4m3) or 2 (bf16)
+  int q_fp8;
+  int q_vec;         // 16-byte (fp8) / 16-byte (bf16) vector loads of q rows are aligned
+  int64_t q_st, q_sh;  // in elements
+  const float* q_scale;
+  int64_t qs_st, qs_sh;
+  const float* w;
+  int64_t w_st, w_sh;
+  const uint8_t* k_cache;
+  int64_t page_stride;
+  int num_blocks, block_size;
+  const int32_t* bt;
+  int64_t bt_sr, bt_sc;
+  int batch, max_blocks;
+  const int32_t* tr;
+  int64_t tr_s;
+  const int32_t* vl;
+  int64_t vl_s;
+  int tokens, heads, hp;
+  int64_t max_len;
+  // grid and pipeline
+  int group, num_groups, chunk_len, num_chunks, stages;
+  // shared memory layout
+  int off_q, off_coef, off_tok, off_misc, off_buf, smem_bytes;
+  int debug;  // diagnostics: 1 = skip the math (loads only), 2 = skip the loads (math only)
+  // logits mode
+  float* logits;
+  int64_t lg_st, lg_ss, logits_len;
+  // keys mode
+  uint32_t* keys;
+  int64_t keys_ld;
+  // fused mode
+  int topk, capb;
+  uint32_t* gbuf_keys;  // non-null: candidate buffers in global memory, capb per CTA
+  int32_t* gbuf_pos;
+  uint32_t* cand_keys;  // [T, num_chunks, topk]
+  int32_t* cand_pos;
+};
+
+// Shared bookkeeping of the fused mode.
+constexpr int kFusedDigit = 10;
+struct FusedMisc {
+  cuda::SelectScratch sel;
+  int hist[1 << kFusedDigit];
+  int count;
+  uint32_t tau;
+};
+
+constexpr int kCompactPer = 8;  // buffer entries per thread per compaction round
+
+__device__ __forceinline__ float relu_mul(float acc, float qs) { return fmaxf(acc * qs, 0.0f); }
+
+template <int MODE, int MATH>
+__global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int S = a.stages;
+  uint8_t* sk = smem;
+  float* ssc = reinterpret_cast<float*>(smem + S * kKStageBytes);
+  uint32_t* svalid = reinterpret_cast<uint32_t*>(smem + S * (kKStageBytes + kScaleStageBytes));
+  int2* sloc = reinterpret_cast<int2*>(smem + S * (kKStageBytes + kScaleStageBytes + kValidStageBytes));
+  uint8_t* sq = smem + a.off_q;
+  float4* scoef = reinterpret_cast<float4*>(smem + a.off_coef);
+  int* stok = reinterpret_cast<int*>(smem + a.off_tok);  // [0, 32): row, [32, 64): visible
+  FusedMisc& misc = *reinterpret_cast<FusedMisc*>(smem + a.off_misc);
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int g = lane >> 2, c = lane & 3;
+  const int grp = static_cast<int>(blockIdx.x % static_cast<unsigned>(a.num_groups));
+  const int chunk = static_cast<int>(blockIdx.x / static_cast<unsigned>(a.num_groups));
+  const int t0 = grp * a.group;
+  const int64_t c0 = static_cast<int64_t>(chunk) * a.chunk_len;
+  const int64_t c1 = c0 + a.chunk_len;
+  const int bs = a.block_size;
+
+  // Token rows and visible lengths. Row -1: no valid block_table row (nothing visible);
+  // -2: past the last token.
+  if (tid < a.group) {
+    const int t = t0 + tid;
+    int row = -2, vis = 0;
+    if (t < a.tokens) {
+      row = a.tr ? a.tr[static_cast<int64_t>(t) * a.tr_s] : t;
+      if (row < 0 || row >= a.batch) row = -1;
+      const int64_t v = a.vl[static_cast<int64_t>(t) * a.vl_s];
+      int64_t lim = a.max_len;
+      if (MODE == kModeLogits && a.logits_len < lim) lim = a.logits_len;
+      vis = row < 0 ? 0 : static_cast<int>(v < 0 ? 0 : (v > lim ? lim : v));
+    }
+    stok[tid] = row;
+    stok[kMaxGroup + tid] = vis;
+  }
+  if (MODE == kModeFused && tid == 0) {
+    misc.count = 0;
+    misc.tau = 1;
+  }
+  __syncthreads();
+
+  // Queries in fragment order. fp8: [nt][half][lane][16 B]; bf16: [nt][quarter][lane][16 B].
+  const int NT = a.group * a.hp / 8;
+  auto stage_q = [&]() {
+    constexpr int kParts = MATH == kMathFp8 ? 2 : 4;
+    const int units = NT * kParts * 32;
+    for (int u = tid; u < units; u += kThreads) {
+      const int nt = u / (kParts * 32), j = (u / 32) % kParts, ln = u % 32;
+      const int col = nt * 8 + (ln >> 2), cc = ln & 3;
+      const int gq = col / a.hp, h = col % a.hp, t = t0 + gq;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (t < a.tokens && h < a.heads) {
+        const int64_t row_off = static_cast<int64_t>(t) * a.q_st + static_cast<int64_t>(h) * a.q_sh;
+        if (MATH == kMathFp8) {
+          const uint8_t* src = a.q + row_off + 32 * cc + 16 * j;
+          if (a.q_vec) {
+            v = *reinterpret_cast<const uint4*>(src);
+          } else {
+            uint32_t w4[4];
+            for (int i = 0; i < 4; ++i)
+              w4[i] = src[4 * i] | (src[4 * i + 1] << 8) | (src[4 * i + 2] << 16) |
+                      (static_cast<uint32_t>(src[4 * i + 3]) << 24);
+            v = make_uint4(w4[0], w4[1], w4[2], w4[3]);
+          }
+        } else if (a.q_fp8) {
+          // e4m3 q on the bf16 path: 8 codes -> 8 bf16 (exact).
+          const uint8_t* src = a.q + row_off + 32 * cc + 8 * j;
+          uint32_t lo, hi;
+          if (a.q_vec) {
+            const uint2 x = *reinterpret_cast<const uint2*>(src);
+            lo = x.x;
+            hi = x.y;
+          } else {
+            lo = src[0] | (src[1] << 8) | (src[2] << 16) | (static_cast<uint32_t>(src[3]) << 24);
+            hi = src[4] | (src[5] << 8) | (src[6] << 16) | (static_cast<uint32_t>(src[7]) << 24);
+          }
+          v = make_uint4(cuda::e4m3x2_to_bf16x2(lo & 0xFFFFu), cuda::e4m3x2_to_bf16x2(lo >> 16),
+                         cuda::e4m3x2_to_bf16x2(hi & 0xFFFFu), cuda::e4m3x2_to_bf16x2(hi >> 16));
+        } else {
+          const uint8_t* src = a.q + 2 * (row_off + 32 * cc + 8 * j);
+          if (a.q_vec) {
+            v = *reinterpret_cast<const uint4*>(src);
+          } else {
+            const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
+            v = make_uint4(s16[0] | (static_cast<uint32_t>(s16[1]) << 16),
+                           s16[2] | (static_cast<uint32_t>(s16[3]) << 16),
+                           s16[4] | (static_cast<uint32_t>(s16[5]) << 16),
+                           s16[6] | (static_cast<uint32_t>(s16[7]) << 16));
+          }
+        }
+      }
+      *reinterpret_cast<uint4*>(sq + (static_cast<int64_t>(nt) * kParts + j) * 512 + ln * 16) = v;
+    }
+    for (int u = tid; u < NT * 4; u += kThreads) {
+      const int nt = u / 4, cc = u % 4;
+      float f[4];
+      for (int e = 0; e < 2; ++e) {
+        const int col = nt * 8 + 2 * cc + e;
+        const int gq = col / a.hp, h = col % a.hp, t = t0 + gq;
+        float qs = 0.0f, w = 0.0f;
+        if (t < a.tokens && h < a.heads) {
+          qs = a.q_scale ? a.q_scale[static_cast<int64_t>(t) * a.qs_st + static_cast<int64_t>(h) * a.qs_sh] : 1.0f;
+          w = a.w[static_cast<int64_t>(t) * a.w_st + static_cast<int64_t>(h) * a.w_sh];
+        }
+        f[e] = qs;
+        f[2 + e] = w;
+      }
+      scoef[u] = make_float4(f[0], f[1], f[2], f[3]);
+    }
+  };
+  bool q_ready = false;
+
+  uint32_t* bkeys = nullptr;
+  int32_t* bpos = nullptr;
+  if (MODE == kModeFused) {
+    if (a.gbuf_keys) {
+      bkeys = a.gbuf_keys + static_cast<int64_t>(blockIdx.x) * a.capb;
+      bpos = a.gbuf_pos + static_cast<int64_t>(blockIdx.x) * a.capb;
+    } else {
+      bkeys = reinterpret_cast<uint32_t*>(smem + a.off_buf);
+      bpos = reinterpret_cast<int32_t*>(smem + a.off_buf + 4 * a.capb);
+    }
+  }
+
+  // Keeps the `keep` best of the buffer (stable, in place) and raises the admission threshold.
+  auto compact = [&](int keep) {
+    const int n = misc.count;
+    const uint64_t thr = cuda::block_select_threshold<kThreads, kFusedDigit, 256>(bkeys, bpos, n, keep, misc.sel, misc.hist);
+    int out = 0;
+    for (int base = 0; base < n; base += kThreads * kCompactPer) {
+      uint32_t k[kCompactPer];
+      int32_t p[kCompactPer];
+      unsigned selm = 0;
+      int cnt = 0;
+#pragma unroll
+      for (int e = 0; e < kCompactPer; ++e) {
+        const int i = base + tid * kCompactPer + e;
+        k[e] = 0;
+        p[e] = 0;
+        if (i < n) {
+          k[e] = bkeys[i];
+          p[e] = bpos[i];
+          if (cuda::composite_key(k[e], static_cast<uint32_t>(p[e])) >= thr) {
+            selm |= 1u << e;
+            ++cnt;
+          }
+        }
+      }
+      int total = 0;
+      int off = cuda::block_exclusive_scan<kThreads>(cnt, misc.sel.scan, &total);
+#pragma unroll
+      for (int e = 0; e < kCompactPer; ++e) {
+        if ((selm >> e) & 1u) {
+          bkeys[out + off] = k[e];
+          bpos[out + off] = p[e];
+          ++off;
+        }
+      }
+      out += total;
+    }
+    __syncthreads();
+    if (tid == 0) {
+      misc.count = out;
+      misc.tau = static_cast<uint32_t>(thr >> 32);
+    }
+    __syncthreads();
+  };
+
+  for (int gi = 0; gi < a.group; ++gi) {
+    const int row = stok[gi];
+    if (row == -2) break;
+    bool first = true;
+    for (int gj = 0; gj < gi; ++gj) first = first && stok[gj] != row;
+    if (!first) continue;
+    uint32_t active = 0;
+    int maxvis = 0;
+    for (int gj = gi; gj < a.group; ++gj) {
+      if (stok[gj] == row) {
+        active |= 1u << gj;
+        maxvis = max(maxvis, stok[kMaxGroup + gj]);
+      }
+    }
+    const int64_t s_begin = c0;
+    const int64_t s_end = c1 < maxvis ? c1 : maxvis;
+    const int nst = s_end > s_begin ? static_cast<int>((s_end - s_begin + kStageTokens - 1) / kStageTokens) : 0;
+
+    if (nst > 0) {
+      const int32_t* btrow = a.bt + static_cast<int64_t>(row) * a.bt_sr;
+      // (block, offset) of position s_begin + 128 st + tid, block -1 when not readable.
+      auto locate = [&](int st) -> int2 {
+        const int64_t s = s_begin + static_cast<int64_t>(st) * kStageTokens + tid;
+        if (st >= nst || s >= s_end) return make_int2(-1, 0);
+        const int64_t bi = s / bs;
+        if (bi >= a.max_blocks) return make_int2(-1, 0);
+        const int b = btrow[bi * a.bt_sc];
+        if (b < 0 || b >= a.num_blocks) return make_int2(-1, 0);
+        return make_int2(b, static_cast<int>(s - bi * bs));
+      };
+      // Stage st: 8 lanes copy one 128-byte row (coalesced), rows XOR-swizzled by 16 bytes.
+      auto issue = [&](int st) {
+        const int slot = st % S;
+        const int2* loc = sloc + slot * kStageTokens;
+        uint8_t* kdst = sk + slot * kKStageBytes;
+        const int j = tid & 7;
+#pragma unroll
+        for (int p = 0; p < 8; ++p) {
+          const int r = (tid >> 3) + 16 * p;
+          const int2 L = loc[r];
+          const bool ok = L.x >= 0 && !(a.debug & 2);
+          const int64_t off = ok ? static_cast<int64_t>(L.x) * a.page_stride + static_cast<int64_t>(L.y) * 128 + j * 16 : 0;
+          cuda::cp_async_16(kdst + r * 128 + ((j ^ (r & 7)) * 16), a.k_cache + off, ok);
+        }
+        const int2 L = loc[tid];
+        const bool ok = L.x >= 0;
+        const int64_t soff = ok ? static_cast<int64_t>(L.x) * a.page_stride + static_cast<int64_t>(bs) * 128 + L.y * 4 : 0;
+        cuda::cp_async_4(ssc + slot * kStageTokens + tid, a.k_cache + soff, ok);
+        const unsigned m = __ballot_sync(0xffffffffu, ok);
+        if (lane == 0) svalid[slot * 4 + warp] = m;
+      };
+
+      {
+        int2 L[kMaxStages];
+#pragma unroll
+        for (int st = 0; st < kMaxStages; ++st) L[st] = st < S ? locate(st) : make_int2(-1, 0);
+#pragma unroll
+        for (int st = 0; st < kMaxStages; ++st)
+          if (st < S) sloc[st * kStageTokens + tid] = L[st];
+      }
+      __syncthreads();
+      for (int st = 0; st < S - 1; ++st) {
+        issue(st);
+        cuda::cp_async_commit();
+      }
+      int2 loc_next = locate(S);
+      if (!q_ready) {
+        stage_q();  // overlaps the first stages' loads; visible after the loop's barrier
+        q_ready = true;
+      }
+
+      for (int it = 0; it < nst; ++it) {
+        if (S >= 4) cuda::cp_async_wait<2>();
+        else cuda::cp_async_wait<1>();
+        __syncthreads();
+        issue(it + S - 1);
+        cuda::cp_async_commit();
+        if (MODE == kModeFused) {
+          // Every thread reads the count before any warp appends again (barrier), so the
+          // decision is uniform.
+          const bool full = misc.count > a.capb - kStageTokens;
+          __syncthreads();
+          if (full) compact(a.topk);
+        }
+
+        const int slot = it % S;
+        const int64_t sbase = s_begin + static_cast<int64_t>(it) * kStageTokens;
+        const uint8_t* kt = sk + slot * kKStageBytes;
+        const uint32_t vmask = svalid[slot * 4 + warp];
+        float ks[2][2];
+        constexpr int KSTEPS = MATH == kMathFp8 ? 4 : 8;
+        uint32_t af[2][KSTEPS][4];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+          const int r0 = 32 * warp + 16 * mt + g;
+          const uint4 x0 = *reinterpret_cast<const uint4*>(kt + r0 * 128 + (((2 * c) ^ g) * 16));
+          const uint4 x1 = *reinterpret_cast<const uint4*>(kt + r0 * 128 + (((2 * c + 1) ^ g) * 16));
+          const uint4 y0 = *reinterpret_cast<const uint4*>(kt + (r0 + 8) * 128 + (((2 * c) ^ g) * 16));
+          const uint4 y1 = *reinterpret_cast<const uint4*>(kt + (r0 + 8) * 128 + (((2 * c + 1) ^ g) * 16));
+          const uint32_t wr[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+          const uint32_t vr[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+          if (MATH == kMathFp8) {
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+              af[mt][kk][0] = wr[2 * kk];
+              af[mt][kk][1] = vr[2 * kk];
+              af[mt][kk][2] = wr[2 * kk + 1];
+              af[mt][kk][3] = vr[2 * kk + 1];
+            }
+          } else {
+#pragma unroll
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+              const uint32_t w4 = wr[kk & 7], v4 = vr[kk & 7];
+              af[mt][kk][0] = cuda::e4m3x2_to_bf16x2(w4 & 0xFFFFu);
+              af[mt][kk][1] = cuda::e4m3x2_to_bf16x2(v4 & 0xFFFFu);
+              af[mt][kk][2] = cuda::e4m3x2_to_bf16x2(w4 >> 16);
+              af[mt][kk][3] = cuda::e4m3x2_to_bf16x2(v4 >> 16);
+            }
+          }
+          ks[mt][0] = ssc[slot * kStageTokens + r0];
+          ks[mt][1] = ssc[slot * kStageTokens + r0 + 8];
+        }
+        // This lane's output row: (mt, half) = (c >> 1, c & 1).
+        const int my_r = 32 * warp + 16 * (c >> 1) + 8 * (c & 1) + g;
+        const bool my_ok = (vmask >> (my_r - 32 * warp)) & 1u;
+        const int64_t my_s = sbase + my_r;
+        const int ntq = a.hp / 8;
+
+        for (int gq = 0; gq < a.group; ++gq) {
+          if (!((active >> gq) & 1u)) continue;
+          float p[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+#pragma unroll 2
+          for (int ntl = 0; ntl < (a.debug & 1 ? 0 : ntq); ++ntl) {
+            const int nt = gq * ntq + ntl;
+            uint32_t qb[2 * KSTEPS];
+            if (MATH == kMathFp8) {
+              const uint4 b0 = *reinterpret_cast<const uint4*>(sq + (nt * 2 + 0) * 512 + lane * 16);
+              const uint4 b1 = *reinterpret_cast<const uint4*>(sq + (nt * 2 + 1) * 512 + lane * 16);
+              qb[0] = b0.x; qb[1] = b0.y; qb[2] = b0.z; qb[3] = b0.w;
+              qb[4] = b1.x; qb[5] = b1.y; qb[6] = b1.z; qb[7] = b1.w;
+            } else {
+#pragma unroll
+              for (int j = 0; j < 4; ++j) {
+                const uint4 b = *reinterpret_cast<const uint4*>(sq + (nt * 4 + j) * 512 + lane * 16);
+                qb[4 * j + 0] = b.x; qb[4 * j + 1] = b.y; qb[4 * j + 2] = b.z; qb[4 * j + 3] = b.w;
+              }
+            }
+            const float4 cf = scoef[nt * 4 + c];
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+              float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+              for (int kk = 0; kk < KSTEPS; ++kk) {
+                if (MATH == kMathFp8) cuda::mma_e4m3_m16n8k32(acc, af[mt][kk], qb[2 * kk], qb[2 * kk + 1]);
+                else cuda::mma_bf16_m16n8k16(acc, af[mt][kk], qb[2 * kk], qb[2 * kk + 1]);
+              }
+              p[mt][0] += cf.z * relu_mul(acc[0], cf.x) + cf.w * relu_mul(acc[1], cf.y);
+              p[mt][1] += cf.z * relu_mul(acc[2], cf.x) + cf.w * relu_mul(acc[3], cf.y);
+            }
+          }
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              p[mt][h] += __shfl_xor_sync(0xffffffffu, p[mt][h], 1);
+              p[mt][h] += __shfl_xor_sync(0xffffffffu, p[mt][h], 2);
+              p[mt][h] *= ks[mt][h];
+            }
+          }
+          const float score = c == 0 ? p[0][0] : c == 1 ? p[0][1] : c == 2 ? p[1][0] : p[1][1];
+          const int t = t0 + gq;
+          const bool vis = my_ok && my_s < stok[kMaxGroup + gq];
+          if (MODE == kModeLogits) {
+            if (my_s < a.logits_len)
+              a.logits[static_cast<int64_t>(t) * a.lg_st + my_s * a.lg_ss] = vis ? score : -INFINITY;
+          } else if (MODE == kModeKeys) {
+            a.keys[static_cast<int64_t>(t) * a.keys_ld + my_s] = vis ? cuda::score_key(score) : 0u;
+          } else {
+            const uint32_t key = vis ? cuda::score_key(score) : 0u;
+            const bool pass = key != 0u && key >= misc.tau;
+            const unsigned m = __ballot_sync(0xffffffffu, pass);
+            if (m) {
+              int base = 0;
+              if (lane == __ffs(m) - 1) base = atomicAdd(&misc.count, __popc(m));
+              base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
+              if (pass) {
+                const int idx = base + __popc(m & cuda::lanemask_lt());
+                bkeys[idx] = key;
+                bpos[idx] = static_cast<int32_t>(my_s);
+              }
+            }
+          }
+        }
+        // Locations of stage it + S (read after the next barrier), then prefetch it + S + 1.
+        sloc[slot * kStageTokens + tid] = loc_next;
+        loc_next = locate(it + S + 1);
+      }
+      cuda::cp_async_wait<0>();
+      __syncthreads();
+    }
+
+    if (MODE == kModeLogits) {
+      // Positions of this chunk the stages did not cover: -inf.
+      int64_t from = s_begin + static_cast<int64_t>(nst) * kStageTokens;
+      const int64_t to = c1 < a.logits_len ? c1 : a.logits_len;
+      for (int gq = 0; gq < a.group; ++gq) {
+        if (!((active >> gq) & 1u)) continue;
+        const int t = t0 + gq;
+        for (int64_t s = from + tid; s < to; s += kThreads)
+          a.logits[static_cast<int64_t>(t) * a.lg_st + s * a.lg_ss] = -INFINITY;
+      }
+    }
+  }
+
+  if (MODE == kModeFused) {
+    __syncthreads();
+    if (misc.count > a.topk) compact(a.topk);
+    const int n = misc.count;
+    const int t = t0;  // group == 1
+    if (t < a.tokens) {
+      const int64_t base = (static_cast<int64_t>(t) * a.num_chunks + chunk) * a.topk;
+      for (int i = tid; i < a.topk; i += kThreads) {
+        a.cand_keys[base + i] = i < n ? bkeys[i] : 0u;
+        a.cand_pos[base + i] = i < n ? bpos[i] : -1;
+      }
+    }
+  }
+}
+
+}  // namespace latte::cuda_indexer

@@ -1,0 +1,362 @@
+// Exact top-k of one row per CTA (1024 threads), for rows up to 262144 positions and topk up to
+// 4096. The row is a source of (key, position) pairs: f32 scores, the score kernel's u32 keys,
+// or the fused path's candidates.
+//
+// 1. Threshold guess: if the row has more pairs than the candidate buffer holds, 4096 keys are
+//    sampled at a fixed stride and the key ranked (topk + cap) / 2 * 4096 / n among them is a
+//    lower bound tau that admits, with high probability, between topk and cap pairs.
+// 2. One pass keeps the pairs with key >= tau in shared memory. If topk <= kept <= cap (or the
+//    whole row was kept), an exact radix select over the kept (key, position) composites marks
+//    the winners in a position bitmap.
+// 3. Otherwise (a bad guess or many equal keys) an exact radix select over the whole row by
+//    11/11/10-bit digit histograms finds the topk-th key; equal keys at the boundary go to the
+//    smallest positions through a second bitmap.
+// 4. The bitmap is ranked (popcount prefix sums), so each row's output is in ascending position
+//    order and bit-identical between runs whatever the thread timing.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/radix_select.cuh"
+
+namespace latte::cuda_indexer {
+
+constexpr int kTopkThreads = 1024;
+constexpr int kSamples = 4096;
+
+enum TopkSource : int { kSrcF32 = 0, kSrcKeys = 1, kSrcCands = 2 };
+
+struct TopkArgs {
+  int rows, topk;
+  const float* f32;          // kSrcF32
+  const uint32_t* keys;      // kSrcKeys / kSrcCands
+  const int32_t* cpos;       // kSrcCands
+  int64_t ld;                // row stride of the source (elements)
+  int vec;                   // rows are 16-byte aligned and ld % 4 == 0
+  int64_t n_fixed;           // kSrcF32: row length; kSrcCands: pairs per row
+  const int32_t* vl;         // kSrcKeys / kSrcCands: visible lengths
+  int64_t vl_s;
+  const int32_t* tr;
+  int64_t tr_s;
+  int batch;
+  int64_t max_len;
+  int32_t* out;
+  int64_t out_sr, out_sc;
+  int physical;
+  const int32_t* bt;
+  int64_t bt_sr, bt_sc;
+  int max_blocks, block_size, num_blocks;
+  int cap;            // candidate buffer entries (>= kSamples, >= topk)
+  int bitmap_words;   // words of the position bitmap
+};
+
+constexpr int kTopkDigit = 11;  // radix digit of the exact selects (2048 bins)
+
+struct TopkShared {
+  cuda::SelectScratch sel;
+  int hist[1 << kTopkDigit];
+  int scan[40];
+  int count;
+  int flag;
+  int bin;
+  int above;
+  int bin_count;
+};
+
+template <int SRC>
+__device__ __forceinline__ uint32_t topk_key(const TopkArgs& a, int64_t row_off, int64_t i) {
+  if (SRC == kSrcF32) return cuda::score_key(a.f32[row_off + i]);
+  return a.keys[row_off + i];
+}
+
+template <int SRC>
+__device__ __forceinline__ uint32_t topk_pos(const TopkArgs& a, int64_t row_off, int64_t i) {
+  if (SRC == kSrcCands) return static_cast<uint32_t>(a.cpos[row_off + i]);
+  return static_cast<uint32_t>(i);
+}
+
+constexpr int kUnroll = 8;
+constexpr int64_t kBatch = 4 * kTopkThreads * kUnroll;
+
+// This thread's kUnroll x 4 keys of the batch starting at `base` (0 past n): 16-byte loads,
+// consecutive threads on consecutive vectors.
+template <int SRC>
+__device__ __forceinline__ void load_batch(const TopkArgs& a, int64_t row_off, int64_t n, int64_t base,
+                                           uint32_t (&k)[kUnroll][4]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int64_t i0 = base + (static_cast<int64_t>(u) * kTopkThreads + tid) * 4;
+    if (a.vec && i0 + 3 < n) {
+      if (SRC == kSrcF32) {
+        const float4 v = *reinterpret_cast<const float4*>(a.f32 + row_off + i0);
+        k[u][0] = cuda::score_key(v.x);
+        k[u][1] = cuda::score_key(v.y);
+        k[u][2] = cuda::score_key(v.z);
+        k[u][3] = cuda::score_key(v.w);
+      } else {
+        const uint4 v = *reinterpret_cast<const uint4*>(a.keys + row_off + i0);
+        k[u][0] = v.x;
+        k[u][1] = v.y;
+        k[u][2] = v.z;
+        k[u][3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) k[u][e] = i0 + e < n ? topk_key<SRC>(a, row_off, i0 + e) : 0u;
+    }
+  }
+}
+
+__device__ __forceinline__ int64_t batch_index(int64_t base, int u, int e) {
+  return base + (static_cast<int64_t>(u) * kTopkThreads + threadIdx.x) * 4 + e;
+}
+
+// Visits the pairs of a row: f(i, key) for i < n, with every lane of every warp calling f the
+// same number of times (invalid i get key 0), so f may use warp votes.
+template <int SRC, typename F>
+__device__ __forceinline__ void for_each_pair(const TopkArgs& a, int64_t row_off, int64_t n, F&& f) {
+  for (int64_t base = 0; base < n; base += kBatch) {
+    uint32_t k[kUnroll][4];
+    load_batch<SRC>(a, row_off, n, base, k);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(batch_index(base, u, e), k[u][e]);
+  }
+}
+
+// Positions at or past npos (never produced by the score kernel) are ignored.
+__device__ __forceinline__ void bitmap_set(uint32_t* bm, uint32_t p, int64_t npos) {
+  if (p < npos) atomicOr(&bm[p >> 5], 1u << (p & 31));
+}
+
+template <int SRC>
+__global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  TopkShared& sh = *reinterpret_cast<TopkShared*>(smem);
+  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem + ((sizeof(TopkShared) + 15) / 16) * 16);
+  uint32_t* ckeys = bitmap + ((a.bitmap_words + 3) / 4) * 4;
+  int32_t* cpos = reinterpret_cast<int32_t*>(ckeys + a.cap);
+
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int row = blockIdx.x;
+  const int64_t row_off = static_cast<int64_t>(row) * a.ld;
+  int32_t* out = a.out + static_cast<int64_t>(row) * a.out_sr;
+
+  // Pairs in the row (n) and positions they can take (npos).
+  int64_t n = 0, npos = 0;
+  int brow = -1;
+  if (SRC == kSrcF32) {
+    n = a.n_fixed;
+    npos = n;
+  } else {
+    brow = a.tr ? a.tr[static_cast<int64_t>(row) * a.tr_s] : row;
+    if (brow >= 0 && brow < a.batch) {
+      const int64_t v = a.vl[static_cast<int64_t>(row) * a.vl_s];
+      npos = v < 0 ? 0 : (v > a.max_len ? a.max_len : v);
+    }
+    n = SRC == kSrcKeys ? npos : (npos > 0 ? a.n_fixed : 0);
+  }
+  const int words = static_cast<int>((npos + 31) / 32);
+  for (int w = tid; w < words; w += kTopkThreads) bitmap[w] = 0;
+  if (tid == 0) {
+    sh.count = 0;
+    sh.flag = 0;
+  }
+  __syncthreads();
+
+  if (n > 0) {
+    // 1. Admission threshold.
+    uint32_t tau = 1;
+    if (n > a.cap) {
+      constexpr int kPer = kSamples / kTopkThreads;
+      uint32_t sk[kPer];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const int i = j * kTopkThreads + tid;
+        sk[j] = topk_key<SRC>(a, row_off, static_cast<int64_t>(i) * n / kSamples);
+      }
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) ckeys[j * kTopkThreads + tid] = sk[j];
+      __syncthreads();
+      const int64_t target = (static_cast<int64_t>(a.topk) + a.cap) / 2;
+      int64_t j = (target * kSamples + n - 1) / n;
+      j = j < 1 ? 1 : (j > kSamples ? kSamples : j);
+      const uint64_t thr = cuda::block_select_threshold<kTopkThreads, kTopkDigit, 1024>(
+          ckeys, nullptr, kSamples, static_cast<int>(j), sh.sel, sh.hist);
+      tau = static_cast<uint32_t>(thr >> 32);
+      if (tau < 1) tau = 1;
+      __syncthreads();
+    }
+    // 2. Keep pairs with key >= tau: per batch, each thread counts its kept pairs, a warp scan
+    //    gives offsets and one atomic per warp reserves the slots.
+    for (int64_t base = 0; base < n; base += kBatch) {
+      uint32_t k[kUnroll][4];
+      load_batch<SRC>(a, row_off, n, base, k);
+      int cnt = 0;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) cnt += (k[u][e] != 0u && k[u][e] >= tau) ? 1 : 0;
+      int incl = cnt;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+      }
+      const int wtotal = __shfl_sync(0xffffffffu, incl, 31);
+      int wbase = 0;
+      if (lane == 31 && wtotal > 0) wbase = atomicAdd(&sh.count, wtotal);
+      wbase = __shfl_sync(0xffffffffu, wbase, 31);
+      int slot = wbase + incl - cnt;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          if (k[u][e] != 0u && k[u][e] >= tau) {
+            if (slot < a.cap) {
+              ckeys[slot] = k[u][e];
+              cpos[slot] = static_cast<int32_t>(topk_pos<SRC>(a, row_off, batch_index(base, u, e)));
+            }
+            ++slot;
+          }
+        }
+      }
+    }
+    __syncthreads();
+    const int kept = sh.count;
+    if (kept <= a.cap && (kept >= a.topk || tau == 1)) {
+      const int need = kept < a.topk ? kept : a.topk;
+      if (need > 0) {
+        const uint64_t thr = cuda::block_select_threshold<kTopkThreads, kTopkDigit, 1024>(ckeys, cpos, kept, need, sh.sel, sh.hist);
+        for (int i = tid; i < kept; i += kTopkThreads) {
+          const uint32_t p = static_cast<uint32_t>(cpos[i]);
+          if (cuda::composite_key(ckeys[i], p) >= thr) bitmap_set(bitmap, p, npos);
+        }
+      }
+    } else {
+      // 3. Exact radix select over the whole row (the candidate region becomes the bitmap of
+      //    boundary ties).
+      int* hist = sh.hist;
+      uint32_t prefix = 0;
+      int pb = 0, need = a.topk;
+      bool done = false;
+      for (int pass = 0; pass < 3 && !done; ++pass) {
+        const int D = pass < 2 ? 11 : 10;
+        const int nb = 1 << D;
+        for (int b = tid; b < nb; b += kTopkThreads) hist[b] = 0;
+        __syncthreads();
+        for_each_pair<SRC>(a, row_off, n, [&](int64_t, uint32_t key) {
+          const bool hit = key != 0u && (pb == 0 || (key >> (32 - pb)) == prefix);
+          const uint32_t d = (key >> (32 - pb - D)) & static_cast<uint32_t>(nb - 1);
+          cuda::warp_hist_add(hist, hit, d);
+        });
+        __syncthreads();
+        // Bins in descending order: thread t owns bins [nb - bpt (t + 1), nb - bpt t).
+        const int bpt = nb / kTopkThreads;
+        int mine = 0;
+        for (int e = 0; e < bpt; ++e) mine += hist[nb - 1 - bpt * tid - e];
+        int total = 0;
+        int above = cuda::block_exclusive_scan<kTopkThreads>(mine, sh.scan, &total);
+        if (pass == 0 && total <= need) {
+          // Fewer valid pairs than topk: all of them.
+          for_each_pair<SRC>(a, row_off, n, [&](int64_t i, uint32_t key) {
+            if (key != 0u) bitmap_set(bitmap, topk_pos<SRC>(a, row_off, i), npos);
+          });
+          done = true;
+          break;
+        }
+        if (above < need && above + mine >= need) {
+          for (int e = 0; e < bpt; ++e) {
+            const int b = nb - 1 - bpt * tid - e;
+            if (above < need && above + hist[b] >= need) {
+              sh.bin = b;
+              sh.above = above;
+              sh.bin_count = hist[b];
+            }
+            above += hist[b];
+          }
+        }
+        __syncthreads();
+        need -= sh.above;
+        prefix = (prefix << D) | static_cast<uint32_t>(sh.bin);
+        pb += D;
+        const int bin_count = sh.bin_count;
+        __syncthreads();
+        if (bin_count == need) {
+          const uint32_t pre = prefix;
+          const int sh_bits = 32 - pb;
+          for_each_pair<SRC>(a, row_off, n, [&](int64_t i, uint32_t key) {
+            if (key != 0u && (key >> sh_bits) >= pre) bitmap_set(bitmap, topk_pos<SRC>(a, row_off, i), npos);
+          });
+          done = true;
+        }
+      }
+      if (!done) {
+        // prefix is the exact topk-th key; `need` of its equals go, smallest positions first.
+        uint32_t* eq = ckeys;
+        for (int w = tid; w < words; w += kTopkThreads) eq[w] = 0;
+        __syncthreads();
+        const uint32_t v = prefix;
+        for_each_pair<SRC>(a, row_off, n, [&](int64_t i, uint32_t key) {
+          if (key == 0u) return;
+          if (key > v) bitmap_set(bitmap, topk_pos<SRC>(a, row_off, i), npos);
+          else if (key == v) bitmap_set(eq, topk_pos<SRC>(a, row_off, i), npos);
+        });
+        __syncthreads();
+        const int wpt = (words + kTopkThreads - 1) / kTopkThreads;
+        const int w0 = tid * wpt, w1 = min(words, w0 + wpt);
+        int mine = 0;
+        for (int w = w0; w < w1; ++w) mine += __popc(eq[w]);
+        int total = 0;
+        int before = cuda::block_exclusive_scan<kTopkThreads>(mine, sh.scan, &total);
+        for (int w = w0; w < w1 && before < need; ++w) {
+          uint32_t bits = eq[w];
+          while (bits && before < need) {
+            const int b = __ffs(bits) - 1;
+            bits &= bits - 1;
+            bitmap[w] |= 1u << b;  // words are owned by this thread here
+            ++before;
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // 4. Rank the bitmap and write positions (or slots) in ascending position order.
+  const int wpt = (words + kTopkThreads - 1) / kTopkThreads;
+  const int w0 = tid * wpt, w1 = min(words, w0 + wpt);
+  int mine = 0;
+  for (int w = w0; w < w1; ++w) mine += __popc(bitmap[w]);
+  int total = 0;
+  int rank = cuda::block_exclusive_scan<kTopkThreads>(mine, sh.scan, &total);
+  const int32_t* btrow = a.physical ? a.bt + static_cast<int64_t>(brow) * a.bt_sr : nullptr;
+  for (int w = w0; w < w1; ++w) {
+    uint32_t bits = bitmap[w];
+    while (bits) {
+      const int b = __ffs(bits) - 1;
+      bits &= bits - 1;
+      const int64_t p = static_cast<int64_t>(w) * 32 + b;
+      int32_t value = static_cast<int32_t>(p);
+      if (a.physical) {
+        value = -1;
+        const int64_t bi = p / a.block_size;
+        if (brow >= 0 && bi < a.max_blocks) {
+          const int blk = btrow[bi * a.bt_sc];
+          if (blk >= 0 && blk < a.num_blocks)
+            value = static_cast<int32_t>(static_cast<int64_t>(blk) * a.block_size + p % a.block_size);
+        }
+      }
+      if (rank < a.topk) out[static_cast<int64_t>(rank) * a.out_sc] = value;
+      ++rank;
+    }
+  }
+  const int written = total < a.topk ? total : a.topk;
+  for (int i = written + tid; i < a.topk; i += kTopkThreads) out[static_cast<int64_t>(i) * a.out_sc] = -1;
+}
+
+}  // namespace latte::cuda_indexer

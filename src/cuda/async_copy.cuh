@@ -1,0 +1,35 @@
+// cp.async (sm_80+) global -> shared copies with zero fill, for multi-stage pipelines.
+#pragma once
+
+#include <cstdint>
+
+namespace latte::cuda {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Copies 16 bytes, or writes 16 zero bytes (and reads nothing) when `valid` is false.
+// `src` must be a valid address even when !valid (pass any mapped pointer).
+__device__ __forceinline__ void cp_async_16(void* dst_smem, const void* src, bool valid) {
+  const int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)),
+               "l"(src), "r"(n) : "memory");
+}
+
+// Copies 4 bytes, or writes zeros when `valid` is false.
+__device__ __forceinline__ void cp_async_4(void* dst_smem, const void* src, bool valid) {
+  const int n = valid ? 4 : 0;
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst_smem)),
+               "l"(src), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace latte::cuda

@@ -1,0 +1,225 @@
+// Exact top-k building blocks: order-preserving keys for float scores, block-wide scans and
+// reductions, and a block-level radix select over (key, position) pairs held in memory that
+// the whole block can read (shared or global).
+//
+// Ranking order (cpu.reference's): a higher score first, equal scores to the smaller position,
+// NaN last. Scores map to 32-bit keys whose unsigned order is that order; a (key, position) pair
+// maps to a 64-bit composite (key << 32 | ~position) that is unique per position, so "the k
+// largest composites" is exactly the top-k with the tie rule, and a radix select over
+// composites needs no special tie handling.
+#pragma once
+
+#include <cstdint>
+
+namespace latte::cuda {
+
+// Key 0 means "no element" (excluded); NaN -> 1 (below every number); -0 and +0 are equal.
+__device__ __forceinline__ uint32_t score_key(float f) {
+  if (f != f) return 1u;
+  const uint32_t u = __float_as_uint(f == 0.0f ? 0.0f : f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ uint64_t composite_key(uint32_t key, uint32_t pos) {
+  return (static_cast<uint64_t>(key) << 32) | static_cast<uint32_t>(~pos);
+}
+
+// x >> s for s in 0..64 (a shift by 64 gives 0 instead of undefined behaviour).
+__device__ __forceinline__ uint64_t shr64(uint64_t x, int s) { return s >= 64 ? 0 : x >> s; }
+
+// Bits of the lanes below this one.
+__device__ __forceinline__ unsigned lanemask_lt() { return (1u << (threadIdx.x & 31)) - 1u; }
+
+// Exclusive prefix sum over the block in thread order; `scratch` holds >= 33 ints of shared
+// memory. Returns the prefix and writes the block total to *total (every thread). Contains
+// __syncthreads() and must be reached by every thread.
+template <int THREADS>
+__device__ int block_exclusive_scan(int v, int* scratch, int* total) {
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "block size");
+  constexpr int kWarps = THREADS / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  int x = v;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += y;
+  }
+  if (lane == 31) scratch[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    int w = lane < kWarps ? scratch[lane] : 0;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, w, o);
+      if (lane >= o) w += y;
+    }
+    if (lane < kWarps) scratch[lane] = w;  // inclusive warp totals
+    if (lane == 31) scratch[32] = w;
+  }
+  __syncthreads();
+  const int before = warp > 0 ? scratch[warp - 1] : 0;
+  *total = scratch[32];
+  __syncthreads();  // scratch may be reused right after
+  return before + x - v;
+}
+
+// Min and max over the block; `scratch` holds >= 2 * 32 uint64 of shared memory.
+template <int THREADS>
+__device__ void block_min_max(uint64_t& lo, uint64_t& hi, uint64_t* scratch) {
+  constexpr int kWarps = THREADS / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const uint64_t a = __shfl_xor_sync(0xffffffffu, lo, o);
+    const uint64_t b = __shfl_xor_sync(0xffffffffu, hi, o);
+    lo = a < lo ? a : lo;
+    hi = b > hi ? b : hi;
+  }
+  if (lane == 0) {
+    scratch[warp] = lo;
+    scratch[32 + warp] = hi;
+  }
+  __syncthreads();
+  lo = scratch[0];
+  hi = scratch[32];
+  for (int w = 1; w < kWarps; ++w) {
+    lo = scratch[w] < lo ? scratch[w] : lo;
+    hi = scratch[32 + w] > hi ? scratch[32 + w] : hi;
+  }
+  __syncthreads();
+}
+
+// Shared scratch of block_select_threshold (the histogram is passed separately).
+struct SelectScratch {
+  uint64_t minmax[64];
+  uint64_t result;
+  int scan[40];
+  int bin;         // chosen digit
+  int need;        // still to take inside the chosen bin
+  int bin_count;   // elements in the chosen bin
+  int list_count;  // members of the chosen bin collected so far
+};
+
+// Adds 1 to hist[digit] for every lane of the warp with `hit`, one atomic per distinct digit
+// (lanes with equal digits are combined: scores cluster, and same-address shared atomics
+// serialize). Every lane of the warp must call it.
+__device__ __forceinline__ void warp_hist_add(int* hist, bool hit, uint32_t digit) {
+  const unsigned act = __ballot_sync(0xffffffffu, hit);
+  if (hit) {
+    const unsigned peers = __match_any_sync(act, digit);
+    if ((threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+  }
+}
+
+// Given n (key, position) pairs (pos == nullptr: the position of pair i is i) and
+// 1 <= need <= n, returns the composite T such that exactly `need` pairs have
+// composite_key(key, pos) >= T. Positions must be distinct. Every thread of the block calls it
+// and gets the same T. `hist` holds 1 << DIGIT ints of shared memory (at least THREADS bins);
+// it is reused as a list of up to LCAP composites (LCAP * 8 <= 4 << DIGIT).
+// Cost: one min/max pass and one histogram pass over the pairs per DIGIT bits below their
+// common prefix, until the bin holding the boundary has at most LCAP members; those are
+// gathered and ranked directly (one more pass).
+template <int THREADS, int DIGIT, int LCAP>
+__device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* pos, int n,
+                                           int need, SelectScratch& sc, int* hist) {
+  constexpr int kBins = 1 << DIGIT;
+  constexpr int kPer = kBins / THREADS;
+  static_assert(kBins % THREADS == 0, "at least one bin per thread");
+  static_assert(LCAP * 8 <= kBins * 4, "the bin list must fit in the histogram");
+  const int tid = threadIdx.x;
+  auto comp = [&](int i) {
+    return composite_key(keys[i], pos ? static_cast<uint32_t>(pos[i]) : static_cast<uint32_t>(i));
+  };
+  uint64_t lo = ~uint64_t{0}, hi = 0;
+  for (int i = tid; i < n; i += THREADS) {
+    const uint64_t c = comp(i);
+    lo = c < lo ? c : lo;
+    hi = c > hi ? c : hi;
+  }
+  block_min_max<THREADS>(lo, hi, sc.minmax);
+  if (need >= n) return lo;
+  // Every pair shares the bits above the highest bit where lo and hi differ.
+  int shift = 64 - __clzll(static_cast<long long>(lo ^ hi));  // lo != hi since n >= 2
+  uint64_t prefix = shr64(hi, shift);
+  int remaining = need;
+  while (true) {
+    const int d = shift < DIGIT ? shift : DIGIT;
+    shift -= d;
+    for (int b = tid; b < kBins; b += THREADS) hist[b] = 0;
+    if (tid == 0) sc.list_count = 0;
+    __syncthreads();
+    const uint64_t mask = (uint64_t{1} << d) - 1u;
+    for (int base = 0; base < n; base += THREADS) {
+      const int i = base + tid;
+      bool hit = false;
+      uint32_t digit = 0;
+      if (i < n) {
+        const uint64_t c = comp(i);
+        hit = shr64(c, shift + d) == prefix;
+        digit = static_cast<uint32_t>((c >> shift) & mask);
+      }
+      warp_hist_add(hist, hit, digit);
+    }
+    __syncthreads();
+    // Thread t owns bins [kBins - kPer (t + 1), kBins - kPer t), highest first.
+    int h[kPer];
+    int mine = 0;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      h[j] = hist[kBins - 1 - kPer * tid - j];
+      mine += h[j];
+    }
+    int total = 0;
+    int above = block_exclusive_scan<THREADS>(mine, sc.scan, &total);
+    if (above < remaining && above + mine >= remaining) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if (above < remaining && above + h[j] >= remaining) {
+          sc.bin = kBins - 1 - kPer * tid - j;
+          sc.need = remaining - above;
+          sc.bin_count = h[j];
+        }
+        above += h[j];
+      }
+    }
+    __syncthreads();
+    const int bin = sc.bin;
+    remaining = sc.need;
+    const int bin_count = sc.bin_count;
+    prefix = (prefix << d) | static_cast<uint64_t>(bin);
+    if (bin_count == remaining || shift == 0) return prefix << shift;
+    if (bin_count <= LCAP) {
+      // Gather the bin's members (the histogram is free now) and rank them directly.
+      uint64_t* list = reinterpret_cast<uint64_t*>(hist);
+      for (int base = 0; base < n; base += THREADS) {
+        const int i = base + tid;
+        uint64_t c = 0;
+        bool hit = false;
+        if (i < n) {
+          c = comp(i);
+          hit = shr64(c, shift) == prefix;
+        }
+        const unsigned m = __ballot_sync(0xffffffffu, hit);
+        if (m) {
+          int at = 0;
+          if ((tid & 31) == __ffs(m) - 1) at = atomicAdd(&sc.list_count, __popc(m));
+          at = __shfl_sync(0xffffffffu, at, __ffs(m) - 1);
+          if (hit) list[at + __popc(m & lanemask_lt())] = c;
+        }
+      }
+      __syncthreads();
+      for (int e = tid; e < bin_count; e += THREADS) {
+        const uint64_t x = list[e];
+        int larger = 0;
+        for (int j = 0; j < bin_count; ++j) larger += list[j] > x ? 1 : 0;
+        if (larger == remaining - 1) sc.result = x;
+      }
+      __syncthreads();
+      const uint64_t r = sc.result;
+      __syncthreads();  // hist / sc may be reused by the caller right away
+      return r;
+    }
+  }
+}
+
+}  // namespace latte::cuda

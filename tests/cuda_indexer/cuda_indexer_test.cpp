@@ -1,0 +1,711 @@
+// cuda.indexer against cpu.reference: logits, top-k on both paths (fused / unfused) and both
+// index kinds, short contexts, causal edges, ties, invalid block ids, determinism, poisoned
+// outputs; and the plain row top-k against an exact host selection.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "backends/cuda_indexer/indexer_launch.hpp"
+#include "cuda_indexer/mirror_tensor.hpp"
+#include "gpu_test_util.hpp"
+#include "latte/backend.hpp"
+#include "latte/device.hpp"
+#include "latte/error.hpp"
+#include "latte/formats.hpp"
+#include "latte/ops.hpp"
+#include "latte/registry.hpp"
+#include "latte/spec.hpp"
+#include "latte/validate.hpp"
+
+namespace latte::testing {
+namespace {
+
+using cuda_indexer::DeviceTraits;
+using cuda_indexer::IndexerProblem;
+using cuda_indexer::TopkOutput;
+using cuda_indexer::TopkPath;
+
+struct Options {
+  int heads = 32;
+  DType q_dtype = DType::e4m3;
+  int block_size = 64;
+  bool invalid_block = false;  // one used block_table entry of row 0 is out of range
+  int dup_pool = 0;            // > 0: K tokens drawn from this many distinct vectors (ties)
+  bool token_request = true;
+};
+
+// One indexer problem: tokens given as (block_table row, visible length).
+struct Problem {
+  int T = 0, H = 0, B = 0, bs = 0, max_blocks = 0, num_blocks = 0;
+  DType qd = DType::e4m3;
+  MirrorTensor q, qs, w, kc, bt, tr, vl;
+  bool has_tr = true;
+
+  IndexerInputs inputs(bool device) const {
+    IndexerInputs in;
+    auto v = [device](const MirrorTensor& m) { return device ? m.dev_view() : m.host_view(); };
+    in.q = v(q);
+    if (qd == DType::e4m3) in.q_scale = v(qs);
+    in.weights = v(w);
+    in.k_cache = v(kc);
+    in.block_table = v(bt);
+    if (has_tr) in.token_request = v(tr);
+    in.visible_lens = v(vl);
+    return in;
+  }
+  int64_t max_len() const { return static_cast<int64_t>(max_blocks) * bs; }
+  int row_of(int t) const { return has_tr ? tr.host<int32_t>()[t] : t; }
+  int32_t slot_of(int t, int64_t p) const {
+    const int32_t b = bt.host<int32_t>()[static_cast<int64_t>(row_of(t)) * max_blocks + p / bs];
+    return (b >= 0 && b < num_blocks) ? static_cast<int32_t>(b * bs + p % bs) : -1;
+  }
+  IndexerProblem raw() const {
+    IndexerProblem p;
+    p.q = q.device();
+    p.q_fp8 = qd == DType::e4m3;
+    p.q_st = static_cast<int64_t>(H) * kIndexDim;
+    p.q_sh = kIndexDim;
+    p.q_scale = qd == DType::e4m3 ? static_cast<const float*>(qs.device()) : nullptr;
+    p.qs_st = H;
+    p.qs_sh = 1;
+    p.weights = static_cast<const float*>(w.device());
+    p.w_st = H;
+    p.w_sh = 1;
+    p.k_cache = static_cast<const uint8_t*>(kc.device());
+    p.page_stride = static_cast<int64_t>(bs) * kIndexBytesPerToken;
+    p.num_blocks = num_blocks;
+    p.block_size = bs;
+    p.block_table = static_cast<const int32_t*>(bt.device());
+    p.bt_sr = max_blocks;
+    p.bt_sc = 1;
+    p.batch = B;
+    p.max_blocks = max_blocks;
+    p.token_request = has_tr ? static_cast<const int32_t*>(tr.device()) : nullptr;
+    p.tr_s = 1;
+    p.visible_lens = static_cast<const int32_t*>(vl.device());
+    p.vl_s = 1;
+    p.tokens = T;
+    p.heads = H;
+    return p;
+  }
+};
+
+Problem make_problem(std::mt19937& rng, const std::vector<std::pair<int, int>>& tokens, int B,
+                     const Options& o) {
+  Problem p;
+  p.T = static_cast<int>(tokens.size());
+  p.H = o.heads;
+  p.B = B;
+  p.bs = o.block_size;
+  p.qd = o.q_dtype;
+  p.has_tr = o.token_request;
+  std::vector<int> need(static_cast<std::size_t>(B), 1);
+  for (const auto& [row, vis] : tokens)
+    need[static_cast<std::size_t>(row)] = std::max(need[static_cast<std::size_t>(row)], (vis + p.bs - 1) / p.bs);
+  p.max_blocks = *std::max_element(need.begin(), need.end()) + 1;
+  p.num_blocks = std::accumulate(need.begin(), need.end(), 0) + 3;
+  std::vector<int> perm(static_cast<std::size_t>(p.num_blocks));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+
+  p.q = MirrorTensor(p.qd, {p.T, p.H, kIndexDim});
+  p.qs = MirrorTensor(DType::f32, {p.T, p.H});
+  p.w = MirrorTensor(DType::f32, {p.T, p.H});
+  p.kc = MirrorTensor(DType::u8, {p.num_blocks, p.bs, kIndexBytesPerToken});
+  p.bt = MirrorTensor(DType::i32, {B, p.max_blocks});
+  p.tr = MirrorTensor(DType::i32, {p.T});
+  p.vl = MirrorTensor(DType::i32, {p.T});
+
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Block table: used entries from the permutation, padding columns hold garbage.
+  int next = 0;
+  for (int r = 0; r < B; ++r)
+    for (int c = 0; c < p.max_blocks; ++c)
+      p.bt.host<int32_t>()[r * p.max_blocks + c] =
+          c < need[static_cast<std::size_t>(r)] ? perm[static_cast<std::size_t>(next++)] : -77 - c;
+  if (o.invalid_block && need[0] >= 2) p.bt.host<int32_t>()[1] = p.num_blocks + 5;
+  // K pages.
+  std::vector<std::vector<float>> pool;
+  for (int i = 0; i < o.dup_pool; ++i) {
+    std::vector<float> k(kIndexDim);
+    for (float& x : k) x = normal(rng);
+    pool.push_back(k);
+  }
+  std::uniform_int_distribution<int> pick(0, std::max(0, o.dup_pool - 1));
+  for (int b = 0; b < p.num_blocks; ++b) {
+    uint8_t* page = p.kc.host<uint8_t>() + static_cast<int64_t>(b) * p.bs * kIndexBytesPerToken;
+    for (int off = 0; off < p.bs; ++off) {
+      std::vector<float> k(kIndexDim);
+      if (o.dup_pool > 0) {
+        k = pool[static_cast<std::size_t>(pick(rng))];
+      } else {
+        const float mag = std::exp(0.5f * normal(rng));
+        for (float& x : k) x = mag * normal(rng);
+      }
+      pack_indexer_k_token(k.data(), Fp8ScaleKind::amax, page, p.bs, off);
+    }
+  }
+  // Queries, scales, weights.
+  for (int t = 0; t < p.T; ++t) {
+    for (int h = 0; h < p.H; ++h) {
+      float row[kIndexDim];
+      float amax = 0.0f;
+      for (float& x : row) {
+        x = normal(rng);
+        amax = std::max(amax, std::fabs(x));
+      }
+      const int64_t base = (static_cast<int64_t>(t) * p.H + h) * kIndexDim;
+      if (p.qd == DType::e4m3) {
+        const float scale = fp8_group_scale(amax, Fp8ScaleKind::amax);
+        p.qs.host<float>()[t * p.H + h] = scale;
+        for (int d = 0; d < kIndexDim; ++d) p.q.host<uint8_t>()[base + d] = float_to_e4m3(row[d] / scale);
+      } else {
+        for (int d = 0; d < kIndexDim; ++d) p.q.host<uint16_t>()[base + d] = float_to_bf16(row[d]);
+      }
+      p.w.host<float>()[t * p.H + h] = normal(rng) / std::sqrt(static_cast<float>(p.H * kIndexDim));
+    }
+    p.tr.host<int32_t>()[t] = tokens[static_cast<std::size_t>(t)].first;
+    p.vl.host<int32_t>()[t] = tokens[static_cast<std::size_t>(t)].second;
+  }
+  for (MirrorTensor* m : {&p.q, &p.qs, &p.w, &p.kc, &p.bt, &p.tr, &p.vl}) m->upload();
+  return p;
+}
+
+// Decode: B requests with the given context lengths, nq new tokens each (causal).
+std::vector<std::pair<int, int>> decode_tokens(const std::vector<int>& lens, int nq) {
+  std::vector<std::pair<int, int>> t;
+  for (int r = 0; r < static_cast<int>(lens.size()); ++r)
+    for (int i = 0; i < nq; ++i) t.emplace_back(r, lens[static_cast<std::size_t>(r)] - nq + 1 + i);
+  return t;
+}
+
+std::unique_ptr<Kernel> make_kernel(const char* id, Op op, const Problem& p, int topk, const DeviceInfo& dev) {
+  AttentionSpec spec;
+  spec.op = op;
+  spec.num_heads = p.H;
+  spec.head_dim = kIndexDim;
+  spec.q_dtype = p.qd;
+  spec.block_size = p.bs;
+  spec.topk = topk;
+  spec.max_tokens = p.T;
+  return Registry::global().get(id)->make(spec, dev);
+}
+
+// Reference logits [T, max_len] (float, -inf where not visible).
+std::vector<float> reference_logits(const Problem& p) {
+  MirrorTensor lg(DType::f32, {p.T, p.max_len()});
+  IndexerLogitsArgs a;
+  a.in = p.inputs(false);
+  a.logits = lg.host_view();
+  make_kernel("cpu.reference", Op::indexer_logits, p, 0, DeviceInfo{})->run(a, RunContext{});
+  return std::vector<float>(lg.host<float>(), lg.host<float>() + lg.numel());
+}
+
+DeviceInfo gpu() { return describe_device("cuda:0"); }
+
+DeviceTraits traits_of(const DeviceInfo& d) {
+  DeviceTraits t;
+  t.arch = d.arch();
+  t.sm_count = d.sm_count;
+  return t;
+}
+
+// GPU logits close to the reference: -inf exactly where the reference has -inf.
+void expect_logits_close(const Problem& p, const std::vector<float>& ref, const float* got, double tol,
+                         const char* what) {
+  const int64_t L = p.max_len();
+  int bad = 0;
+  for (int t = 0; t < p.T; ++t) {
+    double scale = 1e-20;
+    for (int64_t s = 0; s < L; ++s)
+      if (std::isfinite(ref[t * L + s])) scale = std::max(scale, std::fabs(static_cast<double>(ref[t * L + s])));
+    for (int64_t s = 0; s < L; ++s) {
+      const float r = ref[t * L + s], g = got[t * L + s];
+      const bool ok = std::isinf(r) ? (std::isinf(g) && g < 0) : (std::fabs(static_cast<double>(g) - r) <= tol * scale);
+      if (!ok && bad++ < 5) ADD_FAILURE() << what << ": logits[" << t << ", " << s << "] = " << g << ", reference " << r;
+    }
+  }
+  EXPECT_EQ(bad, 0) << what;
+}
+
+// GPU top-k (logical positions) against reference scores: right count, distinct, visible,
+// ascending, -1 padded; the chosen scores are the topk best up to `tol` (relative to the row's
+// largest magnitude) at the boundary. Returns the number of rows checked.
+void expect_topk_valid(const Problem& p, const std::vector<float>& ref, const int32_t* got, int topk, double tol,
+                       const char* what) {
+  const int64_t L = p.max_len();
+  for (int t = 0; t < p.T; ++t) {
+    std::vector<std::pair<float, int64_t>> valid;
+    double scale = 1e-20;
+    for (int64_t s = 0; s < L; ++s) {
+      const float r = ref[t * L + s];
+      if (std::isfinite(r)) {
+        valid.emplace_back(r, s);
+        scale = std::max(scale, std::fabs(static_cast<double>(r)));
+      }
+    }
+    const int count = std::min<int>(topk, static_cast<int>(valid.size()));
+    const int32_t* row = got + static_cast<int64_t>(t) * topk;
+    std::set<int64_t> chosen;
+    for (int i = 0; i < topk; ++i) {
+      if (i < count) {
+        ASSERT_GE(row[i], 0) << what << " row " << t << " col " << i;
+        ASSERT_LT(row[i], L) << what << " row " << t;
+        ASSERT_TRUE(std::isfinite(ref[t * L + row[i]])) << what << " row " << t << " picks invisible " << row[i];
+        if (i > 0) ASSERT_LT(row[i - 1], row[i]) << what << " row " << t << ": not ascending / duplicate";
+        chosen.insert(row[i]);
+      } else {
+        ASSERT_EQ(row[i], -1) << what << " row " << t << " col " << i << " (expected -1 padding)";
+      }
+    }
+    if (static_cast<int>(valid.size()) > topk) {
+      std::vector<float> scores;
+      for (auto& v : valid) scores.push_back(v.first);
+      std::nth_element(scores.begin(), scores.begin() + (topk - 1), scores.end(), std::greater<>());
+      const double tau = scores[static_cast<std::size_t>(topk - 1)];
+      const double eps = tol * scale;
+      for (const auto& [r, s] : valid) {
+        if (chosen.count(s)) EXPECT_GE(r, tau - eps) << what << " row " << t << " pos " << s;
+        else EXPECT_LE(r, tau + eps) << what << " row " << t << " pos " << s;
+      }
+    }
+  }
+}
+
+struct TopkRun {
+  std::vector<int32_t> logical, physical;
+};
+
+TopkRun run_path(const Problem& p, int topk, TopkPath path, const DeviceTraits& dev) {
+  TopkRun out;
+  const IndexerProblem raw = p.raw();
+  const std::size_t ws_bytes = cuda_indexer::topk_workspace_bytes(raw, topk, path, dev);
+  DeviceBuffer ws(std::max<std::size_t>(ws_bytes, 16));
+  for (int kind = 0; kind < 2; ++kind) {
+    MirrorTensor idx(DType::i32, {p.T, topk});
+    idx.poison_device(0x5A);
+    TopkOutput o;
+    o.indices = static_cast<int32_t*>(idx.device());
+    o.st = topk;
+    o.sc = 1;
+    o.topk = topk;
+    o.physical = kind == 1;
+    cuda_indexer::launch_indexer_topk(raw, o, path, ws.get(), ws_bytes, dev, nullptr);
+    LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+    idx.download();
+    (kind == 0 ? out.logical : out.physical).assign(idx.host<int32_t>(), idx.host<int32_t>() + idx.numel());
+  }
+  return out;
+}
+
+// physical == logical mapped through the block table (-1 stays -1).
+void expect_physical_matches(const Problem& p, const TopkRun& r, int topk, const char* what) {
+  for (int t = 0; t < p.T; ++t)
+    for (int i = 0; i < topk; ++i) {
+      const int32_t l = r.logical[static_cast<std::size_t>(t) * topk + i];
+      const int32_t want = l < 0 ? -1 : p.slot_of(t, l);
+      ASSERT_EQ(r.physical[static_cast<std::size_t>(t) * topk + i], want) << what << " row " << t << " col " << i;
+    }
+}
+
+void check_problem(const Problem& p, int topk, double tol, const DeviceTraits& dev, bool check_logits = true) {
+  const std::vector<float> ref = reference_logits(p);
+  const IndexerProblem raw = p.raw();
+  if (check_logits) {
+    MirrorTensor lg(DType::f32, {p.T, p.max_len()});
+    for (int rep = 0; rep < 2; ++rep) {
+      lg.poison_device(0x7F);
+      cuda_indexer::launch_indexer_logits(raw, static_cast<float*>(lg.device()), p.max_len(), 1, p.max_len(), dev,
+                                          nullptr);
+      LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<float> before(lg.host<float>(), lg.host<float>() + lg.numel());
+      lg.download();
+      expect_logits_close(p, ref, lg.host<float>(), tol, "indexer_logits");
+      if (rep == 1) EXPECT_EQ(std::memcmp(before.data(), lg.host<float>(), lg.bytes()), 0) << "logits not deterministic";
+    }
+  }
+  const TopkRun unfused = run_path(p, topk, TopkPath::unfused, dev);
+  const TopkRun fused = run_path(p, topk, TopkPath::fused, dev);
+  expect_topk_valid(p, ref, unfused.logical.data(), topk, tol, "unfused");
+  expect_topk_valid(p, ref, fused.logical.data(), topk, tol, "fused");
+  expect_physical_matches(p, unfused, topk, "unfused physical");
+  expect_physical_matches(p, fused, topk, "fused physical");
+  // Both paths score with the same code, so they choose the same set: bit-identical output.
+  EXPECT_EQ(unfused.logical, fused.logical) << "fused and unfused chose different tokens";
+  const TopkRun again = run_path(p, topk, TopkPath::fused, dev);
+  EXPECT_EQ(again.logical, fused.logical) << "fused top-k not deterministic";
+  EXPECT_EQ(again.physical, fused.physical) << "fused top-k not deterministic";
+}
+
+class CudaIndexer : public ::testing::Test {
+ protected:
+  void SetUp() override { LATTE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_F(CudaIndexer, DecodeGlm5ShapeFp8) {
+  std::mt19937 rng(1);
+  Options o;
+  o.heads = 32;
+  const Problem p = make_problem(rng, decode_tokens({3000, 5000, 777, 4100}, 1), 4, o);
+  check_problem(p, 512, 2e-3, traits_of(gpu()));
+}
+
+TEST_F(CudaIndexer, DecodeMtpCausalEdgeDeepseekHeads) {
+  std::mt19937 rng(2);
+  Options o;
+  o.heads = 64;
+  const Problem p = make_problem(rng, decode_tokens({2600, 1300, 4097}, 3), 3, o);
+  check_problem(p, 1024, 2e-3, traits_of(gpu()));
+}
+
+TEST_F(CudaIndexer, Bf16QueriesAndOddHeads) {
+  std::mt19937 rng(3);
+  Options o;
+  o.heads = 20;
+  o.q_dtype = DType::bf16;
+  o.block_size = 16;
+  const Problem p = make_problem(rng, decode_tokens({1500, 2900}, 2), 2, o);
+  check_problem(p, 256, 2e-3, traits_of(gpu()));
+}
+
+TEST_F(CudaIndexer, Sm80PathBf16MathOnE4m3Queries) {
+  std::mt19937 rng(4);
+  Options o;
+  o.heads = 64;
+  const Problem p = make_problem(rng, decode_tokens({3333, 2048}, 1), 2, o);
+  DeviceTraits dev = traits_of(gpu());
+  dev.force_bf16_math = true;
+  check_problem(p, 512, 2e-3, dev);
+}
+
+TEST_F(CudaIndexer, OneHeadAndMaxHeads) {
+  std::mt19937 rng(5);
+  for (int heads : {1, 128}) {
+    Options o;
+    o.heads = heads;
+    const Problem p = make_problem(rng, decode_tokens({1800, 900}, 2), 2, o);
+    check_problem(p, 300, 2e-3, traits_of(gpu()));
+  }
+}
+
+TEST_F(CudaIndexer, PrefillRaggedCausal) {
+  std::mt19937 rng(6);
+  Options o;
+  o.heads = 32;
+  // Request 0: 40 new tokens after 1200 cached; request 1: 24 new tokens after 300.
+  std::vector<std::pair<int, int>> tokens;
+  for (int i = 0; i < 40; ++i) tokens.emplace_back(0, 1200 + i + 1);
+  for (int i = 0; i < 24; ++i) tokens.emplace_back(1, 300 + i + 1);
+  const Problem p = make_problem(rng, tokens, 2, o);
+  check_problem(p, 256, 2e-3, traits_of(gpu()));
+}
+
+TEST_F(CudaIndexer, ShortContextsPadWithMinusOne) {
+  std::mt19937 rng(7);
+  Options o;
+  o.heads = 32;
+  const Problem p = make_problem(rng, decode_tokens({1, 5, 64, 65, 700}, 1), 5, o);
+  const int topk = 2048;
+  for (TopkPath path : {TopkPath::unfused, TopkPath::fused}) {
+    const TopkRun r = run_path(p, topk, path, traits_of(gpu()));
+    for (int t = 0; t < p.T; ++t) {
+      const int vis = p.vl.host<int32_t>()[t];
+      for (int i = 0; i < topk; ++i) {
+        ASSERT_EQ(r.logical[static_cast<std::size_t>(t) * topk + i], i < vis ? i : -1) << "row " << t << " col " << i;
+        ASSERT_EQ(r.physical[static_cast<std::size_t>(t) * topk + i], i < vis ? p.slot_of(t, i) : -1);
+      }
+    }
+  }
+}
+
+TEST_F(CudaIndexer, InvalidBlockIdsAreInvisible) {
+  std::mt19937 rng(8);
+  Options o;
+  o.heads = 16;
+  o.invalid_block = true;
+  const Problem p = make_problem(rng, decode_tokens({1000, 600}, 1), 2, o);
+  check_problem(p, 128, 2e-3, traits_of(gpu()));
+  // The short-row case too: every visible position of row 0 except block 1's.
+  const TopkRun r = run_path(p, 2048, TopkPath::unfused, traits_of(gpu()));
+  for (int i = 0; i < 2048; ++i) {
+    const int32_t want = i < 1000 - 64 ? (i < 64 ? i : i + 64) : -1;
+    ASSERT_EQ(r.logical[static_cast<std::size_t>(i)], want) << "col " << i;
+  }
+}
+
+TEST_F(CudaIndexer, TiesGoToSmallerPositions) {
+  std::mt19937 rng(9);
+  Options o;
+  o.heads = 32;
+  o.dup_pool = 6;  // six distinct K vectors: each score repeats hundreds of times
+  const Problem p = make_problem(rng, decode_tokens({4000, 2500}, 2), 2, o);
+  const int topk = 700;
+  // Exact comparison with cpu.reference's own top-k: equal scores are bit-equal on the GPU
+  // too (same K bytes), and the distinct scores are far apart.
+  MirrorTensor ref_idx(DType::i32, {p.T, topk});
+  IndexerTopkArgs a;
+  a.in = p.inputs(false);
+  a.indices = ref_idx.host_view();
+  a.kind = IndexKind::logical;
+  make_kernel("cpu.reference", Op::indexer_topk, p, topk, DeviceInfo{})->run(a, RunContext{});
+  for (TopkPath path : {TopkPath::unfused, TopkPath::fused}) {
+    const TopkRun r = run_path(p, topk, path, traits_of(gpu()));
+    for (int t = 0; t < p.T; ++t) {
+      std::vector<int32_t> want(ref_idx.host<int32_t>() + t * topk, ref_idx.host<int32_t>() + (t + 1) * topk);
+      std::sort(want.begin(), want.end(), [](int32_t x, int32_t y) { return (x < 0) != (y < 0) ? x >= 0 : x < y; });
+      const std::vector<int32_t> got(r.logical.begin() + t * topk, r.logical.begin() + (t + 1) * topk);
+      EXPECT_EQ(got, want) << (path == TopkPath::fused ? "fused" : "unfused") << " row " << t;
+    }
+  }
+}
+
+TEST_F(CudaIndexer, FusedCompactionAndGlobalBuffer) {
+  std::mt19937 rng(10);
+  // sm_count 1 makes one chunk per token, so the running buffer fills and compacts many times.
+  DeviceTraits one = traits_of(gpu());
+  one.sm_count = 1;
+  {
+    Options o;
+    o.heads = 8;
+    const Problem p = make_problem(rng, decode_tokens({20000, 13000}, 1), 2, o);
+    check_problem(p, 300, 2e-3, one, false);
+  }
+  {
+    // topk 4096 with 128 bf16 heads: the buffer does not fit in shared memory (global buffer).
+    Options o;
+    o.heads = 128;
+    o.q_dtype = DType::bf16;
+    const Problem p = make_problem(rng, decode_tokens({12000}, 1), 1, o);
+    check_problem(p, 4096, 2e-3, one, false);
+  }
+}
+
+TEST_F(CudaIndexer, LongChunksAreDeterministic) {
+  // Few SMs make every CTA stream many stages (pipeline reuse of every slot, compactions).
+  std::mt19937 rng(12);
+  DeviceTraits few = traits_of(gpu());
+  few.sm_count = 4;
+  Options o;
+  o.heads = 64;
+  const Problem p = make_problem(rng, decode_tokens({20000, 15000, 9000}, 2), 3, o);
+  check_problem(p, 1000, 2e-3, few);
+  const TopkRun first = run_path(p, 1000, TopkPath::unfused, few);
+  for (int rep = 0; rep < 4; ++rep) {
+    EXPECT_EQ(run_path(p, 1000, TopkPath::unfused, few).logical, first.logical) << "unfused rep " << rep;
+    EXPECT_EQ(run_path(p, 1000, TopkPath::fused, few).logical, first.logical) << "fused rep " << rep;
+  }
+}
+
+// Diagnostic: the unfused path's intermediate keys, downloaded, against its top-k: tells a
+// scoring problem from a selection problem. Many repetitions (timing-dependent bugs).
+TEST_F(CudaIndexer, UnfusedKeysAndSelectionAgree) {
+  std::mt19937 rng(8);
+  Options o;
+  o.heads = 16;
+  o.invalid_block = true;
+  const Problem p = make_problem(rng, decode_tokens({1000, 600}, 1), 2, o);
+  const DeviceTraits dev = traits_of(gpu());
+  const IndexerProblem raw = p.raw();
+  for (int topk : {2048, 128}) {
+    const std::size_t ws_bytes = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, dev);
+    DeviceBuffer ws(ws_bytes);
+    const int64_t ld = ws_bytes / 4 / p.T;
+    std::vector<uint32_t> first_keys;
+    int bad_keys = 0, bad_sel = 0, bad_det = 0;
+    for (int rep = 0; rep < 30; ++rep) {
+      LATTE_CUDA_CHECK(cudaMemset(ws.get(), 0xEE, ws_bytes));
+      MirrorTensor idx(DType::i32, {p.T, topk});
+      TopkOutput out;
+      out.indices = static_cast<int32_t*>(idx.device());
+      out.st = topk;
+      out.topk = topk;
+      out.physical = false;
+      cuda_indexer::launch_indexer_topk(raw, out, TopkPath::unfused, ws.get(), ws_bytes, dev, nullptr);
+      LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+      idx.download();
+      std::vector<uint32_t> keys(ws_bytes / 4);
+      ws.download(keys.data(), ws_bytes);
+      std::size_t seen = 0;
+      for (int t = 0; t < p.T; ++t) {
+        const int vis = p.vl.host<int32_t>()[t];
+        std::vector<std::pair<uint64_t, int32_t>> comp;
+        for (int s = 0; s < vis && rep > 0; ++s)
+          if (keys[static_cast<std::size_t>(t * ld + s)] != first_keys[seen + s] && bad_det++ < 5)
+            ADD_FAILURE() << "topk " << topk << " rep " << rep << ": key[" << t << ", " << s << "] changed";
+        seen += static_cast<std::size_t>(vis);
+        for (int s = 0; s < vis; ++s) {
+          const uint32_t k = keys[static_cast<std::size_t>(t * ld + s)];
+          const bool valid_block = p.slot_of(t, s) >= 0;
+          if ((k != 0) != valid_block && bad_keys++ < 5)
+            ADD_FAILURE() << "topk " << topk << " rep " << rep << ": key[" << t << ", " << s << "] = " << k
+                          << " but block valid = " << valid_block;
+          if (rep == 0) first_keys.push_back(k);
+          if (k) comp.emplace_back((static_cast<uint64_t>(k) << 32) | (~static_cast<uint32_t>(s)), s);
+        }
+        std::sort(comp.begin(), comp.end(), std::greater<>());
+        std::vector<int32_t> want;
+        for (std::size_t i = 0; i < comp.size() && static_cast<int>(i) < topk; ++i) want.push_back(comp[i].second);
+        std::sort(want.begin(), want.end());
+        want.resize(static_cast<std::size_t>(topk), -1);
+        const std::vector<int32_t> got(idx.host<int32_t>() + t * topk, idx.host<int32_t>() + (t + 1) * topk);
+        if (got != want && bad_sel++ < 5) {
+          std::size_t i = 0;
+          while (i < got.size() && got[i] == want[i]) ++i;
+          ADD_FAILURE() << "topk " << topk << " rep " << rep << " row " << t << ": selection differs from the keys' top-k at col "
+                        << i << " (got " << got[i] << ", want " << want[i] << ")";
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaIndexer, BackendRunsThroughRegistry) {
+  std::mt19937 rng(11);
+  Options o;
+  o.heads = 32;
+  const Problem p = make_problem(rng, decode_tokens({2000, 3000}, 1), 2, o);
+  const DeviceInfo dev = gpu();
+  const int topk = 512;
+  const std::vector<float> ref = reference_logits(p);
+  {
+    MirrorTensor lg(DType::f32, {p.T, p.max_len() + 37});  // wider than the cache: -inf tail
+    lg.poison_device(0x7F);
+    IndexerLogitsArgs a;
+    a.in = p.inputs(true);
+    a.logits = lg.dev_view();
+    auto k = make_kernel("cuda.indexer", Op::indexer_logits, p, 0, dev);
+    RunContext ctx;
+    ctx.check_indices = true;
+    k->run(a, ctx);
+    LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+    lg.download();
+    const int64_t W = p.max_len() + 37, L = p.max_len();
+    std::vector<float> narrow(static_cast<std::size_t>(p.T * L));
+    for (int t = 0; t < p.T; ++t) {
+      for (int64_t s = 0; s < W; ++s) {
+        if (s < L) narrow[static_cast<std::size_t>(t * L + s)] = lg.host<float>()[t * W + s];
+        else ASSERT_TRUE(std::isinf(lg.host<float>()[t * W + s])) << "tail not -inf";
+      }
+    }
+    expect_logits_close(p, ref, narrow.data(), 2e-3, "backend logits");
+  }
+  {
+    MirrorTensor idx(DType::i32, {p.T, topk});
+    idx.poison_device(0x11);
+    IndexerTopkArgs a;
+    a.in = p.inputs(true);
+    a.indices = idx.dev_view();
+    a.kind = IndexKind::logical;
+    auto k = make_kernel("cuda.indexer", Op::indexer_topk, p, topk, dev);
+    DeviceBuffer ws(std::max<std::size_t>(k->workspace_bytes(), 16));
+    RunContext ctx;
+    ctx.workspace = ws.get();
+    ctx.workspace_bytes = k->workspace_bytes();
+    k->run(a, ctx);
+    LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+    idx.download();
+    expect_topk_valid(p, ref, idx.host<int32_t>(), topk, 2e-3, "backend topk");
+  }
+  // Check mode reports an out-of-range visible length.
+  {
+    p.vl.host<int32_t>()[0] = static_cast<int32_t>(p.max_len() + 1);
+    const_cast<MirrorTensor&>(p.vl).upload();
+    MirrorTensor idx(DType::i32, {p.T, topk});
+    IndexerTopkArgs a;
+    a.in = p.inputs(true);
+    a.indices = idx.dev_view();
+    auto k = make_kernel("cuda.indexer", Op::indexer_topk, p, topk, dev);
+    DeviceBuffer ws(std::max<std::size_t>(k->workspace_bytes(), 16));
+    RunContext ctx;
+    ctx.workspace = ws.get();
+    ctx.workspace_bytes = k->workspace_bytes();
+    ctx.check_indices = true;
+    EXPECT_THROW(k->run(a, ctx), Error);
+  }
+}
+
+// ---- plain row top-k vs an exact host selection ----
+
+std::vector<int32_t> host_topk(const float* row, int64_t n, int k) {
+  std::vector<int32_t> idx(static_cast<std::size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  auto before = [row](int32_t a, int32_t b) {
+    const float x = row[a], y = row[b];
+    const bool xn = std::isnan(x), yn = std::isnan(y);
+    if (xn != yn) return yn;
+    if (!xn && x != y) return x > y;
+    return a < b;
+  };
+  const int m = static_cast<int>(std::min<int64_t>(k, n));
+  std::partial_sort(idx.begin(), idx.begin() + m, idx.end(), before);
+  std::vector<int32_t> out(idx.begin(), idx.begin() + m);
+  std::sort(out.begin(), out.end());
+  out.resize(static_cast<std::size_t>(k), -1);
+  return out;
+}
+
+void check_rows(const std::vector<float>& data, int rows, int64_t n, int k, const char* what) {
+  MirrorTensor s(DType::f32, {rows, n});
+  std::memcpy(s.host<float>(), data.data(), data.size() * 4);
+  s.upload();
+  MirrorTensor out(DType::i32, {rows, k});
+  std::vector<int32_t> first;
+  for (int rep = 0; rep < 2; ++rep) {
+    out.poison_device(0x33);
+    cuda_indexer::launch_rows_topk(static_cast<const float*>(s.device()), rows, n, n, k,
+                                   static_cast<int32_t*>(out.device()), k, nullptr);
+    LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+    out.download();
+    std::vector<int32_t> got(out.host<int32_t>(), out.host<int32_t>() + out.numel());
+    if (rep == 0) first = got;
+    else EXPECT_EQ(got, first) << what << ": not deterministic";
+  }
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<int32_t> want = host_topk(data.data() + static_cast<int64_t>(r) * n, n, k);
+    const std::vector<int32_t> got(first.begin() + static_cast<int64_t>(r) * k, first.begin() + static_cast<int64_t>(r + 1) * k);
+    EXPECT_EQ(got, want) << what << " row " << r;
+  }
+}
+
+TEST_F(CudaIndexer, RowTopkExactDistinct) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto [rows, n, k] : {std::tuple{8, int64_t{131072}, 2048}, std::tuple{3, int64_t{262144}, 4096},
+                           std::tuple{4, int64_t{5000}, 4096}, std::tuple{2, int64_t{3000}, 4096},
+                           std::tuple{5, int64_t{20000}, 1}, std::tuple{2, int64_t{9000}, 2047}}) {
+    std::vector<float> d(static_cast<std::size_t>(rows * n));
+    for (float& x : d) x = normal(rng);
+    check_rows(d, rows, n, k, "distinct");
+  }
+}
+
+TEST_F(CudaIndexer, RowTopkTiesNanZerosAndAdversarial) {
+  std::mt19937 rng(22);
+  const int64_t n = 70000;
+  const int rows = 6, k = 2048;
+  std::vector<float> d(static_cast<std::size_t>(rows * n));
+  std::uniform_int_distribution<int> level(0, 15);
+  for (int64_t i = 0; i < n; ++i) {
+    d[static_cast<std::size_t>(i)] = static_cast<float>(level(rng));                   // 16 levels: ties
+    d[static_cast<std::size_t>(n + i)] = 1.0f;                                          // all equal
+    d[static_cast<std::size_t>(2 * n + i)] = static_cast<float>(i);                     // ascending
+    d[static_cast<std::size_t>(3 * n + i)] = (i % 3 == 0) ? -0.0f : 0.0f;               // signed zeros
+    d[static_cast<std::size_t>(4 * n + i)] = (i % 7 == 0) ? NAN : (i % 5 == 0 ? -INFINITY : static_cast<float>(-(i % 11)));
+    d[static_cast<std::size_t>(5 * n + i)] = (i < 100) ? 5.0f : static_cast<float>(level(rng)) * 1e-3f;  // few big
+  }
+  check_rows(d, rows, n, k, "ties");
+  // Mostly NaN: fewer than k numbers.
+  std::vector<float> e(static_cast<std::size_t>(n), NAN);
+  for (int i = 0; i < 10; ++i) e[static_cast<std::size_t>(i * 997)] = static_cast<float>(i);
+  check_rows(e, 1, n, k, "nan");
+}
+
+}  // namespace
+}  // namespace latte::testing
