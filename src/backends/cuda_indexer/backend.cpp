@@ -21,10 +21,11 @@ namespace {
 
 constexpr int kMaxTopkCuda = 4096;
 constexpr int kMaxHeads = 128;
-// The unfused path (scores materialized in the workspace, then top-k) is offered up to this
-// much workspace; longer contexts and bigger batches take the fused path.
-constexpr std::size_t kUnfusedWorkspaceCap = std::size_t{64} << 20;
-constexpr int64_t kUnfusedLenHint = 32768;
+// The unfused path (u32 score keys materialized in the workspace, then top-k) is offered up to
+// this much workspace (T * 131072 positions, at most 256 MiB); longer contexts and bigger
+// batches take the fused path.
+constexpr std::size_t kUnfusedWorkspaceCap = std::size_t{256} << 20;
+constexpr int64_t kUnfusedLenHint = 131072;
 
 Capabilities indexer_capabilities() {
   Capabilities caps;
@@ -37,8 +38,8 @@ Capabilities indexer_capabilities() {
   caps.block_size = IntRule::at_least(1);
   caps.topk = IntRule::range(1, kMaxTopkCuda);
   caps.workspace =
-      "indexer_topk: max(fused: T * chunks * topk * 8 B with chunks <= 4 * SMs / T, "
-      "unfused: min(T * 32768 * 4 B, 64 MiB)); indexer_logits: none";
+      "indexer_topk: max(fused: T * chunks * (3 * topk + 1024) * 8 B with chunks <= 4 * SMs / T, "
+      "unfused: min(T * 131072 * 4 B, 256 MiB)); indexer_logits: none";
   caps.notes =
       "mma.sync e4m3 (sm_89+) or bf16 (sm_80/86; e4m3 q widened to bf16 exactly); exact radix "
       "top-k, fused (no [T, L] scores) for long contexts";

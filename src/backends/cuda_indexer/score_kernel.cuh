@@ -445,17 +445,22 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             a.keys[static_cast<int64_t>(t) * a.keys_ld + my_s] = vis ? cuda::score_key(score) : 0u;
           } else {
             const uint32_t key = vis ? cuda::score_key(score) : 0u;
-            const bool pass = key != 0u && key >= misc.tau;
-            const unsigned m = __ballot_sync(0xffffffffu, pass);
-            if (m) {
-              int base = 0;
-              if (lane == __ffs(m) - 1) base = atomicAdd(&misc.count, __popc(m));
-              base = __shfl_sync(0xffffffffu, base, __ffs(m) - 1);
-              if (pass) {
-                const int idx = base + __popc(m & cuda::lanemask_lt());
-                bkeys[idx] = key;
-                bpos[idx] = static_cast<int32_t>(my_s);
-              }
+            const int pass = (key != 0u && key >= misc.tau) ? 1 : 0;
+            // Slots: warp inclusive scan, one atomic by lane 31 (the pattern that fixed the
+            // top-k kernel's collection; see docs/kernels/indexer.md, "Known issues").
+            int incl = pass;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+              const int y = __shfl_up_sync(0xffffffffu, incl, o);
+              if (lane >= o) incl += y;
+            }
+            int wbase = 0;
+            if (lane == 31 && incl > 0) wbase = atomicAdd(&misc.count, incl);
+            wbase = __shfl_sync(0xffffffffu, wbase, 31);
+            if (pass) {
+              const int idx = wbase + incl - 1;
+              bkeys[idx] = key;
+              bpos[idx] = static_cast<int32_t>(my_s);
             }
           }
         }
