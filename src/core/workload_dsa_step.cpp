@@ -342,6 +342,10 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     for (int64_t t = 0; t < T; ++t) position_of_slot[slot_mapping.host_as<int32_t>()[t]] = t % L;
     double worst = 0;
     int64_t bad_entries = 0;
+    std::string first_bad;  // what went wrong first, for the report
+    auto note_bad = [&](std::string what) {
+      if (bad_entries++ == 0) first_bad = std::move(what);
+    };
     const int64_t expected_valid = std::min(K, L);
     for (int64_t b = 0; b < B; ++b) {
       const float* row_logits = logits.host_as<float>() + b * L;
@@ -354,18 +358,28 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
         if (slot < 0) continue;
         const bool in_request = slot < num_blocks * bs && position_of_slot[slot] >= 0 &&
                                 slot_mapping.host_as<int32_t>()[b * L + position_of_slot[slot]] == slot;
-        if (!in_request || seen[position_of_slot[slot]]) { ++bad_entries; continue; }
+        if (!in_request) {
+          note_bad(fmt::format("row {} column {}: slot {} is not a token of request {}", b, k, slot, b));
+          continue;
+        }
+        if (seen[position_of_slot[slot]]) {
+          note_bad(fmt::format("row {} column {}: position {} chosen twice", b, k, position_of_slot[slot]));
+          continue;
+        }
         seen[position_of_slot[slot]] = true;
         got.push_back(row_logits[position_of_slot[slot]]);
       }
-      if (static_cast<int64_t>(got.size()) != expected_valid) ++bad_entries;
+      if (static_cast<int64_t>(got.size()) != expected_valid)
+        note_bad(fmt::format("row {}: {} valid entries, expected {}", b, got.size(), expected_valid));
       std::sort(got.begin(), got.end(), std::greater<>());
       double scale = 0;
       for (int64_t i = 0; i < expected_valid; ++i) scale = std::max(scale, std::fabs(want[i]));
       for (std::size_t i = 0; i < got.size(); ++i)
         worst = std::max(worst, std::fabs(got[i] - want[i]) / std::max(scale, 1e-30));
     }
-    stage.check = "chosen scores vs cpu.reference top-k";
+    stage.check = bad_entries ? fmt::format("chosen scores vs cpu.reference top-k: {} bad, first: {}",
+                                            bad_entries, first_bad)
+                              : std::string("chosen scores vs cpu.reference top-k");
     stage.error = bad_entries ? std::numeric_limits<double>::infinity() : worst;
     stage.tolerance = 1e-3;
     stage.passed = stage.error <= stage.tolerance;

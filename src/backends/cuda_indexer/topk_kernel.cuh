@@ -168,7 +168,12 @@ __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs 
   }
   __syncthreads();
 
-  if (n > 0) {
+  if (SRC != kSrcCands && n > 0 && n <= a.topk) {
+    // At most topk pairs: every valid one is chosen, no threshold or select is needed.
+    for_each_pair<SRC>(a, row_off, n, [&](int64_t i, uint32_t key) {
+      if (key != 0u) bitmap_set(bitmap, topk_pos<SRC>(a, row_off, i), npos);
+    });
+  } else if (n > 0) {
     // 1. Admission threshold.
     uint32_t tau = 1;
     if (n > a.cap) {
