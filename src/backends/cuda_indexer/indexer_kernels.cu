@@ -382,22 +382,50 @@ std::size_t topk_workspace_bytes(const IndexerProblem& p, int topk, TopkPath pat
 }
 
 TopkPath choose_topk_path(const IndexerProblem& p, int topk, std::size_t workspace_bytes, const DeviceTraits& dev) {
+  (void)topk;
+  (void)dev;
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
   // Measured on the H200 (docs/performance.md): the unfused path was faster in every decode
-  // and prefill shape, and the fused path failed its determinism test in the last device run
-  // (docs/kernels/indexer.md, "Known issues"). So the fused path is taken only when the
-  // [T, L] keys do not fit in the workspace.
-  if (unfused_bytes(p) <= workspace_bytes) return TopkPath::unfused;
+  // and prefill shape, and the fused path still fails its determinism test
+  // (docs/kernels/indexer.md, "Known issues"). So the unfused path always runs, over as many
+  // tokens per pass as the workspace holds keys for; fused only when asked for
+  // (LATTE_CUDA_INDEXER_PATH=fused) or when not even one row of keys fits.
+  if (keys_ld(p) * 4 <= static_cast<int64_t>(workspace_bytes)) return TopkPath::unfused;
   return TopkPath::fused;
 }
+
+namespace {
+
+// Tokens [t0, t0 + n) of `p` as a problem of their own (pointers advanced by t0 rows).
+IndexerProblem token_slice(const IndexerProblem& p, int t0, int n) {
+  IndexerProblem s = p;
+  const int64_t q_elem = p.q_fp8 ? 1 : 2;
+  s.q = static_cast<const uint8_t*>(p.q) + t0 * p.q_st * q_elem;
+  if (p.q_scale) s.q_scale = p.q_scale + t0 * p.qs_st;
+  s.weights = p.weights + t0 * p.w_st;
+  s.visible_lens = p.visible_lens + t0 * p.vl_s;
+  if (p.token_request) {
+    s.token_request = p.token_request + t0 * p.tr_s;
+  } else {
+    // Token t reads block_table row t: the slice starts at row t0.
+    s.block_table = p.block_table + t0 * p.bt_sr;
+    s.batch = std::max(0, p.batch - t0);
+  }
+  s.tokens = n;
+  return s;
+}
+
+}  // namespace
 
 void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPath path, void* workspace,
                          std::size_t workspace_bytes, const DeviceTraits& dev, void* stream_ptr) {
   if (p.tokens <= 0 || out.topk <= 0) return;
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   if (path == TopkPath::automatic) path = choose_topk_path(p, out.topk, workspace_bytes, dev);
-  const std::size_t need = topk_workspace_bytes(p, out.topk, path, dev);
+  const std::size_t need = path == TopkPath::unfused
+                               ? static_cast<std::size_t>(keys_ld(p) * 4)  // one token per pass at least
+                               : topk_workspace_bytes(p, out.topk, path, dev);
   if (need > workspace_bytes || (need > 0 && workspace == nullptr)) {
     throw Error(ErrorCode::invalid_argument,
                 "cuda.indexer: indexer_topk (" + std::string(path == TopkPath::fused ? "fused" : "unfused") +
@@ -406,6 +434,17 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
                     ". Make the kernel with spec.max_tokens >= the tokens of the call.");
   }
   auto* ws = static_cast<uint8_t*>(workspace);
+  if (path == TopkPath::unfused && unfused_bytes(p) > workspace_bytes) {
+    // Keys for all tokens do not fit: run the tokens in slices that do.
+    const int per_pass = static_cast<int>(std::min<int64_t>(p.tokens, static_cast<int64_t>(workspace_bytes) / (keys_ld(p) * 4)));
+    for (int t0 = 0; t0 < p.tokens; t0 += per_pass) {
+      const int n = std::min(per_pass, p.tokens - t0);
+      TopkOutput o = out;
+      o.indices = out.indices + static_cast<int64_t>(t0) * out.st;
+      launch_indexer_topk(token_slice(p, t0, n), o, TopkPath::unfused, workspace, workspace_bytes, dev, stream_ptr);
+    }
+    return;
+  }
   if (path == TopkPath::unfused) {
     const ScorePlan pl = plan_scores(p, kModeKeys, p.max_len(), dev);
     const TopkPlan tp = plan_topk(p.max_len(), out.topk);
