@@ -20,7 +20,7 @@ void cuda_try(cudaError_t err, const char* what) {
 }
 #endif
 
-[[noreturn]] void no_cuda() {
+[[noreturn, maybe_unused]] void no_cuda() {
   throw Error(ErrorCode::unsupported,
               "this latte was built without CUDA: rebuild with -DLATTE_CUDA=ON or use --device cpu");
 }
