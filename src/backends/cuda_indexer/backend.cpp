@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cuda/check.cuh"
+#include "cuda/host_copy.hpp"
 #include "indexer_launch.hpp"
 #include "latte/backend.hpp"
 #include "latte/error.hpp"
@@ -96,27 +97,6 @@ IndexerProblem problem_of(const IndexerInputs& in, const IndexerShape& s) {
   return p;
 }
 
-// Copies a strided int32 vector / matrix to the host (check mode only: synchronizes).
-std::vector<int32_t> download_i32(const TensorView& t, cudaStream_t stream) {
-  const int64_t rows = t.rank >= 1 ? t.size(0) : 0;
-  const int64_t cols = t.rank >= 2 ? t.size(1) : 1;
-  std::vector<int32_t> host(static_cast<std::size_t>(rows * cols));
-  if (rows == 0 || cols == 0) return host;
-  const int64_t sr = t.stride(0), sc = t.rank >= 2 ? t.stride(1) : 1;
-  if (sc == 1) {
-    LATTE_CUDA_TRY(cudaMemcpy2DAsync(host.data(), static_cast<std::size_t>(cols) * 4, t.data,
-                                     static_cast<std::size_t>(sr) * 4, static_cast<std::size_t>(cols) * 4,
-                                     static_cast<std::size_t>(rows), cudaMemcpyDeviceToHost, stream));
-  } else {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        LATTE_CUDA_TRY(cudaMemcpyAsync(&host[static_cast<std::size_t>(r * cols + c)],
-                                       t.ptr<const int32_t>() + r * sr + c * sc, 4,
-                                       cudaMemcpyDeviceToHost, stream));
-  }
-  LATTE_CUDA_TRY(cudaStreamSynchronize(stream));
-  return host;
-}
 
 // Check mode: the same index rules as cpu.reference (token_request rows, visible lengths and
 // the blocks they cover).
@@ -125,11 +105,11 @@ void check_indexer_indices(const IndexerInputs& in, const IndexerShape& s, const
   const std::string prefix(op);
   std::vector<int32_t> rows;
   if (in.token_request.defined()) {
-    rows = download_i32(in.token_request, stream);
+    rows = cuda::download_i32(in.token_request, stream);
     check_values_in_range(rows.data(), s.tokens, 1, 0, s.batch - 1, (prefix + ": token_request").c_str(),
                           "rows of block_table");
   }
-  const std::vector<int32_t> lens = download_i32(in.visible_lens, stream);
+  const std::vector<int32_t> lens = cuda::download_i32(in.visible_lens, stream);
   check_values_in_range(lens.data(), s.tokens, 1, 0, s.max_len(), (prefix + ": visible_lens").c_str(),
                         "max_blocks * block_size positions of block_table");
   std::vector<int64_t> used(static_cast<std::size_t>(s.batch), 0);
@@ -138,7 +118,7 @@ void check_indexer_indices(const IndexerInputs& in, const IndexerShape& s, const
     auto& u = used[static_cast<std::size_t>(row)];
     u = std::max<int64_t>(u, (lens[static_cast<std::size_t>(t)] + s.block_size - 1) / s.block_size);
   }
-  const std::vector<int32_t> table = download_i32(in.block_table, stream);
+  const std::vector<int32_t> table = cuda::download_i32(in.block_table, stream);
   check_block_table_prefix(table.data(), s.batch, s.max_blocks, used.data(), s.num_blocks,
                            (prefix + ": block_table").c_str());
 }

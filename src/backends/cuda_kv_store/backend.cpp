@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cuda/check.cuh"
+#include "cuda/host_copy.hpp"
 #include "kv_store_launch.hpp"
 #include "latte/backend.hpp"
 #include "latte/error.hpp"
@@ -36,30 +37,10 @@ Capabilities kv_store_capabilities() {
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
-std::vector<int32_t> download_i32(const TensorView& t, cudaStream_t stream) {
-  const int64_t rows = t.rank >= 1 ? t.size(0) : 0;
-  const int64_t cols = t.rank >= 2 ? t.size(1) : 1;
-  std::vector<int32_t> host(static_cast<std::size_t>(rows * cols));
-  if (rows == 0 || cols == 0) return host;
-  const int64_t sr = t.stride(0), sc = t.rank >= 2 ? t.stride(1) : 1;
-  if (sc == 1) {
-    LATTE_CUDA_TRY(cudaMemcpy2DAsync(host.data(), static_cast<std::size_t>(cols) * 4, t.data,
-                                     static_cast<std::size_t>(sr) * 4, static_cast<std::size_t>(cols) * 4,
-                                     static_cast<std::size_t>(rows), cudaMemcpyDeviceToHost, stream));
-  } else {
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        LATTE_CUDA_TRY(cudaMemcpyAsync(&host[static_cast<std::size_t>(r * cols + c)],
-                                       t.ptr<const int32_t>() + r * sr + c * sc, 4,
-                                       cudaMemcpyDeviceToHost, stream));
-  }
-  LATTE_CUDA_TRY(cudaStreamSynchronize(stream));
-  return host;
-}
 
 void check_slot_mapping(const TensorView& sm, int64_t tokens, int64_t num_slots, const char* what,
                         cudaStream_t stream) {
-  const std::vector<int32_t> host = download_i32(sm, stream);
+  const std::vector<int32_t> host = cuda::download_i32(sm, stream);
   check_values_in_range(host.data(), tokens, 1, -1, num_slots - 1, what, "-1 (skip) or a slot of the cache");
 }
 
@@ -165,11 +146,11 @@ class KvStoreKernel final : public Kernel {
     const int64_t bs = a.block_size;
     std::vector<int32_t> rows;
     if (a.token_request.defined()) {
-      rows = download_i32(a.token_request, stream);
+      rows = cuda::download_i32(a.token_request, stream);
       check_values_in_range(rows.data(), s.tokens, 1, 0, s.batch - 1, "logical_to_slots: token_request",
                             "rows of block_table");
     }
-    const std::vector<int32_t> pos = download_i32(a.positions, stream);
+    const std::vector<int32_t> pos = cuda::download_i32(a.positions, stream);
     check_slot_indices(pos.data(), s.tokens, s.width, s.width, s.max_blocks * bs, "logical_to_slots: positions");
     std::vector<int64_t> used(static_cast<std::size_t>(s.batch), 0);
     for (int64_t t = 0; t < s.tokens; ++t) {
@@ -179,7 +160,7 @@ class KvStoreKernel final : public Kernel {
       auto& u = used[static_cast<std::size_t>(row)];
       u = std::max<int64_t>(u, highest < 0 ? 0 : highest / bs + 1);
     }
-    const std::vector<int32_t> table = download_i32(a.block_table, stream);
+    const std::vector<int32_t> table = cuda::download_i32(a.block_table, stream);
     const int64_t max_slot = std::numeric_limits<int32_t>::max();
     check_block_table_prefix(table.data(), s.batch, s.max_blocks, used.data(), (max_slot + 1) / bs,
                              "logical_to_slots: block_table");
