@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_text.hpp"
 #include "core/text.hpp"
 #include "latte/error.hpp"
 #include "latte/spec.hpp"
@@ -21,11 +22,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string show(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
 
 class ConfigReader {
  public:
@@ -68,10 +64,10 @@ class ConfigReader {
     } else if (value.is_number_float()) {
       number = value.get<double>();
     } else {
-      fail(path, fmt::format("= {} must be a positive integer", show(value)));
+      fail(path, fmt::format("= {} must be a positive integer", detail::show_json(value)));
     }
     if (!std::isfinite(number) || number != std::floor(number) || number <= 0 || number > kLimit) {
-      fail(path, fmt::format("= {} must be a positive integer below 2^30", show(value)));
+      fail(path, fmt::format("= {} must be a positive integer below 2^30", detail::show_json(value)));
     }
     return static_cast<int>(number);
   }
@@ -80,7 +76,7 @@ class ConfigReader {
     const json* value = find(object, key);
     if (!value) fail(path, "is missing");
     if (!value->is_number() || !std::isfinite(value->get<double>()) || value->get<double>() <= 0) {
-      fail(path, fmt::format("= {} must be a positive number", show(*value)));
+      fail(path, fmt::format("= {} must be a positive number", detail::show_json(*value)));
     }
     return value->get<double>();
   }
@@ -90,7 +86,7 @@ class ConfigReader {
     const json* value = find(object, key);
     if (!value) return std::nullopt;
     if (!value->is_number() || !std::isfinite(value->get<double>())) {
-      fail(path, fmt::format("= {} must be a number", show(*value)));
+      fail(path, fmt::format("= {} must be a number", detail::show_json(*value)));
     }
     return value->get<double>();
   }
@@ -98,7 +94,7 @@ class ConfigReader {
   std::string optional_string(const json& object, const std::string& key, const std::string& path) const {
     const json* value = find(object, key);
     if (!value) return {};
-    if (!value->is_string()) fail(path, fmt::format("= {} must be a string", show(*value)));
+    if (!value->is_string()) fail(path, fmt::format("= {} must be a string", detail::show_json(*value)));
     return value->get<std::string>();
   }
 
@@ -125,7 +121,7 @@ void read_rope(const ConfigReader& reader, ModelSpec& spec, double& mscale) {
   mscale = 1.0;
   if (!rope) return;
   if (!rope->is_object()) {
-    reader.fail(key, fmt::format("= {} must be an object such as {{\"rope_type\": \"yarn\", \"factor\": 40}}", show(*rope)));
+    reader.fail(key, fmt::format("= {} must be an object such as {{\"rope_type\": \"yarn\", \"factor\": 40}}", detail::show_json(*rope)));
   }
   std::string type = reader.optional_string(*rope, "rope_type", key + ".rope_type");
   if (type.empty()) type = reader.optional_string(*rope, "type", key + ".type");

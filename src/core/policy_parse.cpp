@@ -9,6 +9,7 @@
 #include <set>
 #include <sstream>
 
+#include "core/json_text.hpp"
 #include "core/text.hpp"
 #include "latte/error.hpp"
 #include "latte/policy.hpp"
@@ -26,11 +27,6 @@ using nlohmann::ordered_json;
 constexpr const char* kWordKeys[] = {"device", "op", "kv_cache", "q_dtype", "model"};
 constexpr const char* kNumberKeys[] = {"arch", "heads", "head_dim", "block_size", "topk", "s_q", "tokens"};
 
-std::string show(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 80) text = text.substr(0, 77) + "...";
-  return text;
-}
 
 class PolicyParser {
  public:
@@ -38,7 +34,7 @@ class PolicyParser {
 
   [[noreturn]] void fail(const std::string& path, const json* value, const std::string& what) const {
     throw Error(ErrorCode::policy_error,
-                value ? fmt::format("policy error in {}: {} = {}: {}", source_, path, show(*value), what)
+                value ? fmt::format("policy error in {}: {} = {}: {}", source_, path, detail::show_json(*value), what)
                       : fmt::format("policy error in {}: {}: {}", source_, path, what));
   }
 
