@@ -8,7 +8,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <tuple>
 #include <vector>
 
 #include "latte/error.hpp"
@@ -27,41 +26,41 @@ int64_t token_capacity(int64_t tokens) {
   return tokens <= 1 ? 1 : static_cast<int64_t>(std::bit_ceil(static_cast<uint64_t>(tokens)));
 }
 
+// The fields every op's spec has; head dims follow the op (576/512 for MLA, 128 for the indexer).
+AttentionSpec base_spec(Op op, int64_t heads, int64_t block_size, int64_t tokens) {
+  AttentionSpec spec;
+  spec.op = op;
+  spec.num_heads = static_cast<int>(heads);
+  spec.block_size = static_cast<int>(block_size);
+  spec.max_tokens = token_capacity(tokens);
+  if (op == Op::indexer_topk || op == Op::indexer_logits || op == Op::indexer_k_store) {
+    spec.head_dim = kIndexDim;
+    spec.head_dim_v = 0;
+  }
+  return spec;
+}
+
 struct SpecVisitor {
   AttentionSpec operator()(const SparseMlaArgs& a) const {
     const SparseMlaShape s = validate(a);
-    AttentionSpec spec;
-    spec.op = Op::sparse_mla;
-    spec.num_heads = static_cast<int>(s.heads);
+    AttentionSpec spec = base_spec(Op::sparse_mla, s.heads, s.block_size, s.tokens);
     spec.kv_cache = s.format;
-    spec.block_size = static_cast<int>(s.block_size);
     spec.topk = static_cast<int>(s.topk);
-    spec.max_tokens = token_capacity(s.tokens);
     spec.scale = a.scale;
     return spec;
   }
   AttentionSpec operator()(const MlaDecodeArgs& a) const {
     const MlaDecodeShape s = validate(a);
-    AttentionSpec spec;
-    spec.op = Op::mla_decode;
-    spec.num_heads = static_cast<int>(s.heads);
+    AttentionSpec spec = base_spec(Op::mla_decode, s.heads, s.block_size, s.batch * s.s_q);
     spec.kv_cache = s.format;
-    spec.block_size = static_cast<int>(s.block_size);
     spec.s_q = static_cast<int>(s.s_q);
-    spec.max_tokens = token_capacity(s.batch * s.s_q);
     spec.scale = a.scale;
     return spec;
   }
   static AttentionSpec indexer_spec(Op op, const IndexerShape& s, int topk) {
-    AttentionSpec spec;
-    spec.op = op;
-    spec.num_heads = static_cast<int>(s.heads);
-    spec.head_dim = kIndexDim;
-    spec.head_dim_v = 0;
+    AttentionSpec spec = base_spec(op, s.heads, s.block_size, s.tokens);
     spec.q_dtype = s.q_dtype;
-    spec.block_size = static_cast<int>(s.block_size);
     spec.topk = topk;
-    spec.max_tokens = token_capacity(s.tokens);
     return spec;
   }
   AttentionSpec operator()(const IndexerTopkArgs& a) const {
@@ -72,33 +71,17 @@ struct SpecVisitor {
   }
   AttentionSpec operator()(const KvStoreArgs& a) const {
     const KvStoreShape s = validate(a);
-    AttentionSpec spec;
-    spec.op = Op::kv_store;
-    spec.num_heads = 1;
+    AttentionSpec spec = base_spec(Op::kv_store, 1, s.block_size, s.tokens);
     spec.kv_cache = s.format;
-    spec.block_size = static_cast<int>(s.block_size);
-    spec.max_tokens = token_capacity(s.tokens);
     return spec;
   }
   AttentionSpec operator()(const IndexerKStoreArgs& a) const {
     const KvStoreShape s = validate(a);
-    AttentionSpec spec;
-    spec.op = Op::indexer_k_store;
-    spec.num_heads = 1;
-    spec.head_dim = kIndexDim;
-    spec.head_dim_v = 0;
-    spec.block_size = static_cast<int>(s.block_size);
-    spec.max_tokens = token_capacity(s.tokens);
-    return spec;
+    return base_spec(Op::indexer_k_store, 1, s.block_size, s.tokens);
   }
   AttentionSpec operator()(const LogicalToSlotsArgs& a) const {
     const LogicalToSlotsShape s = validate(a);
-    AttentionSpec spec;
-    spec.op = Op::logical_to_slots;
-    spec.num_heads = 1;
-    spec.block_size = a.block_size;
-    spec.max_tokens = token_capacity(s.tokens);
-    return spec;
+    return base_spec(Op::logical_to_slots, 1, a.block_size, s.tokens);
   }
 };
 
@@ -116,21 +99,14 @@ DeviceInfo device_info_for(Device device) {
   return it->second;
 }
 
-struct KernelKey {
+// Kernels made so far, per (context, backend, device); specs compared with their own ==, so
+// a field added to AttentionSpec can never make two specs share a kernel.
+struct KernelSlot {
   const Context* context;
   std::string backend;
+  Device device;
   AttentionSpec spec;
-  DeviceInfo device;
-  bool operator<(const KernelKey& o) const {
-    auto tie = [](const KernelKey& k) {
-      const AttentionSpec& s = k.spec;
-      return std::make_tuple(k.context, k.backend, static_cast<int>(s.op), s.num_heads, s.head_dim,
-                             s.head_dim_v, static_cast<int>(s.q_dtype), static_cast<int>(s.kv_cache),
-                             s.block_size, s.topk, s.s_q, s.max_tokens, s.scale,
-                             static_cast<int>(k.device.kind), k.device.index);
-    };
-    return tie(*this) < tie(o);
-  }
+  std::shared_ptr<Kernel> kernel;
 };
 
 // Selection runs on every call (the Context caches it, keyed by spec, device, policy and
@@ -140,19 +116,28 @@ std::shared_ptr<Kernel> kernel_for(const Context& context, const std::string& fo
                                    const AttentionSpec& spec, const DeviceInfo& device,
                                    std::string* backend_id) {
   static std::mutex mutex;
-  static std::map<KernelKey, std::shared_ptr<Kernel>> cache;
+  static std::vector<KernelSlot> cache;
   SelectOptions options;
   if (!forced.empty()) options.force.push_back(forced);
   const Selection selection = context.select(spec, device, options);
   *backend_id = selection.chosen;
-  KernelKey key{&context, selection.chosen, spec, device};
+  auto find = [&]() -> std::shared_ptr<Kernel> {
+    for (const KernelSlot& slot : cache) {
+      if (slot.context == &context && slot.backend == selection.chosen &&
+          slot.device == device.handle() && slot.spec == spec)
+        return slot.kernel;
+    }
+    return nullptr;
+  };
   {
     std::lock_guard lock(mutex);
-    if (auto it = cache.find(key); it != cache.end()) return it->second;
+    if (auto kernel = find()) return kernel;
   }
   std::shared_ptr<Kernel> kernel = selection.backend->make(spec, device);
   std::lock_guard lock(mutex);
-  return cache.emplace(key, std::move(kernel)).first->second;
+  if (auto existing = find()) return existing;  // another thread made it meanwhile
+  cache.push_back(KernelSlot{&context, selection.chosen, device.handle(), spec, kernel});
+  return kernel;
 }
 
 // Workspace for one call: host memory on the CPU, stream-ordered device memory on CUDA (so
