@@ -63,7 +63,13 @@ __device__ int block_exclusive_scan(int v, int* scratch, int* total) {
   return before + x - v;
 }
 
-// Min and max over the block; `scratch` holds >= 2 * 32 uint64 of shared memory.
+// Min and max over the block; `scratch` holds >= 2 * 32 uint64 of shared memory. The warp
+// partials are combined by warp 0 with shuffles and broadcast through scratch[0] / [32].
+// (An earlier version had every thread fold the 32 partials in a loop. Inlined into
+// block_select_threshold at 1024 threads, it lost warp 26's minimum on the inputs
+// tests/cuda_indexer/select_stress_test.cu found, deterministically per input, while the same
+// function alone was right; the PTX loop reads every partial, so ptxas's unrolled fold is the
+// suspect. That was the "lost lowest-scoring position" and the fused path's nondeterminism.)
 template <int THREADS>
 __device__ void block_min_max(uint64_t& lo, uint64_t& hi, uint64_t* scratch) {
   constexpr int kWarps = THREADS / 32;
@@ -80,12 +86,25 @@ __device__ void block_min_max(uint64_t& lo, uint64_t& hi, uint64_t* scratch) {
     scratch[32 + warp] = hi;
   }
   __syncthreads();
+  if (warp == 0) {
+    lo = lane < kWarps ? scratch[lane] : ~uint64_t{0};
+    hi = lane < kWarps ? scratch[32 + lane] : uint64_t{0};
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const uint64_t a = __shfl_xor_sync(0xffffffffu, lo, o);
+      const uint64_t b = __shfl_xor_sync(0xffffffffu, hi, o);
+      lo = a < lo ? a : lo;
+      hi = b > hi ? b : hi;
+    }
+    __syncwarp();
+    if (lane == 0) {
+      scratch[0] = lo;
+      scratch[32] = hi;
+    }
+  }
+  __syncthreads();
   lo = scratch[0];
   hi = scratch[32];
-  for (int w = 1; w < kWarps; ++w) {
-    lo = scratch[w] < lo ? scratch[w] : lo;
-    hi = scratch[32 + w] > hi ? scratch[32 + w] : hi;
-  }
   __syncthreads();
 }
 

@@ -501,4 +501,30 @@ void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int 
   launch_topk_kernel<kSrcF32>(a, tp, static_cast<cudaStream_t>(stream));
 }
 
+void launch_candidates_topk(const uint32_t* keys, const int32_t* pos, int rows, int64_t n,
+                            const int32_t* visible_lens, int64_t max_len, int topk, int32_t* out,
+                            void* stream) {
+  if (rows <= 0 || topk <= 0) return;
+  const TopkPlan tp = plan_topk(max_len, topk);
+  TopkArgs a{};
+  a.rows = rows;
+  a.topk = topk;
+  a.keys = keys;
+  a.cpos = pos;
+  a.ld = n;
+  a.n_fixed = n;
+  a.vec = (reinterpret_cast<std::uintptr_t>(keys) % 16 == 0 && n % 4 == 0) ? 1 : 0;
+  a.vl = visible_lens;
+  a.vl_s = 1;
+  a.batch = rows;
+  a.max_len = max_len;
+  a.out = out;
+  a.out_sr = topk;
+  a.out_sc = 1;
+  a.physical = 0;
+  a.cap = tp.cap;
+  a.bitmap_words = tp.bitmap_words;
+  launch_topk_kernel<kSrcCands>(a, tp, static_cast<cudaStream_t>(stream));
+}
+
 }  // namespace latte::cuda_indexer

@@ -80,4 +80,11 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
 void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int topk,
                       int32_t* out, int64_t out_ld, void* stream);
 
+// The fused path's final selection alone (tests): row r holds n (key, position) candidates at
+// keys/pos + r * n (key 0 = empty), positions < visible_lens[r] <= max_len count; out[r] gets
+// the topk best positions, ascending, -1 padded.
+void launch_candidates_topk(const uint32_t* keys, const int32_t* pos, int rows, int64_t n,
+                            const int32_t* visible_lens, int64_t max_len, int topk, int32_t* out,
+                            void* stream);
+
 }  // namespace latte::cuda_indexer

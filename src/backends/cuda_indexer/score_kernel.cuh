@@ -23,6 +23,7 @@
 #include "cuda/async_copy.cuh"
 #include "cuda/fp8_mma.cuh"
 #include "cuda/radix_select.cuh"
+#include "candidate_compaction.cuh"
 
 namespace latte::cuda_indexer {
 
@@ -222,45 +223,13 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     }
   }
 
-  // Keeps the `keep` best of the buffer (stable, in place) and raises the admission threshold.
+  // Keeps the `keep` best of the buffer and raises the admission threshold.
   auto compact = [&](int keep) {
-    const int n = misc.count;
-    const uint64_t thr = cuda::block_select_threshold<kThreads, kFusedDigit, 256>(bkeys, bpos, n, keep, misc.sel, misc.hist);
-    int out = 0;
-    for (int base = 0; base < n; base += kThreads * kCompactPer) {
-      uint32_t k[kCompactPer];
-      int32_t p[kCompactPer];
-      unsigned selm = 0;
-      int cnt = 0;
-#pragma unroll
-      for (int e = 0; e < kCompactPer; ++e) {
-        const int i = base + tid * kCompactPer + e;
-        k[e] = 0;
-        p[e] = 0;
-        if (i < n) {
-          k[e] = bkeys[i];
-          p[e] = bpos[i];
-          if (cuda::composite_key(k[e], static_cast<uint32_t>(p[e])) >= thr) {
-            selm |= 1u << e;
-            ++cnt;
-          }
-        }
-      }
-      int total = 0;
-      int off = cuda::block_exclusive_scan<kThreads>(cnt, misc.sel.scan, &total);
-#pragma unroll
-      for (int e = 0; e < kCompactPer; ++e) {
-        if ((selm >> e) & 1u) {
-          bkeys[out + off] = k[e];
-          bpos[out + off] = p[e];
-          ++off;
-        }
-      }
-      out += total;
-    }
-    __syncthreads();
+    int kept = 0;
+    const uint64_t thr = compact_candidates<kThreads, kFusedDigit, 256, kCompactPer>(bkeys, bpos, misc.count, keep,
+                                                                                     misc.sel, misc.hist, &kept);
     if (tid == 0) {
-      misc.count = out;
+      misc.count = kept;
       misc.tau = static_cast<uint32_t>(thr >> 32);
     }
     __syncthreads();
