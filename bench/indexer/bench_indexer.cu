@@ -226,6 +226,8 @@ int main(int argc, char** argv) {
   // B = 32 x 32K decode (A/B runs of the pipeline settings).
   const bool prefill_only = argc > 1 && std::strcmp(argv[1], "--prefill-only") == 0;
   const bool decode32 = argc > 1 && std::strcmp(argv[1], "--decode32") == 0;
+  // --topk-only: the top-k alone (one CTA per row and rows split over CTAs), no indexer.
+  const bool topk_only = argc > 1 && std::strcmp(argv[1], "--topk-only") == 0;
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   DeviceTraits dev;
@@ -248,23 +250,38 @@ int main(int argc, char** argv) {
     cudaFree(b);
   }
 
-  // Top-k alone: 2048 of 131072 for 8 rows (the issue's target), fresh random rows.
+  // Top-k alone: 2048 of 131072 for 8 rows (the issue's target), fresh random rows; one CTA
+  // per row ("single") and rows split over several CTAs ("split", the default with a workspace).
   if (!prefill_only && !decode32) {
-    const int rows = 8;
-    const int64_t n = 131072;
-    const int k = 2048;
-    const int sets = 8;
-    float* x = dalloc<float>(static_cast<std::size_t>(rows * n * sets));
-    fill_normalish<<<1024, 256>>>(x, rows * n * sets, 11);
-    int32_t* out = dalloc<int32_t>(static_cast<std::size_t>(rows) * k);
-    const double us = time_us([&](int i) {
-      launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, nullptr);
-    }, 50, 5);
-    emit("rows_topk", "\"rows\": 8, \"n\": 131072, \"k\": 2048, \"us\": " + std::to_string(us));
-    std::fprintf(stderr, "top-k 2048 of 131072, 8 rows: %.1f us\n", us);
-    cudaFree(x);
-    cudaFree(out);
+    std::vector<std::pair<int, int64_t>> shapes = {{8, 131072}};
+    if (topk_only) shapes = {{8, 131072}, {1, 131072}, {8, 32768}, {32, 131072}, {32, 32768}, {4, 262144}, {64, 65536}, {128, 131072}};
+    for (const auto& shape : shapes) {
+      const int rows = shape.first;
+      const int64_t n = shape.second;
+      const int k = 2048;
+      const int sets = std::max<int>(1, static_cast<int>(std::min<int64_t>(8, (int64_t{256} << 20) / (rows * n * 4))));
+      float* x = dalloc<float>(static_cast<std::size_t>(rows * n * sets));
+      fill_normalish<<<1024, 256>>>(x, rows * n * sets, 11);
+      int32_t* out = dalloc<int32_t>(static_cast<std::size_t>(rows) * k);
+      const std::size_t wsb = rows_topk_workspace_bytes(rows, n, k, dev);
+      uint8_t* ws = dalloc<uint8_t>(wsb);
+      const double us = time_us([&](int i) {
+        launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, nullptr);
+      }, 50, 5);
+      const double us_split = time_us([&](int i) {
+        launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, ws, wsb, dev, nullptr);
+      }, 50, 5);
+      emit("rows_topk", "\"rows\": " + std::to_string(rows) + ", \"n\": " + std::to_string(n) +
+                            ", \"k\": 2048, \"us\": " + std::to_string(us_split) + ", \"single_us\": " +
+                            std::to_string(us) + ", \"ws_bytes\": " + std::to_string(wsb));
+      std::fprintf(stderr, "top-k 2048 of %lld, %d rows: single CTA %.1f us, split %.1f us (ws %zu B)\n",
+                   static_cast<long long>(n), rows, us, us_split, wsb);
+      cudaFree(x);
+      cudaFree(out);
+      cudaFree(ws);
+    }
   }
+  if (topk_only) return 0;
 
   std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 32, 128};
   std::vector<int64_t> ctxs = quick ? std::vector<int64_t>{32768} : std::vector<int64_t>{8192, 32768, 131072};
@@ -302,7 +319,10 @@ int main(int argc, char** argv) {
         const double t_fused = time_us([&](int i) {
           launch_indexer_topk(s.problem(i), o, TopkPath::fused, ws, ws_f, dev, nullptr);
         });
-        const double t_rows = time_us([&](int) { launch_rows_topk(logits, B, ctx, ctx, k, idx, k, nullptr); });
+        const std::size_t ws_r = rows_topk_workspace_bytes(B, ctx, k, dev);
+        uint8_t* wsr = dalloc<uint8_t>(ws_r);
+        const double t_rows = time_us([&](int) { launch_rows_topk(logits, B, ctx, ctx, k, idx, k, wsr, ws_r, dev, nullptr); });
+        cudaFree(wsr);
         const double kbytes = static_cast<double>(B) * ctx * 132;
         const double gbs = kbytes / (t_logits * 1e3);
         const TopkPath autop = choose_topk_path(p0, k, std::max(ws_u, ws_f), dev);

@@ -651,16 +651,24 @@ std::vector<int32_t> host_topk(const float* row, int64_t n, int k) {
   return out;
 }
 
-void check_rows(const std::vector<float>& data, int rows, int64_t n, int k, const char* what) {
+// split: with a workspace, so that few long rows are split over several CTAs (the workspace
+// must then be non-zero: the split path really runs).
+void check_rows(const std::vector<float>& data, int rows, int64_t n, int k, const char* what, bool split = false) {
   MirrorTensor s(DType::f32, {rows, n});
   std::memcpy(s.host<float>(), data.data(), data.size() * 4);
   s.upload();
   MirrorTensor out(DType::i32, {rows, k});
+  const DeviceTraits dev = traits_of(gpu());
+  const std::size_t ws_bytes = split ? cuda_indexer::rows_topk_workspace_bytes(rows, n, k, dev) : 0;
+  if (split) EXPECT_GT(ws_bytes, 0u) << what << ": the split path would not run";
+  DeviceBuffer ws(std::max<std::size_t>(ws_bytes, 16));
   std::vector<int32_t> first;
-  for (int rep = 0; rep < 2; ++rep) {
+  for (int rep = 0; rep < 3; ++rep) {
     out.poison_device(0x33);
+    if (split) LATTE_CUDA_CHECK(cudaMemset(ws.get(), rep == 1 ? 0xFF : 0x5A, ws_bytes));  // stale workspace
     cuda_indexer::launch_rows_topk(static_cast<const float*>(s.device()), rows, n, n, k,
-                                   static_cast<int32_t*>(out.device()), k, nullptr);
+                                   static_cast<int32_t*>(out.device()), k, split ? ws.get() : nullptr, ws_bytes, dev,
+                                   nullptr);
     LATTE_CUDA_CHECK(cudaDeviceSynchronize());
     out.download();
     std::vector<int32_t> got(out.host<int32_t>(), out.host<int32_t>() + out.numel());
@@ -705,6 +713,115 @@ TEST_F(CudaIndexer, RowTopkTiesNanZerosAndAdversarial) {
   std::vector<float> e(static_cast<std::size_t>(n), NAN);
   for (int i = 0; i < 10; ++i) e[static_cast<std::size_t>(i * 997)] = static_cast<float>(i);
   check_rows(e, 1, n, k, "nan");
+}
+
+
+// Rows split over several CTAs (launch_rows_topk with a workspace): exact against the host on
+// distinct values, rows whose length is not a multiple of the slice, ties, all-equal rows and
+// narrow distributions (more candidates than the list holds: the whole-row fallback), NaN,
+// -inf, signed zeros, topk 1 and 4096.
+TEST_F(CudaIndexer, RowTopkSplitExact) {
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto [rows, n, k] : {std::tuple{8, int64_t{131072}, 2048}, std::tuple{3, int64_t{70001}, 2048},
+                           std::tuple{1, int64_t{262144}, 4096}, std::tuple{2, int64_t{65536}, 1},
+                           std::tuple{5, int64_t{100003}, 4096}, std::tuple{16, int64_t{65537}, 2048}}) {
+    std::vector<float> d(static_cast<std::size_t>(rows * n));
+    for (float& x : d) x = normal(rng);
+    check_rows(d, rows, n, k, "split distinct", true);
+  }
+  const int64_t n = 70001;
+  const int rows = 8, k = 2048;
+  std::vector<float> d(static_cast<std::size_t>(rows * n));
+  std::uniform_int_distribution<int> level(0, 15);
+  std::uniform_real_distribution<float> narrow(1.0f, 1.0625f);
+  for (int64_t i = 0; i < n; ++i) {
+    d[static_cast<std::size_t>(i)] = static_cast<float>(level(rng));                   // 16 levels: ties
+    d[static_cast<std::size_t>(n + i)] = 1.0f;                                          // all equal
+    d[static_cast<std::size_t>(2 * n + i)] = static_cast<float>(i);                     // ascending
+    d[static_cast<std::size_t>(3 * n + i)] = (i % 3 == 0) ? -0.0f : 0.0f;               // signed zeros
+    d[static_cast<std::size_t>(4 * n + i)] = (i % 7 == 0) ? NAN : (i % 5 == 0 ? -INFINITY : static_cast<float>(-(i % 11)));
+    d[static_cast<std::size_t>(5 * n + i)] = (i < 100) ? 5.0f : static_cast<float>(level(rng)) * 1e-3f;  // few big
+    d[static_cast<std::size_t>(6 * n + i)] = narrow(rng);                              // one 11-bit bin
+    d[static_cast<std::size_t>(7 * n + i)] = (i % 2 == 0) ? normal(rng) : -INFINITY;    // half -inf
+  }
+  check_rows(d, rows, n, k, "split ties", true);
+  std::vector<float> e(static_cast<std::size_t>(2 * n), NAN);  // mostly NaN: fewer than k numbers
+  for (int i = 0; i < 10; ++i) e[static_cast<std::size_t>(i * 997)] = static_cast<float>(i);
+  for (int i = 0; i < 3000; ++i) e[static_cast<std::size_t>(n + i * 23)] = static_cast<float>(i % 50);
+  check_rows(e, 2, n, k, "split nan", true);
+}
+
+// The unfused indexer path with its rows split over several CTAs (a workspace that holds the
+// split lists) equals the same path with one CTA per row (keys-only workspace), logical and
+// physical, on long and short rows (shorter than topk, nothing visible), with and without ties.
+TEST_F(CudaIndexer, UnfusedSplitRowsEqualOneCtaPerRow) {
+  const DeviceTraits dev = traits_of(gpu());
+  for (int dup : {0, 5}) {
+    std::mt19937 rng(31 + dup);
+    Options o;
+    o.heads = 32;
+    o.dup_pool = dup;
+    const std::vector<std::pair<int, int>> tokens = {{0, 70000}, {1, 17001}, {2, 1500}, {0, 0}, {3, 66666}, {1, 9000}};
+    const Problem p = make_problem(rng, tokens, 4, o);
+    const IndexerProblem raw = p.raw();
+    for (int topk : {2048, 1, 4096}) {
+      const std::size_t full = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, dev);
+      const std::size_t keys_only = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, [&] {
+        DeviceTraits d = dev;
+        d.sm_count = 2;  // too few SMs to split: the keys alone
+        return d;
+      }());
+      ASSERT_GT(full, keys_only) << "the split path would not run";
+      std::vector<int32_t> res[2][2];
+      for (int split = 0; split < 2; ++split) {
+        const std::size_t bytes = split ? full : keys_only;
+        DeviceBuffer ws(bytes);
+        LATTE_CUDA_CHECK(cudaMemset(ws.get(), 0xA7, bytes));
+        for (int kind = 0; kind < 2; ++kind) {
+          MirrorTensor idx(DType::i32, {p.T, topk});
+          idx.poison_device(0x5A);
+          TopkOutput out;
+          out.indices = static_cast<int32_t*>(idx.device());
+          out.st = topk;
+          out.topk = topk;
+          out.physical = kind == 1;
+          cuda_indexer::launch_indexer_topk(raw, out, TopkPath::unfused, ws.get(), bytes, dev, nullptr);
+          LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+          idx.download();
+          res[split][kind].assign(idx.host<int32_t>(), idx.host<int32_t>() + idx.numel());
+        }
+      }
+      for (int kind = 0; kind < 2; ++kind)
+        for (int t = 0; t < p.T; ++t) {
+          const std::vector<int32_t> a(res[0][kind].begin() + t * topk, res[0][kind].begin() + (t + 1) * topk);
+          const std::vector<int32_t> b(res[1][kind].begin() + t * topk, res[1][kind].begin() + (t + 1) * topk);
+          EXPECT_EQ(b, a) << "dup " << dup << " topk " << topk << (kind ? " physical" : " logical") << " row " << t;
+        }
+      // Short rows: exactly their visible positions, then -1.
+      for (int t = 0; t < p.T; ++t) {
+        const int vis = tokens[static_cast<std::size_t>(t)].second;
+        if (vis > topk) continue;
+        for (int i = 0; i < topk; ++i)
+          ASSERT_EQ(res[1][0][static_cast<std::size_t>(t) * topk + i], i < vis ? i : -1) << "short row " << t;
+      }
+    }
+  }
+}
+
+
+// A small split problem for compute-sanitizer runs (memcheck, racecheck).
+TEST_F(CudaIndexer, RowTopkSplitSmall) {
+  std::mt19937 rng(24);
+  std::uniform_int_distribution<int> level(0, 7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int64_t n = 65541;
+  std::vector<float> d(static_cast<std::size_t>(2 * n));
+  for (int64_t i = 0; i < n; ++i) {
+    d[static_cast<std::size_t>(i)] = normal(rng);
+    d[static_cast<std::size_t>(n + i)] = static_cast<float>(level(rng));
+  }
+  check_rows(d, 2, n, 2048, "split small", true);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -302,13 +303,168 @@ TopkPlan plan_topk(int64_t max_positions, int topk) {
   return t;
 }
 
+// Histograms of the top-k selects: without match.any (default) or with it
+// (LATTE_CUDA_TOPK_HIST=match, measurements).
+bool topk_direct_hist() {
+  static const bool v = [] {
+    const char* e = std::getenv("LATTE_CUDA_TOPK_HIST");
+    return !(e && std::strcmp(e, "match") == 0);
+  }();
+  return v;
+}
+
+// LATTE_CUDA_TOPK_PROF=1 (measurements only: synchronizes): phase marks of row 0 printed to
+// stderr every 20th top-k call.
+unsigned long long* prof_buffer() {
+  static unsigned long long* buf = [] {
+    const char* e = std::getenv("LATTE_CUDA_TOPK_PROF");
+    unsigned long long* b = nullptr;
+    if (e && std::strcmp(e, "1") == 0 && cudaMalloc(&b, 32 * sizeof(unsigned long long)) != cudaSuccess) b = nullptr;
+    return b;
+  }();
+  return buf;
+}
+
+void prof_begin(cudaStream_t stream) {
+  if (prof_buffer()) LATTE_CUDA_TRY(cudaMemsetAsync(prof_buffer(), 0, 32 * sizeof(unsigned long long), stream));
+}
+
+void prof_end(const char* what, cudaStream_t stream) {
+  if (!prof_buffer()) return;
+  static int calls = 0;
+  if (++calls % 20 != 0) return;
+  unsigned long long h[32];
+  LATTE_CUDA_TRY(cudaStreamSynchronize(stream));
+  LATTE_CUDA_TRY(cudaMemcpy(h, prof_buffer(), sizeof(h), cudaMemcpyDeviceToHost));
+  const unsigned long long t0 = h[16] ? h[16] : h[0];
+  std::string line = std::string("topk prof ") + what + " (us from start; cycles of phase):";
+  const char* names[] = {"entry", "zero", "sample", "keep", "select", "rank", "", "", "k1in", "k1out", "k2in", "k2out"};
+  for (int slot : {8, 9, 10, 11, 0, 1, 2, 3, 4, 5}) {
+    if (!h[2 * slot]) continue;
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), " %s %.2f", names[slot], (h[2 * slot] - t0) / 1000.0);
+    line += buf;
+    if (slot >= 1 && slot <= 5 && h[2 * slot - 1 - 0 * 1]) {
+      // cycles since the previous present mark of the same kernel
+      for (int q = slot - 1; q >= 0; --q)
+        if (h[2 * q]) {
+          std::snprintf(buf, sizeof(buf), "(%llu)", h[2 * slot + 1] - h[2 * q + 1]);
+          line += buf;
+          break;
+        }
+    }
+  }
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+template <int SRC, bool DH>
+void launch_topk_kernel_l(const TopkArgs& a, const TopkPlan& t, cudaStream_t stream) {
+  static std::atomic<uint64_t> done{0};
+  allow_smem(topk_rows_kernel<SRC, DH>, done);
+  TopkArgs b = a;
+  b.prof = prof_buffer();
+  prof_begin(stream);
+  topk_rows_kernel<SRC, DH><<<static_cast<unsigned>(a.rows), kTopkThreads, t.smem, stream>>>(b);
+  LATTE_CUDA_CHECK_LAUNCH("topk_rows_kernel");
+  prof_end("single", stream);
+}
+
 template <int SRC>
 void launch_topk_kernel(const TopkArgs& a, const TopkPlan& t, cudaStream_t stream) {
   if (a.rows <= 0) return;
+  if (topk_direct_hist()) launch_topk_kernel_l<SRC, true>(a, t, stream);
+  else launch_topk_kernel_l<SRC, false>(a, t, stream);
+}
+
+// Few long rows: each row split over S CTAs (topk_kernel.cuh, "Rows split over several CTAs").
+struct SplitPlan {
+  int slices = 0, slice_len = 0, list_cap = 0;
+  std::size_t hist = 0, keys = 0, pos = 0, count = 0, total = 0;
+  [[nodiscard]] bool on() const { return slices > 1; }
+};
+
+// Measured on the H200 (2048 of n): split 8 x 131072 40.7 vs one CTA per row 51.8 us, 1 x 131072
+// 37.3 vs 48.7, 4 x 262144 47.0 vs 73.3; but 8 x 32768 33.6 vs 31.2, 32 x 131072 68.8 vs 55.5,
+// 64 x 65536 67.5 vs 42.2. So only rows of >= 65536 positions, at most SMs / 8 of them.
+constexpr int64_t kSplitMinLen = 65536;
+constexpr int kSplitRowsPerSm = 8;  // split when rows * 8 <= SMs
+constexpr int kSplitMaxSlices = 32;
+
+bool split_enabled() {
+  static const bool v = [] {
+    const char* e = std::getenv("LATTE_CUDA_TOPK_SPLIT");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return v;
+}
+
+// rows of up to n positions; list_cap = the final kernel's candidate capacity.
+SplitPlan plan_split(int64_t rows, int64_t n, int list_cap, const DeviceTraits& dev) {
+  SplitPlan sp;
+  if (!split_enabled() || rows <= 0 || n < kSplitMinLen || rows * kSplitRowsPerSm > dev.sm_count) return sp;
+  int64_t S = std::min<int64_t>(kSplitMaxSlices, std::max<int64_t>(1, dev.sm_count / rows));
+  S = std::max(S, ceil_div(n, kSplitMaxLen));
+  const int64_t L = std::min<int64_t>(kSplitMaxLen, ceil_div(ceil_div(n, S), kSplitChunk) * kSplitChunk);
+  S = ceil_div(n, L);
+  if (S < 2 || S * rows > 0x7fffffff) return sp;
+  sp.slices = static_cast<int>(S);
+  sp.slice_len = static_cast<int>(L);
+  sp.list_cap = list_cap;
+  std::size_t off = 0;
+  sp.hist = off;
+  off = align_up(off + static_cast<std::size_t>(rows * S) * kSplitBins * 4, kAlign);
+  sp.keys = off;
+  off = align_up(off + static_cast<std::size_t>(rows) * list_cap * 4, kAlign);
+  sp.pos = off;
+  off = align_up(off + static_cast<std::size_t>(rows) * list_cap * 4, kAlign);
+  sp.count = off;
+  off = align_up(off + static_cast<std::size_t>(rows) * 4, kAlign);
+  sp.total = off;
+  return sp;
+}
+
+template <int SRC, bool DH>
+void launch_split_final(const TopkArgs& a, const TopkArgs& c, const TopkPlan& t, cudaStream_t stream) {
   static std::atomic<uint64_t> done{0};
-  allow_smem(topk_rows_kernel<SRC>, done);
-  topk_rows_kernel<SRC><<<static_cast<unsigned>(a.rows), kTopkThreads, t.smem, stream>>>(a);
-  LATTE_CUDA_CHECK_LAUNCH("topk_rows_kernel");
+  allow_smem(topk_split_final_kernel<SRC, DH>, done);
+  topk_split_final_kernel<SRC, DH><<<static_cast<unsigned>(a.rows), kTopkThreads, t.smem, stream>>>(a, c);
+  LATTE_CUDA_CHECK_LAUNCH("topk_split_final_kernel");
+}
+
+// The three split kernels over workspace `ws` (sp.total bytes).
+template <int SRC>
+void launch_topk_split(const TopkArgs& a, const TopkPlan& t, const SplitPlan& sp, uint8_t* ws, cudaStream_t stream) {
+  if (a.rows <= 0) return;
+  SplitArgs g{};
+  g.slices = sp.slices;
+  g.slice_len = sp.slice_len;
+  g.list_cap = sp.list_cap;
+  g.hist = reinterpret_cast<int*>(ws + sp.hist);
+  g.list_keys = reinterpret_cast<uint32_t*>(ws + sp.keys);
+  g.list_pos = reinterpret_cast<int32_t*>(ws + sp.pos);
+  g.list_count = reinterpret_cast<int*>(ws + sp.count);
+  const auto grid = static_cast<unsigned>(static_cast<int64_t>(a.rows) * sp.slices);
+  prof_begin(stream);
+  TopkArgs b = a;
+  b.prof = prof_buffer();
+  if (topk_direct_hist()) topk_split_hist_kernel<SRC, true><<<grid, kTopkThreads, 0, stream>>>(b, g);
+  else topk_split_hist_kernel<SRC, false><<<grid, kTopkThreads, 0, stream>>>(b, g);
+  LATTE_CUDA_CHECK_LAUNCH("topk_split_hist_kernel");
+  topk_split_collect_kernel<SRC><<<grid, kTopkThreads, 0, stream>>>(b, g);
+  LATTE_CUDA_CHECK_LAUNCH("topk_split_collect_kernel");
+  TopkArgs c = b;
+  c.f32 = nullptr;
+  c.keys = g.list_keys;
+  c.cpos = g.list_pos;
+  c.ld = sp.list_cap;
+  c.vec = 1;
+  c.n_fixed = 0;
+  c.cand_count = g.list_count;
+  c.dense = 1;
+  if (SRC == kSrcF32) c.batch = a.rows;  // token_request is null: row r is batch row r
+  if (topk_direct_hist()) launch_split_final<SRC, true>(b, c, t, stream);
+  else launch_split_final<SRC, false>(b, c, t, stream);
+  prof_end("split", stream);
 }
 
 TopkArgs topk_args(const IndexerProblem& p, const TopkOutput& out, const TopkPlan& t) {
@@ -374,11 +530,37 @@ std::size_t fused_workspace_bound(int64_t tokens, int topk, int heads, bool q_fp
   return fused_bytes(p, std::max(1, topk), dev);
 }
 
+// The unfused path's workspace with its rows split over several CTAs (0: no split).
+namespace {
+
+std::size_t split_bytes(int64_t rows, int64_t max_len, int topk, const DeviceTraits& dev) {
+  if (rows <= 0 || max_len < kSplitMinLen) return 0;
+  try {
+    const TopkPlan tp = plan_topk(max_len, std::max(1, topk));
+    return plan_split(rows, max_len, tp.cap, dev).total;
+  } catch (const Error&) {
+    return 0;  // rows too long for the top-k kernel: the launch reports it
+  }
+}
+
+std::size_t unfused_split_bytes(const IndexerProblem& p, int topk, const DeviceTraits& dev) {
+  return split_bytes(p.tokens, p.max_len(), topk, dev);
+}
+
+}  // namespace
+
 std::size_t topk_workspace_bytes(const IndexerProblem& p, int topk, TopkPath path, const DeviceTraits& dev) {
   if (p.tokens <= 0) return 0;
-  if (path == TopkPath::unfused) return unfused_bytes(p);
+  if (path == TopkPath::unfused) return unfused_bytes(p) + unfused_split_bytes(p, topk, dev);
   if (path == TopkPath::fused) return fused_bytes(p, topk, dev);
-  return std::min(unfused_bytes(p), fused_bytes(p, topk, dev));
+  return std::min(unfused_bytes(p) + unfused_split_bytes(p, topk, dev), fused_bytes(p, topk, dev));
+}
+
+std::size_t split_workspace_bound(int64_t tokens, int64_t max_len, int topk, const DeviceTraits& dev) {
+  // The most any row length up to max_len needs (the slice count and list capacity vary).
+  std::size_t b = 0;
+  for (int64_t n = kSplitMinLen; n < 2 * max_len; n *= 2) b = std::max(b, split_bytes(tokens, std::min(n, max_len), topk, dev));
+  return b;
 }
 
 TopkPath choose_topk_path(const IndexerProblem& p, int topk, std::size_t workspace_bytes, const DeviceTraits& dev) {
@@ -456,7 +638,10 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
     t.keys = a.keys;
     t.ld = a.keys_ld;
     t.vec = 1;
-    launch_topk_kernel<kSrcKeys>(t, tp, stream);
+    const std::size_t kb = unfused_bytes(p);
+    const SplitPlan sp = plan_split(p.tokens, p.max_len(), tp.cap, dev);
+    if (sp.on() && kb + sp.total <= workspace_bytes) launch_topk_split<kSrcKeys>(t, tp, sp, ws + kb, stream);
+    else launch_topk_kernel<kSrcKeys>(t, tp, stream);
     return;
   }
   const ScorePlan pl = plan_fused(p, out.topk, dev);
@@ -480,8 +665,20 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
   launch_topk_kernel<kSrcCands>(t, tp, stream);
 }
 
+std::size_t rows_topk_workspace_bytes(int rows, int64_t n, int topk, const DeviceTraits& dev) {
+  if (rows <= 0 || n <= 0 || topk <= 0) return 0;
+  const TopkPlan tp = plan_topk(n, topk);
+  return plan_split(rows, n, tp.cap, dev).total;
+}
+
 void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int topk, int32_t* out,
                       int64_t out_ld, void* stream) {
+  launch_rows_topk(scores, rows, n, ld, topk, out, out_ld, nullptr, 0, DeviceTraits{}, stream);
+}
+
+void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int topk, int32_t* out,
+                      int64_t out_ld, void* workspace, std::size_t workspace_bytes, const DeviceTraits& dev,
+                      void* stream) {
   if (rows <= 0 || topk <= 0) return;
   const TopkPlan tp = plan_topk(n, topk);
   TopkArgs a{};
@@ -498,7 +695,12 @@ void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int 
   a.physical = 0;
   a.cap = tp.cap;
   a.bitmap_words = tp.bitmap_words;
-  launch_topk_kernel<kSrcF32>(a, tp, static_cast<cudaStream_t>(stream));
+  const SplitPlan sp = workspace ? plan_split(rows, n, tp.cap, dev) : SplitPlan{};
+  if (sp.on() && sp.total <= workspace_bytes) {
+    launch_topk_split<kSrcF32>(a, tp, sp, static_cast<uint8_t*>(workspace), static_cast<cudaStream_t>(stream));
+  } else {
+    launch_topk_kernel<kSrcF32>(a, tp, static_cast<cudaStream_t>(stream));
+  }
 }
 
 void launch_candidates_topk(const uint32_t* keys, const int32_t* pos, int rows, int64_t n,

@@ -79,6 +79,16 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
 // For benchmarks and tests of the selection alone.
 void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int topk,
                       int32_t* out, int64_t out_ld, void* stream);
+// The same with a workspace: few long rows (8 * rows <= SMs, n >= 65536) are each split over
+// several CTAs when the workspace holds rows_topk_workspace_bytes (else one CTA per row).
+[[nodiscard]] std::size_t rows_topk_workspace_bytes(int rows, int64_t n, int topk, const DeviceTraits& dev);
+void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int topk,
+                      int32_t* out, int64_t out_ld, void* workspace, std::size_t workspace_bytes,
+                      const DeviceTraits& dev, void* stream);
+// Workspace the unfused path adds to its keys to split `tokens` rows of up to max_len positions
+// over several CTAs (0 when it would not split them).
+[[nodiscard]] std::size_t split_workspace_bound(int64_t tokens, int64_t max_len, int topk,
+                                                const DeviceTraits& dev);
 
 // The fused path's final selection alone (tests): row r holds n (key, position) candidates at
 // keys/pos + r * n (key 0 = empty), positions < visible_lens[r] <= max_len count; out[r] gets

@@ -50,7 +50,23 @@ struct TopkArgs {
   int max_blocks, block_size, num_blocks;
   int cap;            // candidate buffer entries (>= kSamples, >= topk)
   int bitmap_words;   // words of the position bitmap
+  const int* cand_count;  // kSrcCands: pairs in row r (else n_fixed); null: n_fixed
+  int dense;              // kSrcCands: no empty entries (key 0) among the n pairs
+  unsigned long long* prof;  // measurements (LATTE_CUDA_TOPK_PROF=1): phase times of row 0, else null
 };
+
+// Phase marks of row 0 (globaltimer ns, clock64) when a.prof is set; every thread of the block
+// must reach it.
+__device__ __forceinline__ void prof_mark(unsigned long long* prof, int row, int slot) {
+  if (prof == nullptr) return;
+  __syncthreads();
+  if (row == 0 && threadIdx.x == 0) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    prof[2 * slot] = t;
+    prof[2 * slot + 1] = static_cast<unsigned long long>(clock64());
+  }
+}
 
 constexpr int kTopkDigit = 11;  // radix digit of the exact selects (2048 bins)
 
@@ -133,33 +149,51 @@ __device__ __forceinline__ void bitmap_set(uint32_t* bm, uint32_t p, int64_t npo
   if (p < npos) atomicOr(&bm[p >> 5], 1u << (p & 31));
 }
 
+// Pairs in row `row` (n), the positions they can take (npos) and the block_table row (brow).
+// kSrcCands without visible lengths: every position below max_len counts.
 template <int SRC>
-__global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs a) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  TopkShared& sh = *reinterpret_cast<TopkShared*>(smem);
-  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem + ((sizeof(TopkShared) + 15) / 16) * 16);
-  uint32_t* ckeys = bitmap + ((a.bitmap_words + 3) / 4) * 4;
-  int32_t* cpos = reinterpret_cast<int32_t*>(ckeys + a.cap);
-
-  const int tid = threadIdx.x, lane = tid & 31;
-  const int row = blockIdx.x;
-  const int64_t row_off = static_cast<int64_t>(row) * a.ld;
-  int32_t* out = a.out + static_cast<int64_t>(row) * a.out_sr;
-
-  // Pairs in the row (n) and positions they can take (npos).
-  int64_t n = 0, npos = 0;
-  int brow = -1;
+__device__ __forceinline__ void row_extent(const TopkArgs& a, int row, int64_t& n, int64_t& npos, int& brow) {
+  n = 0;
+  npos = 0;
+  brow = -1;
   if (SRC == kSrcF32) {
     n = a.n_fixed;
     npos = n;
   } else {
     brow = a.tr ? a.tr[static_cast<int64_t>(row) * a.tr_s] : row;
     if (brow >= 0 && brow < a.batch) {
-      const int64_t v = a.vl[static_cast<int64_t>(row) * a.vl_s];
-      npos = v < 0 ? 0 : (v > a.max_len ? a.max_len : v);
+      if (a.vl) {
+        const int64_t v = a.vl[static_cast<int64_t>(row) * a.vl_s];
+        npos = v < 0 ? 0 : (v > a.max_len ? a.max_len : v);
+      } else {
+        npos = a.max_len;
+      }
     }
-    n = SRC == kSrcKeys ? npos : (npos > 0 ? a.n_fixed : 0);
+    n = SRC == kSrcKeys ? npos : (npos > 0 ? (a.cand_count ? a.cand_count[row] : a.n_fixed) : 0);
   }
+}
+
+// The whole selection of one row by the whole block (the kernel body). The exact selects rank
+// bins of at most kTopkLcap pairs directly (block_select_threshold; 128 was faster than 1024 on
+// the H200: the direct ranking is quadratic). DH: histograms without match.any
+// (warp_hist_add_direct).
+constexpr int kTopkLcap = 128;
+
+template <int SRC, bool DH>
+__device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* smem) {
+  TopkShared& sh = *reinterpret_cast<TopkShared*>(smem);
+  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem + ((sizeof(TopkShared) + 15) / 16) * 16);
+  uint32_t* ckeys = bitmap + ((a.bitmap_words + 3) / 4) * 4;
+  int32_t* cpos = reinterpret_cast<int32_t*>(ckeys + a.cap);
+
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int64_t row_off = static_cast<int64_t>(row) * a.ld;
+  int32_t* out = a.out + static_cast<int64_t>(row) * a.out_sr;
+
+  int64_t n = 0, npos = 0;
+  int brow = -1;
+  row_extent<SRC>(a, row, n, npos, brow);
+  prof_mark(a.prof, row, 0);
   const int words = static_cast<int>((npos + 31) / 32);
   for (int w = tid; w < words; w += kTopkThreads) bitmap[w] = 0;
   if (tid == 0) {
@@ -167,6 +201,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs 
     sh.flag = 0;
   }
   __syncthreads();
+  prof_mark(a.prof, row, 1);
 
   if (SRC != kSrcCands && n > 0 && n <= a.topk) {
     // At most topk pairs: every valid one is chosen, no threshold or select is needed.
@@ -190,15 +225,24 @@ __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs 
       const int64_t target = (static_cast<int64_t>(a.topk) + a.cap) / 2;
       int64_t j = (target * kSamples + n - 1) / n;
       j = j < 1 ? 1 : (j > kSamples ? kSamples : j);
-      const uint64_t thr = cuda::block_select_threshold<kTopkThreads, kTopkDigit, 1024>(
+      const uint64_t thr = cuda::block_select_threshold<kTopkThreads, kTopkDigit, kTopkLcap, DH>(
           ckeys, nullptr, kSamples, static_cast<int>(j), sh.sel, sh.hist);
       tau = static_cast<uint32_t>(thr >> 32);
       if (tau < 1) tau = 1;
       __syncthreads();
     }
+    prof_mark(a.prof, row, 2);
     // 2. Keep pairs with key >= tau: per batch, each thread counts its kept pairs, a warp scan
-    //    gives offsets and one atomic per warp reserves the slots.
-    for (int64_t base = 0; base < n; base += kBatch) {
+    //    gives offsets and one atomic per warp reserves the slots. A dense candidate list that
+    //    fits (tau == 1: every pair is kept) is copied as it is.
+    if (SRC == kSrcCands && a.dense && n <= a.cap) {
+      for (int i = tid; i < n; i += kTopkThreads) {
+        ckeys[i] = a.keys[row_off + i];
+        cpos[i] = a.cpos[row_off + i];
+      }
+      if (tid == 0) sh.count = static_cast<int>(n);
+    }
+    for (int64_t base = 0; base < n && !(SRC == kSrcCands && a.dense && n <= a.cap); base += kBatch) {
       uint32_t k[kUnroll][4];
       load_batch<SRC>(a, row_off, n, base, k);
       int cnt = 0;
@@ -232,11 +276,12 @@ __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs 
       }
     }
     __syncthreads();
+    prof_mark(a.prof, row, 3);
     const int kept = sh.count;
     if (kept <= a.cap && (kept >= a.topk || tau == 1)) {
       const int need = kept < a.topk ? kept : a.topk;
       if (need > 0) {
-        const uint64_t thr = cuda::block_select_threshold<kTopkThreads, kTopkDigit, 1024>(ckeys, cpos, kept, need, sh.sel, sh.hist);
+        const uint64_t thr = cuda::block_select_threshold<kTopkThreads, kTopkDigit, kTopkLcap, DH>(ckeys, cpos, kept, need, sh.sel, sh.hist);
         for (int i = tid; i < kept; i += kTopkThreads) {
           const uint32_t p = static_cast<uint32_t>(cpos[i]);
           if (cuda::composite_key(ckeys[i], p) >= thr) bitmap_set(bitmap, p, npos);
@@ -331,6 +376,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs 
     }
   }
   __syncthreads();
+  prof_mark(a.prof, row, 4);
 
   // 4. Rank the bitmap and write positions (or slots) in ascending position order.
   const int wpt = (words + kTopkThreads - 1) / kTopkThreads;
@@ -362,6 +408,190 @@ __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs 
   }
   const int written = total < a.topk ? total : a.topk;
   for (int i = written + tid; i < a.topk; i += kTopkThreads) out[static_cast<int64_t>(i) * a.out_sc] = -1;
+  prof_mark(a.prof, row, 5);
+}
+
+template <int SRC, bool DH>
+__global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs a) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  topk_row<SRC, DH>(a, blockIdx.x, smem);
+}
+
+
+// ---- Rows split over several CTAs (few long rows) ----
+//
+// 1. topk_split_hist_kernel, grid rows x S: CTA (r, s) histograms the top 11 bits of the valid
+//    keys of slice s of row r (positions [s L, s L + L)) and stores its 2048 counts.
+// 2. topk_split_collect_kernel, same grid: every CTA of row r sums the row's S histograms, finds
+//    the bin b holding the row's topk-th key, and copies its slice's pairs with key >> 21 >= b
+//    (every pair that can be in the top-k, ties at the boundary included) to the row's
+//    candidate list. The list offsets come from the histograms (slices in order, threads in
+//    order inside a slice), so the list is the same in every run; no atomics. More than
+//    list_cap candidates (a narrow or tied distribution): the row's count is -1.
+// 3. topk_split_final_kernel, one CTA per row: the exact selection over the candidate list
+//    (kSrcCands), or over the whole row when its count is -1.
+struct SplitArgs {
+  int slices;           // S
+  int slice_len;        // L, a multiple of kSplitChunk, at most kSplitMaxLen
+  int list_cap;         // entries of a row's candidate list (<= the final kernel's cap)
+  int* hist;            // [rows][S][kSplitBins]
+  uint32_t* list_keys;  // [rows][list_cap]
+  int32_t* list_pos;    // [rows][list_cap]
+  int* list_count;      // [rows]: candidates, or -1 (the whole row is selected instead)
+};
+
+constexpr int kSplitBins = 2048;
+constexpr int kSplitShift = 21;                   // digit = key >> 21 (top 11 bits)
+constexpr int kSplitChunk = 4 * kTopkThreads;     // keys per CTA per vector load
+constexpr int kSplitMaxVec = 4;
+constexpr int kSplitMaxLen = kSplitMaxVec * kSplitChunk;
+
+// The keys of slice [s0, s0 + L) that this thread holds (0 = invalid or past n).
+template <int SRC>
+__device__ __forceinline__ void load_slice(const TopkArgs& a, int64_t row_off, int64_t n, int64_t s0, int vecs,
+                                           uint32_t (&k)[kSplitMaxVec][4]) {
+  const int tid = threadIdx.x;
+#pragma unroll
+  for (int u = 0; u < kSplitMaxVec; ++u) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) k[u][e] = 0u;
+    if (u >= vecs) continue;
+    const int64_t i0 = s0 + (static_cast<int64_t>(u) * kTopkThreads + tid) * 4;
+    if (a.vec && i0 + 3 < n) {
+      if (SRC == kSrcF32) {
+        const float4 v = *reinterpret_cast<const float4*>(a.f32 + row_off + i0);
+        k[u][0] = cuda::score_key(v.x);
+        k[u][1] = cuda::score_key(v.y);
+        k[u][2] = cuda::score_key(v.z);
+        k[u][3] = cuda::score_key(v.w);
+      } else {
+        const uint4 v = *reinterpret_cast<const uint4*>(a.keys + row_off + i0);
+        k[u][0] = v.x;
+        k[u][1] = v.y;
+        k[u][2] = v.z;
+        k[u][3] = v.w;
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) k[u][e] = i0 + e < n ? topk_key<SRC>(a, row_off, i0 + e) : 0u;
+    }
+  }
+}
+
+template <int SRC, bool DH>
+__global__ void __launch_bounds__(kTopkThreads) topk_split_hist_kernel(const TopkArgs a, const SplitArgs sp) {
+  __shared__ int hist[kSplitBins];
+  const int tid = threadIdx.x;
+  const int row = blockIdx.x / sp.slices, s = blockIdx.x % sp.slices;
+  int64_t n = 0, npos = 0;
+  int brow = -1;
+  row_extent<SRC>(a, row, n, npos, brow);
+  prof_mark(a.prof, blockIdx.x, 8);
+  for (int b = tid; b < kSplitBins; b += kTopkThreads) hist[b] = 0;
+  __syncthreads();
+  const int64_t s0 = static_cast<int64_t>(s) * sp.slice_len;
+  if (s0 < n) {
+    uint32_t k[kSplitMaxVec][4];
+    load_slice<SRC>(a, static_cast<int64_t>(row) * a.ld, n, s0, sp.slice_len / kSplitChunk, k);
+#pragma unroll
+    for (int u = 0; u < kSplitMaxVec; ++u)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (DH) cuda::warp_hist_add_direct(hist, k[u][e] != 0u, k[u][e] >> kSplitShift);
+        else cuda::warp_hist_add(hist, k[u][e] != 0u, k[u][e] >> kSplitShift);
+      }
+  }
+  __syncthreads();
+  int* dst = sp.hist + (static_cast<int64_t>(row) * sp.slices + s) * kSplitBins;
+  for (int b = tid; b < kSplitBins; b += kTopkThreads) dst[b] = hist[b];
+  prof_mark(a.prof, blockIdx.x, 9);
+}
+
+template <int SRC>
+__global__ void __launch_bounds__(kTopkThreads) topk_split_collect_kernel(const TopkArgs a, const SplitArgs sp) {
+  __shared__ int scan[40];
+  __shared__ int pick_bin, pick_count;
+  static_assert(kSplitBins == 2 * kTopkThreads, "two bins per thread");
+  const int tid = threadIdx.x;
+  const int row = blockIdx.x / sp.slices, s = blockIdx.x % sp.slices;
+  int64_t n = 0, npos = 0;
+  int brow = -1;
+  row_extent<SRC>(a, row, n, npos, brow);
+  prof_mark(a.prof, blockIdx.x, 10);
+  // Thread t owns bins b1 = 2047 - 2t and b0 = b1 - 1 (highest first): row totals, and the
+  // totals of the slices before this one.
+  const int b1 = kSplitBins - 1 - 2 * tid, b0 = b1 - 1;
+  const int* hrow = sp.hist + static_cast<int64_t>(row) * sp.slices * kSplitBins;
+  int h1 = 0, h0 = 0, p1 = 0, p0 = 0;
+  for (int j = 0; j < sp.slices; ++j) {
+    const int x1 = hrow[j * kSplitBins + b1], x0 = hrow[j * kSplitBins + b0];
+    if (j == s) {
+      p1 = h1;
+      p0 = h0;
+    }
+    h1 += x1;
+    h0 += x0;
+  }
+  if (tid == 0) {
+    pick_bin = 0;
+    pick_count = 0;
+  }
+  int total = 0;
+  const int above = cuda::block_exclusive_scan<kTopkThreads>(h1 + h0, scan, &total);
+  if (total > a.topk && above < a.topk && above + h1 + h0 >= a.topk) {
+    if (above + h1 >= a.topk) {
+      pick_bin = b1;
+      pick_count = above + h1;
+    } else {
+      pick_bin = b0;
+      pick_count = above + h1 + h0;
+    }
+  }
+  __syncthreads();
+  // At most topk valid pairs: all of them (bin 0).
+  const int bin = total > a.topk ? pick_bin : 0;
+  const int count = total > a.topk ? pick_count : total;
+  if (count > sp.list_cap) {
+    if (s == 0 && tid == 0) sp.list_count[row] = -1;
+    return;  // uniform over the block
+  }
+  int before_slice = 0;
+  (void)cuda::block_exclusive_scan<kTopkThreads>((b1 >= bin ? p1 : 0) + (b0 >= bin ? p0 : 0), scan, &before_slice);
+  const int64_t s0 = static_cast<int64_t>(s) * sp.slice_len;
+  uint32_t k[kSplitMaxVec][4];
+  load_slice<SRC>(a, static_cast<int64_t>(row) * a.ld, n, s0 < n ? s0 : n, s0 < n ? sp.slice_len / kSplitChunk : 0, k);
+  const uint32_t lo = static_cast<uint32_t>(bin) << kSplitShift;
+  int mine = 0;
+#pragma unroll
+  for (int u = 0; u < kSplitMaxVec; ++u)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) mine += (k[u][e] != 0u && k[u][e] >= lo) ? 1 : 0;
+  int in_slice = 0;
+  int at = before_slice + cuda::block_exclusive_scan<kTopkThreads>(mine, scan, &in_slice);
+  uint32_t* lk = sp.list_keys + static_cast<int64_t>(row) * sp.list_cap;
+  int32_t* lp = sp.list_pos + static_cast<int64_t>(row) * sp.list_cap;
+#pragma unroll
+  for (int u = 0; u < kSplitMaxVec; ++u) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      if (k[u][e] != 0u && k[u][e] >= lo) {
+        lk[at] = k[u][e];
+        lp[at] = static_cast<int32_t>(s0 + (static_cast<int64_t>(u) * kTopkThreads + tid) * 4 + e);
+        ++at;
+      }
+    }
+  }
+  if (s == 0 && tid == 0) sp.list_count[row] = count;
+  prof_mark(a.prof, blockIdx.x, 11);
+}
+
+// `a`: the rows themselves (SRC); `c`: the candidate lists (kSrcCands with cand_count).
+template <int SRC, bool DH>
+__global__ void __launch_bounds__(kTopkThreads) topk_split_final_kernel(const TopkArgs a, const TopkArgs c) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int row = blockIdx.x;
+  if (c.cand_count[row] >= 0) topk_row<kSrcCands, DH>(c, row, smem);
+  else topk_row<SRC, DH>(a, row, smem);
 }
 
 }  // namespace latte::cuda_indexer
