@@ -4,7 +4,8 @@
 //
 // One CTA = NW (4 or 8) warps = one group (query token / request) x one tile of R rows (heads,
 // or (query, head) pairs in decode) x one split (chunk) of the group's KV tokens. Per KV tile
-// of BN gathered tokens (cp.async, NSTAGE-deep ring, slot indices prefetched one tile ahead,
+// of BN gathered tokens (cp.async, NSTAGE-deep ring, slot indices prefetched ahead (R = 16:
+// by cp.async into a ring, NSTAGE-1 tiles before the gather; R = 32: one tile ahead),
 // -1 / out-of-range slots zero-filled and masked):
 //   QK  warp w = (kq = w % 4, nh = w / 4) computes a partial S[R x BN*4/NW] (its token part)
 //       over its quarter of the 576 dims (latent group kq, 128 dims, plus rope dims
@@ -54,7 +55,9 @@ struct KCfg {
   static constexpr int ST_OFF = Q_OFF + R * kQRowBytes;
   static constexpr int PART_OFF = ST_OFF + NSTAGE * BN * ROWB;
   static constexpr int VALID_OFF = PART_OFF + 4 * R * PS * 4;
-  static constexpr int ALPHA_OFF = VALID_OFF + NSTAGE * BN * 4;
+  static constexpr bool IDX_RING = R == 16;          // slot indices by cp.async (see kernel)
+  static constexpr int IDX_OFF = VALID_OFF + NSTAGE * BN * 4;
+  static constexpr int ALPHA_OFF = IDX_OFF + (IDX_RING ? NSTAGE * BN * 4 : 0);
   static constexpr int ROWM_OFF = ALPHA_OFF + R * 4;
   static constexpr int FINM_OFF = ROWM_OFF + R * 4;
   static constexpr int FINL_OFF = FINM_OFF + R * 4;
@@ -71,6 +74,12 @@ struct KCfg {
   static_assert(ST_OFF % 16 == 0 && PART_OFF % 16 == 0 && VALID_OFF % 16 == 0, "alignment");
   static_assert(CPL >= 1 && (CPL & (CPL - 1)) == 0, "softmax layout");
 };
+
+// 4-byte cp.async (through L1, .ca: the only kind that takes 4 bytes); completion is tracked
+// by the same commit groups as the KV tile copies.
+__device__ __forceinline__ void cp_async_4(uint32_t dst_smem, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst_smem), "l"(src) : "memory");
+}
 
 struct LaunchArgs {
   int row_tiles;
@@ -100,6 +109,11 @@ __global__ void __launch_bounds__(NW * 32, 2)
   constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PS = C::PS, MT = C::MT,
                 NTW = C::NTW, DPW = C::DPW, NPV = C::NPV;
   constexpr int kThreads = C::kThreads, kWarps = C::kWarps;
+  // fp8 with one m16 tile (R = 16): the softmax writes P as bf16 per scale group (the PV warps
+  // load it with ldmatrix). Measured on the H200: faster for R = 16, slower for R = 32 (the
+  // longer softmax phase of 4 rows per warp outweighs the PV saving), so R = 32 keeps the
+  // per-warp conversion. Both give bitwise the same P.
+  constexpr bool kPCopies = FP8 && MT == 1;
   using namespace latte::cuda::sm80;
   using latte::cuda::e4m3x4_even_to_bf16x2;
   using latte::cuda::e4m3x4_odd_to_bf16x2;
@@ -109,6 +123,7 @@ __global__ void __launch_bounds__(NW * 32, 2)
   uint8_t* const sST = smem + C::ST_OFF;
   float* const sPart = reinterpret_cast<float*>(smem + C::PART_OFF);
   int* const sValid = reinterpret_cast<int*>(smem + C::VALID_OFF);
+  int* const sIdx = reinterpret_cast<int*>(smem + C::IDX_OFF);
   float* const sAlpha = reinterpret_cast<float*>(smem + C::ALPHA_OFF);
   float* const sRowM = reinterpret_cast<float*>(smem + C::ROWM_OFF);
   float* const sFinM = reinterpret_cast<float*>(smem + C::FINM_OFF);
@@ -166,6 +181,23 @@ __global__ void __launch_bounds__(NW * 32, 2)
   // block_size a power of two (the usual 1 / 16 / 64): shifts instead of a division
   const int bs_mask = p.block_size - 1;
   const int bs_shift = (p.block_size & bs_mask) == 0 ? __ffs(p.block_size) - 1 : -1;
+  // R = 16 (C::IDX_RING): slot indices of tiles >= NSTAGE-1 travel by cp.async into a ring of
+  // NSTAGE tiles (one thread per token), NSTAGE-1 tiles before the tile's own gather is
+  // issued: no thread waits on an index load in a register, and the index latency overlaps
+  // NSTAGE-1 tiles of math. R = 32 (measured: no gain, bf16 1-2 % slower) loads each index
+  // into a register one tile before its gather is issued.
+  constexpr bool kIdxRing = C::IDX_RING;
+  auto prefetch_index = [&](int tile) {
+    const int k = k_begin + tile * BN + ld_tok;
+    if (ld_sub != 0 || tile >= n_tiles || k >= k_end) return;
+    const int32_t* src;
+    if constexpr (DECODE) {
+      src = p.block_table + grp * p.bt_s + (bs_shift >= 0 ? (k >> bs_shift) : k / p.block_size);
+    } else {
+      src = p.indices + grp * p.idx_s + k;
+    }
+    cp_async_4(smem_u32(sIdx + (tile % NSTAGE) * BN + ld_tok), src);
+  };
   constexpr int NCH = ROWB / 16;                 // 16-byte chunks per token row
   constexpr int CPT = (NCH + TPT - 1) / TPT;      // chunks per thread
   const uint32_t ld_dst0 =
@@ -201,10 +233,16 @@ __global__ void __launch_bounds__(NW * 32, 2)
     if (ld_sub == 0) sValid[stage * BN + ld_tok] = valid ? 1 : 0;
   };
 
-  // first indices in flight before the Q load
+  // first indices in flight before the Q load: the prologue tiles' (and without the ring the
+  // next tile's) in registers; with the ring the next NSTAGE-1 tiles' into the ring (they
+  // complete with the first commit group)
   int raw_pro[NSTAGE];
 #pragma unroll
-  for (int st = 0; st < NSTAGE; ++st) raw_pro[st] = fetch_index(st);
+  for (int st = 0; st < (kIdxRing ? NSTAGE - 1 : NSTAGE); ++st) raw_pro[st] = fetch_index(st);
+  if constexpr (kIdxRing) {
+#pragma unroll
+    for (int st = NSTAGE - 1; st < 2 * NSTAGE - 2; ++st) prefetch_index(st);
+  }
 
   // ---- Q -> shared memory (rows past `rows` are zero) ----
   if constexpr (!FP8) {
@@ -263,7 +301,7 @@ __global__ void __launch_bounds__(NW * 32, 2)
     if (st < n_tiles) issue_tile(st, st, raw_pro[st]);
     cp_async_commit_group();
   }
-  int raw_next = raw_pro[NSTAGE - 1];  // index of tile j + NSTAGE - 1
+  int raw_next = kIdxRing ? -1 : raw_pro[NSTAGE - 1];  // no ring: index of tile j + NSTAGE - 1
 
   // softmax-owner state (the lane's row)
   const int srow = warp * C::RW + lane / C::LPR;
@@ -293,9 +331,19 @@ __global__ void __launch_bounds__(NW * 32, 2)
     __syncthreads();
     {
       const int jn = j + NSTAGE - 1;
-      if (jn < n_tiles) issue_tile(jn, jn % NSTAGE, raw_next);
-      cp_async_commit_group();
-      raw_next = fetch_index(jn + 1);  // consumed next tile: its latency overlaps this one
+      if constexpr (kIdxRing) {
+        if (jn < n_tiles) {
+          // ring entry of tile jn: in a commit group that the wait above completed
+          const int k = k_begin + jn * BN + ld_tok;
+          issue_tile(jn, jn % NSTAGE, k < k_end ? sIdx[(jn % NSTAGE) * BN + ld_tok] : -1);
+        }
+        prefetch_index(jn + NSTAGE - 1);  // overwrites tile jn-1's entry, read before the barrier
+        cp_async_commit_group();
+      } else {
+        if (jn < n_tiles) issue_tile(jn, jn % NSTAGE, raw_next);
+        cp_async_commit_group();
+        raw_next = fetch_index(jn + 1);  // consumed next tile: its latency overlaps this one
+      }
     }
     const int stage = j % NSTAGE;
     const uint8_t* const st = sST + stage * BN * ROWB;
@@ -472,7 +520,39 @@ __global__ void __launch_bounds__(NW * 32, 2)
       for (int off = 1; off < LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       l_run = l_run * alpha + sum;
       m_run = m_new;
-      if constexpr (CPL >= 2) {
+      if constexpr (kPCopies) {
+        // P for PV, once per (row, token) instead of once per PV warp: four bf16 copies, copy g
+        // times token scale g * 2^112 (PV warp w's dims lie in scale group (512/NW * w) / 128),
+        // in row r's own partial slot g (read above by this row's lanes only): sPart slot
+        // (g*R + r), bf16 at byte 16*((r>>2)&1) + 2*token (ldmatrix without bank conflicts).
+        // The same fp32 products and roundings as the per-warp conversion below, so both give
+        // bitwise the same P.
+        __syncwarp();
+        uint8_t* const prow = reinterpret_cast<uint8_t*>(sPart) + srow * (PS * 4) +
+                              16 * ((srow >> 2) & 1) + 2 * c0;
+        static_assert(CPL % 2 == 0, "fp8 softmax: an even number of columns per lane");
+        uint32_t pk[4][CPL / 2];
+#pragma unroll
+        for (int c = 0; c < CPL; c += 2) {
+          const float4 s0 = *reinterpret_cast<const float4*>(st + (c0 + c) * ROWB + 512);
+          const float4 s1 = *reinterpret_cast<const float4*>(st + (c0 + c + 1) * ROWB + 512);
+          pk[0][c / 2] = pack_bf16x2(x[c] * (s0.x * 0x1p112f), x[c + 1] * (s1.x * 0x1p112f));
+          pk[1][c / 2] = pack_bf16x2(x[c] * (s0.y * 0x1p112f), x[c + 1] * (s1.y * 0x1p112f));
+          pk[2][c / 2] = pack_bf16x2(x[c] * (s0.z * 0x1p112f), x[c + 1] * (s1.z * 0x1p112f));
+          pk[3][c / 2] = pack_bf16x2(x[c] * (s0.w * 0x1p112f), x[c + 1] * (s1.w * 0x1p112f));
+        }
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          uint8_t* const dst = prow + g * (R * PS * 4);
+          if constexpr (CPL == 2) {
+            *reinterpret_cast<uint32_t*>(dst) = pk[g][0];
+          } else {
+#pragma unroll
+            for (int c = 0; c < CPL / 2; c += 2)
+              *reinterpret_cast<uint2*>(dst + 4 * c) = make_uint2(pk[g][c], pk[g][c + 1]);
+          }
+        }
+      } else if constexpr (CPL >= 2) {
 #pragma unroll
         for (int c = 0; c < CPL; c += 2)
           *reinterpret_cast<float2*>(&sPart[srow * PS + c0 + c]) = make_float2(x[c], x[c + 1]);
@@ -505,29 +585,41 @@ __global__ void __launch_bounds__(NW * 32, 2)
           }
       }
       const float* const sP = sPart;  // P aliases partial 0
+      // kPCopies: this warp's bf16 copy of P (scale group (DPW * warp) >> 7), A via ldmatrix
+      uint32_t pa_base = 0;
+      if constexpr (kPCopies) {
+        const int r = lane & 15;
+        pa_base = smem_u32(sPart) + (((DPW * warp) >> 7) * R + r) * (PS * 4) + 16 * ((r >> 2) & 1) +
+                  (lane >> 4) * 16;
+      }
 #pragma unroll
       for (int i = 0; i < BN / 16; ++i) {
-        const int ka = 16 * i + 2 * tq;  // tokens ka, ka+1, ka+8, ka+9
-        float sc[4] = {1.f, 1.f, 1.f, 1.f};
-        if constexpr (FP8) {
-          const int so = 512 + 4 * ((DPW * warp) >> 7);  // the group of this warp's dims
-          sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + so) * 0x1p112f;
-          sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + so) * 0x1p112f;
-          sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + so) * 0x1p112f;
-          sc[3] = *reinterpret_cast<const float*>(st + (ka + 9) * ROWB + so) * 0x1p112f;
-        }
         uint32_t a[MT][4];
+        if constexpr (kPCopies) {
 #pragma unroll
-        for (int m = 0; m < MT; ++m) {
-          const int r0 = 16 * m + gq, r1 = r0 + 8;
-          const float2 p00 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka]);
-          const float2 p10 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka]);
-          const float2 p01 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka + 8]);
-          const float2 p11 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka + 8]);
-          a[m][0] = pack_bf16x2(p00.x * sc[0], p00.y * sc[1]);
-          a[m][1] = pack_bf16x2(p10.x * sc[0], p10.y * sc[1]);
-          a[m][2] = pack_bf16x2(p01.x * sc[2], p01.y * sc[3]);
-          a[m][3] = pack_bf16x2(p11.x * sc[2], p11.y * sc[3]);
+          for (int m = 0; m < MT; ++m) ldmatrix_x4(a[m], pa_base + 16 * m * (PS * 4) + 32 * i);
+        } else {
+          const int ka = 16 * i + 2 * tq;  // tokens ka, ka+1, ka+8, ka+9
+          float sc[4] = {1.f, 1.f, 1.f, 1.f};
+          if constexpr (FP8) {
+            const int so = 512 + 4 * ((DPW * warp) >> 7);  // the group of this warp's dims
+            sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + so) * 0x1p112f;
+            sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + so) * 0x1p112f;
+            sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + so) * 0x1p112f;
+            sc[3] = *reinterpret_cast<const float*>(st + (ka + 9) * ROWB + so) * 0x1p112f;
+          }
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            const int r0 = 16 * m + gq, r1 = r0 + 8;
+            const float2 p00 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka]);
+            const float2 p10 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka]);
+            const float2 p01 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka + 8]);
+            const float2 p11 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka + 8]);
+            a[m][0] = pack_bf16x2(p00.x * sc[0], p00.y * sc[1]);
+            a[m][1] = pack_bf16x2(p10.x * sc[0], p10.y * sc[1]);
+            a[m][2] = pack_bf16x2(p01.x * sc[2], p01.y * sc[3]);
+            a[m][3] = pack_bf16x2(p11.x * sc[2], p11.y * sc[3]);
+          }
         }
         if constexpr (FP8) {
           // V^T via ldmatrix.trans of 8 tokens x 16 e4m3: lane (g, t) gets tokens 2t, 2t+1 at
