@@ -810,6 +810,68 @@ TEST_F(CudaIndexer, UnfusedSplitRowsEqualOneCtaPerRow) {
 }
 
 
+// The split path captured into a CUDA graph on a stream (its collect and final kernels are
+// programmatic dependent launches on sm_90+): a copy writes the rows right before each top-k,
+// two top-k calls share one workspace and the second rows take the whole-row fallback; every
+// replay equals the host.
+TEST_F(CudaIndexer, RowTopkSplitGraphCapture) {
+  std::mt19937 rng(25);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> narrow(3.0f, 3.0625f);  // above nearly every normal value
+  const int rows = 8, k = 2048;
+  const int64_t n = 131072;
+  std::vector<float> d(static_cast<std::size_t>(2 * rows * n));
+  for (int64_t i = 0; i < rows * n; ++i) d[static_cast<std::size_t>(i)] = normal(rng);
+  for (int64_t i = rows * n; i < 2 * rows * n; ++i)
+    d[static_cast<std::size_t>(i)] = (i % 5 == 0) ? normal(rng) : narrow(rng);  // mostly one bin
+  MirrorTensor src(DType::f32, {2 * rows, n});
+  std::memcpy(src.host<float>(), d.data(), d.size() * 4);
+  src.upload();
+  DeviceBuffer scores(static_cast<std::size_t>(rows * n) * 4);
+  MirrorTensor out(DType::i32, {2 * rows, k});
+  const DeviceTraits dev = traits_of(gpu());
+  const std::size_t ws_bytes = cuda_indexer::rows_topk_workspace_bytes(rows, n, k, dev);
+  ASSERT_GT(ws_bytes, 0u) << "the split path would not run";
+  DeviceBuffer ws(ws_bytes);
+  cudaStream_t stream = nullptr;
+  LATTE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  auto* o = static_cast<int32_t*>(out.device());
+  const auto* sp = static_cast<const float*>(src.device());
+  auto* sc = static_cast<float*>(scores.get());
+  auto enqueue = [&] {
+    for (int h = 0; h < 2; ++h) {
+      LATTE_CUDA_CHECK(cudaMemcpyAsync(sc, sp + h * rows * n, static_cast<std::size_t>(rows * n) * 4,
+                                       cudaMemcpyDeviceToDevice, stream));
+      cuda_indexer::launch_rows_topk(sc, rows, n, n, k, o + h * rows * k, k, ws.get(), ws_bytes, dev, stream);
+    }
+  };
+  enqueue();  // eager once (kernel attributes are set outside the capture)
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::vector<std::vector<int32_t>> want(2 * rows);
+  for (int r = 0; r < 2 * rows; ++r) want[static_cast<std::size_t>(r)] = host_topk(d.data() + r * n, n, k);
+  for (int rep = 0; rep < 3; ++rep) {
+    out.poison_device(0x33);
+    LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+    LATTE_CUDA_CHECK(cudaMemsetAsync(ws.get(), rep == 1 ? 0xFF : 0x5A, ws_bytes, stream));  // stale workspace
+    LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    out.download();
+    for (int r = 0; r < 2 * rows; ++r) {
+      const std::vector<int32_t> got(out.host<int32_t>() + r * k, out.host<int32_t>() + (r + 1) * k);
+      EXPECT_EQ(got, want[static_cast<std::size_t>(r)]) << "replay " << rep << " row " << r;
+    }
+  }
+  LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
+  LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
 // A small split problem for compute-sanitizer runs (memcheck, racecheck).
 TEST_F(CudaIndexer, RowTopkSplitSmall) {
   std::mt19937 rng(24);

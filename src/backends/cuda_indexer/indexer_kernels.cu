@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "cuda/check.cuh"
 #include "indexer_launch.hpp"
@@ -423,17 +424,47 @@ SplitPlan plan_split(int64_t rows, int64_t n, int list_cap, const DeviceTraits& 
   return sp;
 }
 
-template <int SRC, bool DH>
-void launch_split_final(const TopkArgs& a, const TopkArgs& c, const TopkPlan& t, cudaStream_t stream) {
-  static std::atomic<uint64_t> done{0};
-  allow_smem(topk_split_final_kernel<SRC, DH>, done);
-  topk_split_final_kernel<SRC, DH><<<static_cast<unsigned>(a.rows), kTopkThreads, t.smem, stream>>>(a, c);
-  LATTE_CUDA_CHECK_LAUNCH("topk_split_final_kernel");
+// Programmatic dependent launch of the collect and final kernels (sm_90+, topk_kernel.cuh
+// pdl_wait); LATTE_CUDA_TOPK_PDL=0 turns it off (measurements).
+bool topk_pdl_enabled() {
+  static const bool v = [] {
+    const char* e = std::getenv("LATTE_CUDA_TOPK_PDL");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return v;
 }
 
-// The three split kernels over workspace `ws` (sp.total bytes).
+// kernel<<<grid, kTopkThreads, smem, stream>>>(args...), with the programmatic stream
+// serialization attribute when `pdl` (on the same stream, so stream capture keeps it).
+template <typename... Params, typename... Args>
+void launch_topk_ex(void (*kernel)(Params...), unsigned grid, std::size_t smem, bool pdl, cudaStream_t stream,
+                    Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(kTopkThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = pdl ? attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  LATTE_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+template <int SRC, bool DH>
+void launch_split_final(const TopkArgs& a, const TopkArgs& c, const TopkPlan& t, bool pdl, cudaStream_t stream) {
+  static std::atomic<uint64_t> done{0};
+  allow_smem(topk_split_final_kernel<SRC, DH>, done);
+  launch_topk_ex(topk_split_final_kernel<SRC, DH>, static_cast<unsigned>(a.rows), static_cast<std::size_t>(t.smem),
+                 pdl, stream, a, c);
+}
+
+// The three split kernels over workspace `ws` (sp.total bytes). The collect and final kernels
+// start early (programmatic dependent launch) on sm_90+.
 template <int SRC>
-void launch_topk_split(const TopkArgs& a, const TopkPlan& t, const SplitPlan& sp, uint8_t* ws, cudaStream_t stream) {
+void launch_topk_split(const TopkArgs& a, const TopkPlan& t, const SplitPlan& sp, uint8_t* ws,
+                       const DeviceTraits& dev, cudaStream_t stream) {
   if (a.rows <= 0) return;
   SplitArgs g{};
   g.slices = sp.slices;
@@ -444,14 +475,14 @@ void launch_topk_split(const TopkArgs& a, const TopkPlan& t, const SplitPlan& sp
   g.list_pos = reinterpret_cast<int32_t*>(ws + sp.pos);
   g.list_count = reinterpret_cast<int*>(ws + sp.count);
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(a.rows) * sp.slices);
+  const bool pdl = dev.arch >= 90 && topk_pdl_enabled();
   prof_begin(stream);
   TopkArgs b = a;
   b.prof = prof_buffer();
   if (topk_direct_hist()) topk_split_hist_kernel<SRC, true><<<grid, kTopkThreads, 0, stream>>>(b, g);
   else topk_split_hist_kernel<SRC, false><<<grid, kTopkThreads, 0, stream>>>(b, g);
   LATTE_CUDA_CHECK_LAUNCH("topk_split_hist_kernel");
-  topk_split_collect_kernel<SRC><<<grid, kTopkThreads, 0, stream>>>(b, g);
-  LATTE_CUDA_CHECK_LAUNCH("topk_split_collect_kernel");
+  launch_topk_ex(topk_split_collect_kernel<SRC>, grid, 0, pdl, stream, b, g);
   TopkArgs c = b;
   c.f32 = nullptr;
   c.keys = g.list_keys;
@@ -462,8 +493,8 @@ void launch_topk_split(const TopkArgs& a, const TopkPlan& t, const SplitPlan& sp
   c.cand_count = g.list_count;
   c.dense = 1;
   if (SRC == kSrcF32) c.batch = a.rows;  // token_request is null: row r is batch row r
-  if (topk_direct_hist()) launch_split_final<SRC, true>(b, c, t, stream);
-  else launch_split_final<SRC, false>(b, c, t, stream);
+  if (topk_direct_hist()) launch_split_final<SRC, true>(b, c, t, pdl, stream);
+  else launch_split_final<SRC, false>(b, c, t, pdl, stream);
   prof_end("split", stream);
 }
 
@@ -640,7 +671,7 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
     t.vec = 1;
     const std::size_t kb = unfused_bytes(p);
     const SplitPlan sp = plan_split(p.tokens, p.max_len(), tp.cap, dev);
-    if (sp.on() && kb + sp.total <= workspace_bytes) launch_topk_split<kSrcKeys>(t, tp, sp, ws + kb, stream);
+    if (sp.on() && kb + sp.total <= workspace_bytes) launch_topk_split<kSrcKeys>(t, tp, sp, ws + kb, dev, stream);
     else launch_topk_kernel<kSrcKeys>(t, tp, stream);
     return;
   }
@@ -697,7 +728,7 @@ void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int 
   a.bitmap_words = tp.bitmap_words;
   const SplitPlan sp = workspace ? plan_split(rows, n, tp.cap, dev) : SplitPlan{};
   if (sp.on() && sp.total <= workspace_bytes) {
-    launch_topk_split<kSrcF32>(a, tp, sp, static_cast<uint8_t*>(workspace), static_cast<cudaStream_t>(stream));
+    launch_topk_split<kSrcF32>(a, tp, sp, static_cast<uint8_t*>(workspace), dev, static_cast<cudaStream_t>(stream));
   } else {
     launch_topk_kernel<kSrcF32>(a, tp, static_cast<cudaStream_t>(stream));
   }

@@ -430,6 +430,25 @@ __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs 
 //    list_cap candidates (a narrow or tied distribution): the row's count is -1.
 // 3. topk_split_final_kernel, one CTA per row: the exact selection over the candidate list
 //    (kSrcCands), or over the whole row when its count is -1.
+// Programmatic dependent launch (sm_90+): the collect and final kernels are launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization, so their CTAs start while the previous
+// kernel still runs (it allows that at its start: pdl_launch_dependents). They may only read
+// what the launches before the previous kernel wrote (the rows) before pdl_wait, which returns
+// once the previous kernel has completed and its writes are visible (and so every kernel
+// before it). Both are no-ops below sm_90 and when the kernel was launched without the
+// attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 struct SplitArgs {
   int slices;           // S
   int slice_len;        // L, a multiple of kSplitChunk, at most kSplitMaxLen
@@ -482,6 +501,7 @@ template <int SRC, bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_split_hist_kernel(const TopkArgs a, const SplitArgs sp) {
   __shared__ int hist[kSplitBins];
   const int tid = threadIdx.x;
+  pdl_launch_dependents();  // the collect kernel waits for this whole grid before reading hist
   const int row = blockIdx.x / sp.slices, s = blockIdx.x % sp.slices;
   int64_t n = 0, npos = 0;
   int brow = -1;
@@ -517,7 +537,14 @@ __global__ void __launch_bounds__(kTopkThreads) topk_split_collect_kernel(const 
   int64_t n = 0, npos = 0;
   int brow = -1;
   row_extent<SRC>(a, row, n, npos, brow);
+  pdl_launch_dependents();  // the final kernel waits for this whole grid before reading the lists
   prof_mark(a.prof, blockIdx.x, 10);
+  // The slice's keys (the rows: written before the histogram kernel started) load while the
+  // histogram kernel finishes; its histograms are read after pdl_wait.
+  const int64_t s0 = static_cast<int64_t>(s) * sp.slice_len;
+  uint32_t k[kSplitMaxVec][4];
+  load_slice<SRC>(a, static_cast<int64_t>(row) * a.ld, n, s0 < n ? s0 : n, s0 < n ? sp.slice_len / kSplitChunk : 0, k);
+  pdl_wait();
   // Thread t owns bins b1 = 2047 - 2t and b0 = b1 - 1 (highest first): row totals, and the
   // totals of the slices before this one.
   const int b1 = kSplitBins - 1 - 2 * tid, b0 = b1 - 1;
@@ -557,9 +584,6 @@ __global__ void __launch_bounds__(kTopkThreads) topk_split_collect_kernel(const 
   }
   int before_slice = 0;
   (void)cuda::block_exclusive_scan<kTopkThreads>((b1 >= bin ? p1 : 0) + (b0 >= bin ? p0 : 0), scan, &before_slice);
-  const int64_t s0 = static_cast<int64_t>(s) * sp.slice_len;
-  uint32_t k[kSplitMaxVec][4];
-  load_slice<SRC>(a, static_cast<int64_t>(row) * a.ld, n, s0 < n ? s0 : n, s0 < n ? sp.slice_len / kSplitChunk : 0, k);
   const uint32_t lo = static_cast<uint32_t>(bin) << kSplitShift;
   int mine = 0;
 #pragma unroll
@@ -590,6 +614,7 @@ template <int SRC, bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_split_final_kernel(const TopkArgs a, const TopkArgs c) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int row = blockIdx.x;
+  pdl_wait();  // the candidate lists and counts of the collect kernel
   if (c.cand_count[row] >= 0) topk_row<kSrcCands, DH>(c, row, smem);
   else topk_row<SRC, DH>(a, row, smem);
 }
