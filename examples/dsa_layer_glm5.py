@@ -50,7 +50,10 @@ def fp8_roundtrip(x: torch.Tensor, group: int) -> torch.Tensor:
     """What an e4m3 cache with one amax/448 scale per `group` values gives back (DESIGN.md 3)."""
     g = x.float().reshape(*x.shape[:-1], -1, group)
     amax = g.abs().amax(-1, keepdim=True)
-    scale = torch.where(amax == 0, torch.ones_like(amax), amax / 448.0)
+    # The format's scale is the float32 quotient amax / 448. Divide by a tensor: on CUDA, torch
+    # divides by a Python scalar as a multiplication by its reciprocal, which is an ulp off for
+    # about half the groups (and then moves some codes).
+    scale = torch.where(amax == 0, torch.ones_like(amax), amax / torch.full_like(amax, 448.0))
     return ((g / scale).to(torch.float8_e4m3fn).float() * scale).reshape(x.shape)
 
 
