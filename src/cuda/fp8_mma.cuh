@@ -55,6 +55,40 @@ __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const uint32_t 
 #endif
 }
 
+// D += A * B with f16 inputs and f32 accumulation (sm_80+).
+__device__ __forceinline__ void mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4],
+                                                 uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  (void)d;
+  (void)a;
+  (void)b0;
+  (void)b1;
+  __trap();
+#endif
+}
+
+// Two e4m3 codes (bits 0..7 and 8..15 of `two`) -> an f16x2 word (first code in the low half)
+// with the hardware conversion (sm_89+; every e4m3 value is an f16 value, so it is exact).
+// Traps on older targets, which never launch the callers.
+__device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t r;
+  const uint16_t in = static_cast<uint16_t>(two);
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(in));
+  return r;
+#else
+  (void)two;
+  __trap();
+  return 0;
+#endif
+}
+
 // Two e4m3 codes (bits 0..7 and 8..15 of `two`) -> a bf16x2 word (first code in the low half),
 // exactly: every e4m3 value, subnormals included, is a bf16 value. The code's exponent and
 // mantissa bits are placed in a float32 (which is then the value times 2^-120, possibly a

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -383,6 +384,39 @@ TEST_F(CudaIndexer, Sm80PathBf16MathOnE4m3Queries) {
   DeviceTraits dev = traits_of(gpu());
   dev.force_bf16_math = true;
   check_problem(p, 512, 2e-3, dev);
+}
+
+// Every matrix path the device can run for e4m3 queries (the default picks one per arch:
+// e4m3 mma.sync on sm_89 / sm_120, f16 widening on sm_90 / sm_100), forced through
+// LATTE_CUDA_INDEXER_MATH, against the reference; and the paths choose the same tokens.
+TEST_F(CudaIndexer, EveryMathPathForE4m3Queries) {
+  std::mt19937 rng(13);
+  Options o;
+  o.heads = 32;
+  std::vector<std::pair<int, int>> tokens = decode_tokens({2900, 1700}, 2);
+  for (int i = 0; i < 16; ++i) tokens.emplace_back(2, 600 + i + 1);  // a prefill group
+  const Problem p = make_problem(rng, tokens, 3, o);
+  const DeviceTraits dev = traits_of(gpu());
+  if (dev.arch < 89) GTEST_SKIP() << "skipped: e4m3 / f16 conversion paths need sm_89+";
+  std::vector<std::vector<int32_t>> chosen;
+  for (const char* math : {"fp8", "f16", "bf16"}) {
+    SCOPED_TRACE(math);
+    ::setenv("LATTE_CUDA_INDEXER_MATH", math, 1);
+    check_problem(p, 700, 2e-3, dev);
+    chosen.push_back(run_path(p, 700, TopkPath::unfused, dev).logical);
+    ::unsetenv("LATTE_CUDA_INDEXER_MATH");
+  }
+  // The scores differ only in summation order, so the sets may differ at near-ties; count them.
+  const std::size_t topk = 700;
+  for (std::size_t m = 1; m < chosen.size(); ++m) {
+    for (int t = 0; t < p.T; ++t) {
+      const std::set<int32_t> a(chosen[0].begin() + t * topk, chosen[0].begin() + (t + 1) * topk);
+      const std::set<int32_t> b(chosen[m].begin() + t * topk, chosen[m].begin() + (t + 1) * topk);
+      std::size_t only_a = 0;
+      for (int32_t x : a) only_a += b.count(x) ? 0 : 1;
+      EXPECT_LE(only_a, 2u) << "path " << m << " vs fp8, row " << t;
+    }
+  }
 }
 
 TEST_F(CudaIndexer, OneHeadAndMaxHeads) {

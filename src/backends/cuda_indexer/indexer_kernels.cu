@@ -26,11 +26,34 @@ constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The score kernel's matrix path. e4m3 queries: mma.sync e4m3 where it is native (sm_89,
+// sm_120), K and q widened to f16 by the hardware conversion on sm_90 / sm_100 (there e4m3
+// mma.sync is not a native instruction; measured faster on the H200, docs/performance.md),
+// bf16 widening below sm_89. bf16 queries: bf16. LATTE_CUDA_INDEXER_MATH=fp8|f16|bf16 forces a
+// path where the device can run it (measurements, tests).
 int math_for(const IndexerProblem& p, const DeviceTraits& dev) {
-  // LATTE_CUDA_INDEXER_MATH=bf16 forces the bf16 mma.sync path (measurements, tests).
+  if (!p.q_fp8 || dev.arch < 89 || dev.force_bf16_math) return kMathBf16;
   const char* env = std::getenv("LATTE_CUDA_INDEXER_MATH");
-  const bool force_bf16 = dev.force_bf16_math || (env && std::strcmp(env, "bf16") == 0);
-  return (p.q_fp8 && dev.arch >= 89 && !force_bf16) ? kMathFp8 : kMathBf16;
+  if (env && std::strcmp(env, "bf16") == 0) return kMathBf16;
+  if (env && std::strcmp(env, "fp8") == 0) return kMathFp8;
+  if (env && std::strcmp(env, "f16") == 0) return kMathF16;
+  return (dev.arch == 90 || dev.arch == 100) ? kMathF16 : kMathFp8;
+}
+
+// Calls f.template run<MODE, MATH>() for a plan's mode and math (one kernel instantiation per
+// pair; the .cu files are C++17, so functors rather than template lambdas).
+template <int MODE, typename F>
+void with_score_math(int math, const F& f) {
+  if (math == kMathFp8) f.template run<MODE, kMathFp8>();
+  else if (math == kMathF16) f.template run<MODE, kMathF16>();
+  else f.template run<MODE, kMathBf16>();
+}
+
+template <typename F>
+void with_score_kernel(int mode, int math, const F& f) {
+  if (mode == kModeLogits) with_score_math<kModeLogits>(math, f);
+  else if (mode == kModeKeys) with_score_math<kModeKeys>(math, f);
+  else with_score_math<kModeFused>(math, f);
 }
 
 // Sets the dynamic shared memory limit of a kernel once per device.
@@ -90,30 +113,23 @@ int env_debug() {
   return v ? std::atoi(v) : 0;
 }
 
+// Resident CTAs per SM of one score kernel instantiation.
+struct ScoreOccupancy {
+  int smem;
+  int* n;
+  cudaError_t* err;
+  template <int MODE, int MATH>
+  void run() const {
+    ensure_score_smem<MODE, MATH>();
+    *err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, indexer_score_kernel<MODE, MATH>, kThreads, smem);
+  }
+};
+
 // Resident CTAs per SM of the score kernel for this plan (at least 1).
 int score_ctas_per_sm(const ScorePlan& pl) {
   int n = 0;
   cudaError_t err = cudaSuccess;
-  const bool fp8 = pl.math == kMathFp8;
-  if (fp8) {
-    if (pl.mode == kModeLogits) ensure_score_smem<kModeLogits, kMathFp8>();
-    else if (pl.mode == kModeKeys) ensure_score_smem<kModeKeys, kMathFp8>();
-    else ensure_score_smem<kModeFused, kMathFp8>();
-  } else {
-    if (pl.mode == kModeLogits) ensure_score_smem<kModeLogits, kMathBf16>();
-    else if (pl.mode == kModeKeys) ensure_score_smem<kModeKeys, kMathBf16>();
-    else ensure_score_smem<kModeFused, kMathBf16>();
-  }
-  if (pl.mode == kModeLogits) {
-    err = fp8 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeLogits, kMathFp8>, kThreads, pl.smem)
-              : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeLogits, kMathBf16>, kThreads, pl.smem);
-  } else if (pl.mode == kModeKeys) {
-    err = fp8 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeKeys, kMathFp8>, kThreads, pl.smem)
-              : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeKeys, kMathBf16>, kThreads, pl.smem);
-  } else {
-    err = fp8 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeFused, kMathFp8>, kThreads, pl.smem)
-              : cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, indexer_score_kernel<kModeFused, kMathBf16>, kThreads, pl.smem);
-  }
+  with_score_kernel(pl.mode, pl.math, ScoreOccupancy{pl.smem, &n, &err});
   if (err != cudaSuccess) {
     (void)cudaGetLastError();
     return 1;
@@ -262,24 +278,24 @@ void launch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream) 
   LATTE_CUDA_CHECK_LAUNCH("indexer_score_kernel");
 }
 
+struct ScoreLaunch {
+  const ScoreArgs& a;
+  const ScorePlan& pl;
+  cudaStream_t stream;
+  template <int MODE, int MATH>
+  void run() const {
+    launch_score<MODE, MATH>(a, pl, stream);
+  }
+};
+
 void dispatch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream) {
   if (pl.grid() <= 0) return;
   if (pl.grid() > 0x7fffffff) {
     throw Error(ErrorCode::unsupported, "cuda.indexer: the problem needs more than 2^31 CTAs; split the batch");
   }
-  const bool fp8 = pl.math == kMathFp8;
-  switch (pl.mode) {
-    case kModeLogits:
-      fp8 ? launch_score<kModeLogits, kMathFp8>(a, pl, stream) : launch_score<kModeLogits, kMathBf16>(a, pl, stream);
-      break;
-    case kModeKeys:
-      fp8 ? launch_score<kModeKeys, kMathFp8>(a, pl, stream) : launch_score<kModeKeys, kMathBf16>(a, pl, stream);
-      break;
-    default:
-      fp8 ? launch_score<kModeFused, kMathFp8>(a, pl, stream) : launch_score<kModeFused, kMathBf16>(a, pl, stream);
-      break;
-  }
+  with_score_kernel(pl.mode, pl.math, ScoreLaunch{a, pl, stream});
 }
+
 
 // Shared memory of the top-k kernel for rows of up to `max_positions` positions.
 struct TopkPlan {

@@ -40,7 +40,11 @@ constexpr int kMaxGroup = 32;
 constexpr int kSmemLimit = 101376;  // sm_86 / sm_89 / sm_120 opt-in limit per block
 
 enum ScoreMode : int { kModeLogits = 0, kModeKeys = 1, kModeFused = 2 };
-enum MathKind : int { kMathFp8 = 0, kMathBf16 = 1 };
+// fp8: mma.sync e4m3 (sm_89+). f16: e4m3 K and q widened to f16 by the hardware conversion
+// (sm_89+, exact) and mma.sync f16 — on GPUs where e4m3 mma.sync is not native (sm_90 / sm_100
+// run it as f16 matrix instructions plus conversions inside every mma, redone per head tile).
+// bf16: K widened to bf16 by integer ops (sm_80 / sm_86, and bf16 queries).
+enum MathKind : int { kMathFp8 = 0, kMathBf16 = 1, kMathF16 = 2 };
 
 struct ScoreArgs {
   // inputs
@@ -164,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             v = make_uint4(w4[0], w4[1], w4[2], w4[3]);
           }
         } else if (a.q_fp8) {
-          // e4m3 q on the bf16 path: 8 codes -> 8 bf16 (exact).
+          // e4m3 q on the bf16 / f16 paths: 8 codes -> 8 bf16 / f16 (exact).
           const uint8_t* src = a.q + row_off + 32 * cc + 8 * j;
           uint32_t lo, hi;
           if (a.q_vec) {
@@ -175,8 +179,13 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             lo = src[0] | (src[1] << 8) | (src[2] << 16) | (static_cast<uint32_t>(src[3]) << 24);
             hi = src[4] | (src[5] << 8) | (src[6] << 16) | (static_cast<uint32_t>(src[7]) << 24);
           }
-          v = make_uint4(cuda::e4m3x2_to_bf16x2(lo & 0xFFFFu), cuda::e4m3x2_to_bf16x2(lo >> 16),
-                         cuda::e4m3x2_to_bf16x2(hi & 0xFFFFu), cuda::e4m3x2_to_bf16x2(hi >> 16));
+          if (MATH == kMathF16) {
+            v = make_uint4(cuda::e4m3x2_to_f16x2(lo & 0xFFFFu), cuda::e4m3x2_to_f16x2(lo >> 16),
+                           cuda::e4m3x2_to_f16x2(hi & 0xFFFFu), cuda::e4m3x2_to_f16x2(hi >> 16));
+          } else {
+            v = make_uint4(cuda::e4m3x2_to_bf16x2(lo & 0xFFFFu), cuda::e4m3x2_to_bf16x2(lo >> 16),
+                           cuda::e4m3x2_to_bf16x2(hi & 0xFFFFu), cuda::e4m3x2_to_bf16x2(hi >> 16));
+          }
         } else {
           const uint8_t* src = a.q + 2 * (row_off + 32 * cc + 8 * j);
           if (a.q_vec) {
@@ -348,10 +357,17 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
 #pragma unroll
             for (int kk = 0; kk < KSTEPS; ++kk) {
               const uint32_t w4 = wr[kk & 7], v4 = vr[kk & 7];
-              af[mt][kk][0] = cuda::e4m3x2_to_bf16x2(w4 & 0xFFFFu);
-              af[mt][kk][1] = cuda::e4m3x2_to_bf16x2(v4 & 0xFFFFu);
-              af[mt][kk][2] = cuda::e4m3x2_to_bf16x2(w4 >> 16);
-              af[mt][kk][3] = cuda::e4m3x2_to_bf16x2(v4 >> 16);
+              if (MATH == kMathF16) {
+                af[mt][kk][0] = cuda::e4m3x2_to_f16x2(w4 & 0xFFFFu);
+                af[mt][kk][1] = cuda::e4m3x2_to_f16x2(v4 & 0xFFFFu);
+                af[mt][kk][2] = cuda::e4m3x2_to_f16x2(w4 >> 16);
+                af[mt][kk][3] = cuda::e4m3x2_to_f16x2(v4 >> 16);
+              } else {
+                af[mt][kk][0] = cuda::e4m3x2_to_bf16x2(w4 & 0xFFFFu);
+                af[mt][kk][1] = cuda::e4m3x2_to_bf16x2(v4 & 0xFFFFu);
+                af[mt][kk][2] = cuda::e4m3x2_to_bf16x2(w4 >> 16);
+                af[mt][kk][3] = cuda::e4m3x2_to_bf16x2(v4 >> 16);
+              }
             }
           }
           ks[mt][0] = ssc[slot * kStageTokens + r0];
@@ -389,6 +405,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
 #pragma unroll
               for (int kk = 0; kk < KSTEPS; ++kk) {
                 if (MATH == kMathFp8) cuda::mma_e4m3_m16n8k32(acc, af[mt][kk], qb[2 * kk], qb[2 * kk + 1]);
+                else if (MATH == kMathF16) cuda::mma_f16_m16n8k16(acc, af[mt][kk], qb[2 * kk], qb[2 * kk + 1]);
                 else cuda::mma_bf16_m16n8k16(acc, af[mt][kk], qb[2 * kk], qb[2 * kk + 1]);
               }
               p[mt][0] += cf.z * relu_mul(acc[0], cf.x) + cf.w * relu_mul(acc[1], cf.y);
