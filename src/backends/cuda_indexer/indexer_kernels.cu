@@ -27,8 +27,8 @@ std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a;
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // The score kernel's matrix path. e4m3 queries: mma.sync e4m3 where it is native (sm_89,
-// sm_120), K and q widened to f16 by the hardware conversion on sm_90 / sm_100 (there e4m3
-// mma.sync is not a native instruction; measured faster on the H200, docs/performance.md),
+// sm_120), K and q widened to f16 by the hardware conversion on sm_90 / sm_100 (8-17 % faster
+// than e4m3 mma.sync on the H200, docs/performance.md; sm_100 by analogy, not measured),
 // bf16 widening below sm_89. bf16 queries: bf16. LATTE_CUDA_INDEXER_MATH=fp8|f16|bf16 forces a
 // path where the device can run it (measurements, tests).
 int math_for(const IndexerProblem& p, const DeviceTraits& dev) {
