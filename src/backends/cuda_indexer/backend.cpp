@@ -42,8 +42,10 @@ Capabilities indexer_capabilities() {
       "indexer_topk: max(fused: T * chunks * (3 * topk + 1024) * 8 B with chunks <= 4 * SMs / T, "
       "unfused: min(T * 131072 * 4 B, 256 MiB)); indexer_logits: none";
   caps.notes =
-      "mma.sync e4m3 (sm_89+) or bf16 (sm_80/86; e4m3 q widened to bf16 exactly); exact radix "
-      "top-k, fused (no [T, L] scores) for long contexts";
+      "e4m3 q: mma.sync e4m3 (sm_89, sm_120) or e4m3 widened to f16 (sm_90, sm_100); bf16 q and "
+      "sm_80/86: mma.sync bf16 (e4m3 widened exactly); exact radix top-k, few long rows split "
+      "over CTAs; unfused by default, fused (no [T, L] scores) when asked "
+      "(LATTE_CUDA_INDEXER_PATH=fused) or when the workspace holds no row of scores";
   return caps;
 }
 
