@@ -1,8 +1,10 @@
 // The exact-selection building blocks run alone on many adversarial buffers, against a host
 // sort: block_select_threshold (src/cuda/radix_select.cuh) and the fused indexer's candidate
-// compaction (candidate_compaction.cuh), in the block shapes the kernels instantiate them
-// with (128 threads / 10-bit digits / 256-entry lists; 1024 / 11 / 1024). Each problem is one
-// CTA; the launches repeat to catch timing-dependent losses.
+// compaction (candidate_compaction.cuh): the fused score kernel's compaction (128 threads /
+// 10-bit digits / 256-entry lists), a 1024-thread compaction (1024 / 11 / 1024, where the
+// block_min_max bug showed), and the select exactly as the top-k kernel instantiates it
+// (topk_kernel.cuh's constants, both histogram counts). Each problem is one CTA; the launches
+// repeat to catch timing-dependent losses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +17,7 @@
 
 #include "backends/cuda_indexer/candidate_compaction.cuh"
 #include "backends/cuda_indexer/indexer_launch.hpp"
+#include "backends/cuda_indexer/topk_kernel.cuh"
 #include "gpu_test_util.hpp"
 
 namespace latte::testing {
@@ -34,6 +37,21 @@ __global__ void __launch_bounds__(THREADS) compact_kernel(uint32_t* keys, int32_
     thr_out[b] = thr;
     kept_out[b] = kept;
   }
+}
+
+// block_select_threshold as the top-k kernel instantiates it (no compaction).
+template <bool DIRECT_HIST>
+__global__ void __launch_bounds__(cuda_indexer::kTopkThreads) topk_select_kernel(const uint32_t* keys, const int32_t* pos,
+                                                                                const int* n, const int* keep, int cap,
+                                                                                uint64_t* thr_out) {
+  __shared__ cuda::SelectScratch sc;
+  __shared__ int hist[1 << cuda_indexer::kTopkDigit];
+  const int b = blockIdx.x;
+  const uint64_t thr =
+      cuda::block_select_threshold<cuda_indexer::kTopkThreads, cuda_indexer::kTopkDigit, cuda_indexer::kTopkLcap,
+                                   DIRECT_HIST>(keys + static_cast<int64_t>(b) * cap, pos + static_cast<int64_t>(b) * cap,
+                                                n[b], keep[b], sc, hist);
+  if (threadIdx.x == 0) thr_out[b] = thr;
 }
 
 // block_min_max alone over the composites of each problem.
@@ -216,8 +234,53 @@ class SelectStress : public ::testing::Test {
 
 // The fused score kernel's compaction: 128 threads, 10-bit digits, 256-entry bin lists.
 TEST_F(SelectStress, FusedCompactionShape) { stress<128, 10, 256, 8>(1024, 3072, 6, 1); }
-// The top-k kernel's select: 1024 threads, 11-bit digits, 1024-entry bin lists.
-TEST_F(SelectStress, TopkKernelShape) { stress<1024, 11, 1024, 4>(512, 8192, 6, 2); }
+// A 1024-thread compaction with 1024-entry bin lists (the shape that exposed block_min_max).
+TEST_F(SelectStress, Compaction1024Threads) { stress<1024, 11, 1024, 4>(512, 8192, 6, 2); }
+
+// The select of the top-k kernel, with its own constants and both histogram counts: exactly
+// `keep` composites at or above the threshold, on every problem and repetition.
+TEST_F(SelectStress, TopkKernelSelect) {
+  std::mt19937 rng(4);
+  const int problems = 512, cap = 8192;
+  const Buffers b = make_buffers(rng, problems, cap);
+  const std::size_t entries = static_cast<std::size_t>(problems) * cap;
+  DeviceBuffer keys(entries * 4), pos(entries * 4), n(problems * 4), keep(problems * 4), thr(problems * 8);
+  keys.upload(b.keys.data(), entries * 4);
+  pos.upload(b.pos.data(), entries * 4);
+  n.upload(b.n.data(), problems * 4);
+  keep.upload(b.keep.data(), problems * 4);
+  int bad = 0;
+  for (const bool direct : {true, false}) {
+    for (int rep = 0; rep < 3 && bad < 8; ++rep) {
+      if (direct) {
+        topk_select_kernel<true><<<problems, cuda_indexer::kTopkThreads>>>(keys.as<uint32_t>(), pos.as<int32_t>(),
+                                                                            n.as<int>(), keep.as<int>(), cap,
+                                                                            thr.as<uint64_t>());
+      } else {
+        topk_select_kernel<false><<<problems, cuda_indexer::kTopkThreads>>>(keys.as<uint32_t>(), pos.as<int32_t>(),
+                                                                             n.as<int>(), keep.as<int>(), cap,
+                                                                             thr.as<uint64_t>());
+      }
+      LATTE_CUDA_CHECK(cudaGetLastError());
+      LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<uint64_t> got(static_cast<std::size_t>(problems));
+      thr.download(got.data(), problems * 8);
+      for (int i = 0; i < problems && bad < 8; ++i) {
+        const std::size_t o = static_cast<std::size_t>(i) * cap;
+        int at_or_above = 0;
+        for (int j = 0; j < b.n[static_cast<std::size_t>(i)]; ++j)
+          at_or_above += host_composite(b.keys[o + j], b.pos[o + j]) >= got[static_cast<std::size_t>(i)] ? 1 : 0;
+        if (at_or_above != b.keep[static_cast<std::size_t>(i)]) {
+          ADD_FAILURE() << (direct ? "direct" : "match.any") << " histograms, rep " << rep << " problem " << i
+                        << " (n " << b.n[static_cast<std::size_t>(i)] << ", keep " << b.keep[static_cast<std::size_t>(i)]
+                        << "): " << at_or_above << " composites >= the threshold";
+          ++bad;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
 
 // The fused path's final selection (top-k kernel over candidate lists): rows of chunk lists
 // with empty entries, fewer valid candidates than topk, exactly topk, and many more.

@@ -103,8 +103,13 @@ void fill(SliceProblem& sp, std::mt19937& rng, int tokens, int batch) {
   up(sp.vl, vl);
 }
 
-std::vector<int32_t> run(const cuda_indexer::IndexerProblem& p, std::size_t ws_bytes, bool physical) {
-  const cuda_indexer::DeviceTraits dev{describe_device("cuda:0").arch(), describe_device("cuda:0").sm_count, false};
+cuda_indexer::DeviceTraits gpu_traits() {
+  const DeviceInfo d = describe_device("cuda:0");
+  return cuda_indexer::DeviceTraits{d.arch(), d.sm_count, false};
+}
+
+std::vector<int32_t> run(const cuda_indexer::IndexerProblem& p, const cuda_indexer::DeviceTraits& dev,
+                         std::size_t ws_bytes, bool physical) {
   DeviceBuffer ws(std::max<std::size_t>(ws_bytes, 16)), out(static_cast<std::size_t>(p.tokens) * kTopk * 4);
   LATTE_CUDA_CHECK(cudaMemset(out.get(), 0x6B, out.bytes()));
   cuda_indexer::TopkOutput o;
@@ -126,17 +131,17 @@ class TokenSlices : public ::testing::Test {
 
 TEST_F(TokenSlices, SlicedEqualsOnePass) {
   std::mt19937 rng(31);
+  const cuda_indexer::DeviceTraits dev = gpu_traits();
   for (const bool with_tr : {true, false}) {
     SliceProblem sp;
     fill(sp, rng, 13, with_tr ? 4 : 13);
     const cuda_indexer::IndexerProblem p = sp.raw(with_tr);
-    const cuda_indexer::DeviceTraits dev{describe_device("cuda:0").arch(), describe_device("cuda:0").sm_count, false};
     const std::size_t all = cuda_indexer::topk_workspace_bytes(p, kTopk, cuda_indexer::TopkPath::unfused, dev);
     const std::size_t per_token = all / 13;  // keys of one token (rounded up in `all`)
     for (const bool physical : {false, true}) {
-      const std::vector<int32_t> whole = run(p, all, physical);
+      const std::vector<int32_t> whole = run(p, dev, all, physical);
       for (int slice : {1, 5, 12}) {
-        EXPECT_EQ(run(p, per_token * slice + 8, physical), whole)
+        EXPECT_EQ(run(p, dev, per_token * slice + 8, physical), whole)
             << "slices of " << slice << " tokens, token_request " << with_tr << ", physical " << physical;
       }
       // Sanity: a row holds min(topk, visible) ascending positions.
