@@ -361,7 +361,7 @@ void prof_end(const char* what, cudaStream_t stream) {
     char buf[96];
     std::snprintf(buf, sizeof(buf), " %s %.2f", names[slot], (h[2 * slot] - t0) / 1000.0);
     line += buf;
-    if (slot >= 1 && slot <= 5 && h[2 * slot - 1 - 0 * 1]) {
+    if (slot >= 1 && slot <= 5 && h[2 * (slot - 1) + 1]) {
       // cycles since the previous present mark of the same kernel
       for (int q = slot - 1; q >= 0; --q)
         if (h[2 * q]) {
