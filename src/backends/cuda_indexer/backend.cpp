@@ -40,7 +40,8 @@ Capabilities indexer_capabilities() {
   caps.topk = IntRule::range(1, kMaxTopkCuda);
   caps.workspace =
       "indexer_topk: max(fused: T * chunks * (3 * topk + 1024) * 8 B with chunks <= 4 * SMs / T, "
-      "unfused: min(T * 131072 * 4 B, 256 MiB)); indexer_logits: none";
+      "unfused: min(T * 131072 * 4 B, 256 MiB), plus the split top-k's candidate lists when "
+      "T <= SMs / 8); indexer_logits: none";
   caps.notes =
       "e4m3 q: mma.sync e4m3 (sm_89, sm_120) or e4m3 widened to f16 (sm_90, sm_100); bf16 q and "
       "sm_80/86: mma.sync bf16 (e4m3 widened exactly); exact radix top-k, few long rows split "
