@@ -3,9 +3,19 @@
 // 4 GiB device-to-device copy and a cuBLAS bf16 GEMM. Prints one JSON object per line;
 // bench/sparse_mla/run_bench.py times the PyTorch peer and prints the table.
 //
-// Method (DESIGN.md 7): random data (never zeros), CUDA events around each call, warm-up,
-// median of many calls, inputs rotated over several copies so that the working set of
-// consecutive calls is several times the L2.
+// Method (DESIGN.md 7): random data (never zeros), warm-up, median of many calls, inputs
+// rotated over several copies so that the working set of consecutive calls is several times
+// the L2. Three figures per shape (docs/kernels/sparse_mla.md, "Benchmark method"):
+//   time_us   steady state, the way triton.testing.do_bench (FlashMLA's benchmark) measures:
+//             the calls are queued back to back with an event pair around each call and one
+//             synchronization at the end; median of the per-call GPU times. The host-side
+//             run() of the next calls overlaps the GPU work, so it is not counted unless the
+//             host is slower than the GPU.
+//   sync_us   the previous figure: events around each call and a synchronization after each,
+//             so the GPU idles while the host runs run() (validation, plan, launches); median.
+//   graph_us  the calls (one per rotated input set) captured once in a CUDA graph and the
+//             graph replayed; total GPU time / calls (no host work at all).
+//   host_us   the host time of one run() call (validation, plan, launches), median.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -13,6 +23,7 @@
 #include "bench_fill.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -236,6 +247,7 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters)
   CK(cudaEventCreate(&e1));
   for (int i = 0; i < 3; ++i) kernel->run(args[i % nrot], rc);
   CK(cudaStreamSynchronize(s));
+  // sync_us: synchronize after every call (host-side run() counted while the GPU idles)
   std::vector<float> ts;
   for (int i = 0; i < iters; ++i) {
     CK(cudaEventRecord(e0, s));
@@ -247,7 +259,63 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters)
     ts.push_back(ms);
   }
   CK(cudaGetLastError());
+  const double sync_us = median(ts) * 1e3;
+  // time_us: queued back to back, an event pair per call, one synchronization at the end
+  // (triton.testing.do_bench). A few untimed calls first fill the queue.
+  const int nq = std::max(iters, 2 * nrot);
+  std::vector<cudaEvent_t> qa(static_cast<std::size_t>(nq)), qb(static_cast<std::size_t>(nq));
+  for (int i = 0; i < nq; ++i) {
+    CK(cudaEventCreate(&qa[i]));
+    CK(cudaEventCreate(&qb[i]));
+  }
+  for (int i = 0; i < 4; ++i) kernel->run(args[i % nrot], rc);
+  std::vector<float> host;  // host time of run() itself (validation, plan, launches), µs
+  for (int i = 0; i < nq; ++i) {
+    CK(cudaEventRecord(qa[i], s));
+    const auto h0 = std::chrono::steady_clock::now();
+    kernel->run(args[i % nrot], rc);
+    const auto h1 = std::chrono::steady_clock::now();
+    host.push_back(std::chrono::duration<float, std::micro>(h1 - h0).count());
+    CK(cudaEventRecord(qb[i], s));
+  }
+  CK(cudaStreamSynchronize(s));
+  CK(cudaGetLastError());
+  ts.clear();
+  for (int i = 0; i < nq; ++i) {
+    float ms = 0;
+    CK(cudaEventElapsedTime(&ms, qa[i], qb[i]));
+    ts.push_back(ms);
+    CK(cudaEventDestroy(qa[i]));
+    CK(cudaEventDestroy(qb[i]));
+  }
   const double t_us = median(ts) * 1e3;
+  const double host_us = median(host);
+  // graph_us: one call per rotated input set captured in a CUDA graph, replayed
+  double graph_us = 0;
+  {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int r = 0; r < nrot; ++r) kernel->run(args[r], rc);
+    CK(cudaStreamEndCapture(s, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, s));
+    CK(cudaStreamSynchronize(s));
+    const int reps = std::max(3, (iters + nrot - 1) / nrot);
+    ts.clear();
+    for (int k = 0; k < 3; ++k) {
+      CK(cudaEventRecord(e0, s));
+      for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(exec, s));
+      CK(cudaEventRecord(e1, s));
+      CK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      ts.push_back(ms / (reps * nrot));
+    }
+    graph_us = median(ts) * 1e3;
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+  }
   // valid tokens per query
   double kv_tokens = 0;
   if (sh.decode) {
@@ -263,10 +331,11 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters)
   const double roof_us = std::max(flops / (ceil.mm_tflops * 1e12), bytes / (ceil.copy_gbs * 1e9)) * 1e6;
   std::printf(
       "{\"name\":\"%s\",\"op\":\"%s\",\"fmt\":\"%s\",\"H\":%d,\"T\":%d,\"topk\":%d,\"ctx\":%d,"
-      "\"time_us\":%.2f,\"tflops\":%.2f,\"gbs\":%.1f,\"roof_pct\":%.1f,\"ws_bytes\":%zu,"
-      "\"rot\":%d}\n",
+      "\"time_us\":%.2f,\"sync_us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.2f,\"gbs\":%.1f,"
+      "\"roof_pct\":%.1f,\"ws_bytes\":%zu,\"rot\":%d}\n",
       sh.name.c_str(), sh.decode ? "mla_decode" : "sparse_mla",
       sh.fmt == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla", sh.H, sh.T, sh.topk, sh.ctx, t_us,
+      sync_us, graph_us, host_us,
       flops / (t_us * 1e-6) / 1e12, bytes / (t_us * 1e-6) / 1e9, 100.0 * roof_us / t_us,
       kernel->workspace_bytes(), nrot);
   std::fflush(stdout);

@@ -4,7 +4,9 @@
 # machine with the binaries staged in .gpu/attn (liblatte.so*, test_cuda_sparse_mla,
 # bench_sparse_mla) and scripts/stage-device-libs' .deps carried.
 #   bench/sparse_mla/device_check.sh [tests] [memcheck] [racecheck] [bench] [bench-filter=S]
-#        [env:VAR=VALUE (bench again without the peer, with VAR set)] [sass] [ncu=FILTER_WORD]
+#        [env:VAR=VALUE (bench again without the peer, with VAR set)]
+#        [lib:DIR (bench again without the peer, with the liblatte.so of DIR, e.g. a base build)]
+#        [sass] [ncu=FILTER_WORD]      (in filters, '_' stands for a space)
 set -u
 export LD_LIBRARY_PATH=$PWD/.gpu/attn:$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
 cublas_dir=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null || true)
@@ -21,7 +23,7 @@ steps="$*"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
 for step in $steps; do
   case $step in
-  bench-filter=*) filter=${step#bench-filter=};;
+  bench-filter=*) filter=$(echo "${step#bench-filter=}" | tr '_' ' ');;  # '_' stands for ' ' 
   tests)
     echo "== tests"; start=$(date +%s)
     timeout 150 "$T" --gtest_color=no > "$OUT/tests.log" 2>&1; rc=$?
@@ -46,7 +48,7 @@ for step in $steps; do
     tail -40 "$OUT/bench.log"
     echo "bench rc=$rc ($(( $(date +%s) - start )) s)";;
   ncu=*)
-    f=${step#ncu=}
+    f=$(echo "${step#ncu=}" | tr '_' ' ')  # '_' stands for ' ' (shape names have none)
     n=$(echo "$f" | tr -c 'A-Za-z0-9' '_')
     echo "== ncu '$f'"
     LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_fwd --launch-skip 3 --launch-count 1 \
@@ -62,16 +64,16 @@ for step in $steps; do
     awk '/Function : .*mla_fwd_sm80_kernelILb1ELi32ELb0E/{f=1;next} /Function :/{f=0} f' "$OUT/latte.sass" > "$OUT/fp8_32.sass"
     grep -oE '/\*[0-9a-f]{4}\*/ +[A-Z0-9_.]+' "$OUT/fp8_32.sass" | awk '{print $2}' | sed 's/\..*//' | sort | uniq -c | sort -rn | head -25 | tr '\n' ' '; echo
     ;;
-  env:*)
-    kv=${step#env:}
-    echo "== bench (no peer) with $kv, filter '$filter'"
-    env "$kv" timeout 120 "$B" "$filter" 20 2>&1 | \
+  env:*|lib:*)
+    if [ "${step%%:*}" = env ]; then kv=${step#env:}; pre=""; else kv=LATTE_BENCH_LIB=${step#lib:}; pre=${step#lib:}:; fi
+    echo "== bench (no peer) with $kv, filter '$filter' (time = queued, sync = synchronous, graph = graph replay)"
+    LD_LIBRARY_PATH=$pre$LD_LIBRARY_PATH LATTE_BENCH_QUICK=1 env "$kv" timeout 120 "$B" "$filter" 20 2>&1 | \
       python3 -c "import sys,json
 for l in sys.stdin:
     l=l.strip()
-    if not l.startswith('{'): continue
+    if not l.startswith('{'): print(l); continue
     d=json.loads(l)
-    if 'name' in d: print('%-34s %9.1f us %7.1f TFLOP/s %6.0f GB/s' % (d['name'], d['time_us'], d['tflops'], d['gbs']))"
+    if 'name' in d: print('%-34s time %8.1f us  sync %8.1f us  graph %8.1f us  host %5.1f us %7.1f TFLOP/s %6.0f GB/s' % (d['name'], d['time_us'], d.get('sync_us', 0), d.get('graph_us', 0), d.get('host_us', 0), d['tflops'], d['gbs']))"
     ;;
   esac
 done

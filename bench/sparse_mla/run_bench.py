@@ -7,7 +7,10 @@
 Runs the C++ benchmark (latte kernels, copy and cuBLAS ceilings measured in the same run),
 then times the PyTorch-eager peer (gather + matmul + fp32 softmax, on the same cache format)
 for the same shapes in the same run, and prints time, TFLOP/s, GB/s, % of roofline, the ratio
-against the peer and the issue's targets.
+against the peer and the issue's targets. "time µs" is the steady-state time per call (calls
+queued back to back, an event pair around each, median; latte and the peer alike), "sync µs"
+the time with a synchronization after every call (host-side work counted), "graph µs" the
+time per call of a CUDA-graph replay (docs/kernels/sparse_mla.md, "Benchmark method").
 """
 import argparse
 import json
@@ -107,15 +110,15 @@ def peer_time_us(row, iters):
     for i in range(2):
         peer(*sets[i % nrot])
     torch.cuda.synchronize()
-    ts = []
+    # queued back to back with an event pair per call, one synchronization at the end (the
+    # latte figure "time_us" is measured the same way; triton.testing.do_bench does this)
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
     for i in range(iters):
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
+        ev[i][0].record()
         peer(*sets[i % nrot])
-        e1.record()
-        e1.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e3)
+        ev[i][1].record()
+    torch.cuda.synchronize()
+    ts = [a.elapsed_time(b) * 1e3 for a, b in ev]
     del sets
     torch.cuda.empty_cache()
     ts.sort()
@@ -144,8 +147,9 @@ def main():
         except Exception as e:  # e.g. out of memory
             print("peer failed for %s: %s" % (r["name"], e), flush=True)
             r["peer_us"] = float("nan")
-    hdr = "| shape | time µs | TFLOP/s | GB/s | % roofline | peer µs | vs peer | target |"
-    lines = [hdr, "|" + "---|" * 8]
+    hdr = ("| shape | time µs | sync µs | graph µs | TFLOP/s | GB/s | % roofline | peer µs | vs peer "
+           "| target |")
+    lines = [hdr, "|" + "---|" * 10]
     for r in rows:
         tgt = TARGETS.get(r["name"])
         tstr = ""
@@ -158,8 +162,9 @@ def main():
         r["vs_peer"] = ratio
         if ratio == ratio:
             tstr += ("; " if tstr else "") + (">= 3x peer: %s" % ("met" if ratio >= 3 else "MISSED"))
-        lines.append("| %s | %.1f | %.1f | %.0f | %.0f%% | %.1f | %.1fx | %s |" % (
-            r["name"], r["time_us"], r["tflops"], r["gbs"], r["roof_pct"], r["peer_us"], ratio, tstr))
+        lines.append("| %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f%% | %.1f | %.1fx | %s |" % (
+            r["name"], r["time_us"], r.get("sync_us", float("nan")), r.get("graph_us", float("nan")),
+            r["tflops"], r["gbs"], r["roof_pct"], r["peer_us"], ratio, tstr))
     table = "\n".join(lines)
     print()
     print("ceilings measured in this run: copy %.0f GB/s, bf16 matmul %.0f TFLOP/s" % (ceil["copy_gbs"], ceil["mm_tflops"]))

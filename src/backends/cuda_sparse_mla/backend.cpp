@@ -53,14 +53,14 @@ int rows_of(const AttentionSpec& spec) {
 class CudaSparseMlaKernel final : public Kernel {
  public:
   CudaSparseMlaKernel(const AttentionSpec& spec, const DeviceInfo& device)
-      : spec_(spec), sm_count_(std::max(1, device.sm_count)) {
+      : spec_(spec), sm_count_(std::max(1, device.sm_count)), tuning_(tuning_from_env()) {
     const bool decode = spec.op == Op::mla_decode;
     const int64_t tokens = spec.max_tokens > 0 ? spec.max_tokens : kMaxTokens;
     const int64_t groups = decode ? std::max<int64_t>(1, tokens / std::max(1, spec.s_q)) : tokens;
     const int work = decode ? kWorkspaceContext : std::max(1, spec.topk);
     const KvFormat fmt =
         spec.kv_cache == CacheFormat::fp8_ds_mla ? KvFormat::fp8_ds_mla : KvFormat::bf16;
-    workspace_ = workspace_bytes_for(decode, fmt, rows_of(spec), work, groups);
+    workspace_ = workspace_bytes_for(decode, fmt, rows_of(spec), work, groups, tuning_);
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
@@ -143,7 +143,8 @@ class CudaSparseMlaKernel final : public Kernel {
     LATTE_CUDA_TRY(cudaGetDevice(&prev));
     if (prev != dev.index) LATTE_CUDA_TRY(cudaSetDevice(dev.index));
     try {
-      const MlaPlan plan = make_plan(p, sm_count_, ctx.workspace ? ctx.workspace_bytes : 0);
+      const MlaPlan plan =
+          make_plan(p, sm_count_, ctx.workspace ? ctx.workspace_bytes : 0, tuning_);
       if (plan.nsplit > 1 && ctx.workspace == nullptr) {
         throw Error(ErrorCode::invalid_argument,
                     fmt::format("cuda.sparse_mla: this call splits each token's KV list in {} "
@@ -151,7 +152,7 @@ class CudaSparseMlaKernel final : public Kernel {
                                 "Kernel::workspace_bytes() = {} bytes.",
                                 plan.nsplit, workspace_));
       }
-      launch_mla(p, plan, ctx.workspace, static_cast<cudaStream_t>(ctx.stream));
+      launch_mla(p, plan, ctx.workspace, static_cast<cudaStream_t>(ctx.stream), dev.index);
     } catch (...) {
       if (prev != dev.index) cudaSetDevice(prev);
       throw;
@@ -223,6 +224,7 @@ class CudaSparseMlaKernel final : public Kernel {
 
   AttentionSpec spec_;
   int sm_count_;
+  Tuning tuning_;  // the environment's tuning hooks, read once here
   std::size_t workspace_ = 0;
 };
 

@@ -59,19 +59,35 @@ struct MlaPlan {
   int nsplit = 1;       // splits per group (decode: the most any request can need)
   int64_t slab = 0;     // groups per launch (bounded by the workspace)
   std::size_t part_bytes_per_group = 0;
+  int warps = 0;        // warps per CTA (0: the format's default, 8 fp8 / 4 bf16); never
+                        // changes a result bit
 };
 
-// Splitting rule and workspace. `expected_len` is what a decode request may span (only for the
+// Tuning hooks (environment variables), read once when a Kernel is made, not on every call:
+// LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> (split size), LATTE_CUDA_SPARSE_MLA_ROW_TILE=
+// 16|32 and LATTE_CUDA_SPARSE_MLA_WARPS=4|8 (0 = not set: the default rule).
+struct Tuning {
+  int chunk = 0;
+  int row_tile = 0;
+  int warps = 0;
+};
+Tuning tuning_from_env();
+
+// Splitting rule and workspace. `topk_or_len` is what a decode request may span (only for the
 // workspace estimate); sparse uses topk.
-int chunk_tokens(bool decode, int rows);
-MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes);
+int chunk_tokens(bool decode, int rows, const Tuning& tuning);
+MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes,
+                  const Tuning& tuning);
 std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
-                                int64_t max_groups);
+                                int64_t max_groups, const Tuning& tuning);
 
 // Launches the main kernel (and the combine kernel when split) on `stream`. `workspace` must
 // hold at least plan.slab * plan.part_bytes_per_group bytes when plan.nsplit > 1.
 // Throws latte::Error(cuda_error) on a launch failure. No host synchronization.
-void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaStream_t stream);
+// `device` is the current CUDA device (the kernels' shared-memory attribute is set once per
+// device).
+void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaStream_t stream,
+                int device);
 
 // The kernels' shared memory per block for each configuration (for tests and docs).
 std::size_t smem_bytes(KvFormat format, int row_tile);

@@ -34,22 +34,39 @@ std::size_t smem_bytes(KvFormat format, int row_tile) {
   return fwd_smem_bytes(format == KvFormat::fp8_ds_mla, row_tile);
 }
 
-// KV tokens per split. A function of the op and the rows per group only: every group of a
-// call (and of any other call with the same heads) is cut the same way.
-int chunk_tokens(bool decode, int rows) {
-  // Tuning hook: LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> overrides the split size (it
-  // changes every group's split the same way, so results stay batch invariant).
+Tuning tuning_from_env() {
+  Tuning t;
+  // LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> overrides the split size (it changes every
+  // group's split the same way, so results stay batch invariant).
   if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_CHUNK")) {
     const int c = std::atoi(env);
-    if (c >= 32 && c % 32 == 0) return c;
+    if (c >= 32 && c % 32 == 0) t.chunk = c;
   }
+  // LATTE_CUDA_SPARSE_MLA_ROW_TILE=16|32 forces the row tile (results are bitwise the same
+  // either way; the tests use it to cover both paths on small problems).
+  if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE")) {
+    const int v = std::atoi(env);
+    if (v == 16 || v == 32) t.row_tile = v;
+  }
+  // LATTE_CUDA_SPARSE_MLA_WARPS=4|8 (bitwise the same result either way).
+  if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_WARPS")) {
+    const int v = std::atoi(env);
+    if (v == 4 || v == 8) t.warps = v;
+  }
+  return t;
+}
+
+// KV tokens per split. A function of the op and the rows per group only: every group of a
+// call (and of any other call with the same heads) is cut the same way.
+int chunk_tokens(bool decode, int rows, const Tuning& tuning) {
+  if (tuning.chunk > 0) return tuning.chunk;
   if (decode) return rows <= 16 ? 1024 : 2048;
   return rows <= 16 ? 256 : 512;
 }
 
 std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int topk_or_len,
-                                int64_t max_groups) {
-  const int chunk = chunk_tokens(decode, rows);
+                                int64_t max_groups, const Tuning& tuning) {
+  const int chunk = chunk_tokens(decode, rows, tuning);
   const int nsplit = std::max(1, (topk_or_len + chunk - 1) / chunk);
   const std::size_t per = part_bytes(rows, nsplit);
   if (per == 0) return 0;
@@ -58,10 +75,12 @@ std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int 
   return std::max(per, std::min(want, kCap));
 }
 
-MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes) {
+MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes,
+                  const Tuning& tuning) {
   MlaPlan plan;
   plan.rows = p.s_q * p.heads;
-  plan.chunk = chunk_tokens(p.decode, plan.rows);
+  plan.chunk = chunk_tokens(p.decode, plan.rows, tuning);
+  plan.warps = tuning.warps;
   int64_t items = p.decode ? static_cast<int64_t>(p.max_blocks) * p.block_size : p.topk;
   plan.nsplit = static_cast<int>(std::max<int64_t>(1, (items + plan.chunk - 1) / plan.chunk));
   // Row tile: 32 rows reuse each gathered tile twice as often; 16 gives twice the CTAs when a
@@ -71,11 +90,9 @@ MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes)
     const int64_t ctas = static_cast<int64_t>(p.groups) * ((plan.rows + 31) / 32) * plan.nsplit;
     if (ctas < 2 * static_cast<int64_t>(sm_count)) plan.row_tile = 16;
   }
-  // Test hook: LATTE_CUDA_SPARSE_MLA_ROW_TILE=16|32 forces the row tile (results are bitwise
-  // the same either way; the tests use it to cover both paths on small problems).
-  if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE")) {
-    const int forced = std::atoi(env);
-    if (forced == 16 || (forced == 32 && plan.rows > 16)) plan.row_tile = forced;
+  // Test hook (Tuning::row_tile): force the row tile.
+  if (tuning.row_tile == 16 || (tuning.row_tile == 32 && plan.rows > 16)) {
+    plan.row_tile = tuning.row_tile;
   }
   plan.row_tiles = (plan.rows + plan.row_tile - 1) / plan.row_tile;
   plan.part_bytes_per_group = part_bytes(plan.rows, plan.nsplit);
@@ -98,7 +115,8 @@ MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes)
   return plan;
 }
 
-void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaStream_t stream) {
+void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaStream_t stream,
+                int device) {
   if (p.groups <= 0) return;
   const bool fp8 = p.format == KvFormat::fp8_ds_mla;
   for (int64_t g0 = 0; g0 < p.groups; g0 += plan.slab) {
@@ -121,9 +139,9 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
     }
     const int64_t grid = n * plan.row_tiles * plan.nsplit;
     if (fp8) {
-      launch_fwd_fp8(plan.row_tile, p.decode, grid, p, la, stream);
+      launch_fwd_fp8(device, plan.row_tile, plan.warps, p.decode, grid, p, la, stream);
     } else {
-      launch_fwd_bf16(plan.row_tile, p.decode, grid, p, la, stream);
+      launch_fwd_bf16(device, plan.row_tile, plan.warps, p.decode, grid, p, la, stream);
     }
   }
 }
