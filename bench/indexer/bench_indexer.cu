@@ -3,8 +3,10 @@
 //   decode: B in {1, 32, 128} x context {8K, 32K, 128K} x H_i in {32 (GLM-5), 64 (DeepSeek-V3.2)}
 //   prefill: 4096 tokens at 32K context
 //   top-k alone: 2048 of 131072 for 8 rows, and each decode shape's rows
-// Timing: CUDA events around each launch, median of `reps` after warm-up; small problems rotate
-// over block tables that point at different pages so the K bytes do not sit in L2.
+// Timing: calls queued back to back between two CUDA events (time_us; the per-call synchronous
+// median is reported as sync_us where noted); small problems rotate over block tables that point
+// at different pages so the K bytes do not sit in L2.
+// Flags: --quick, --prefill-only, --decode32, --topk-only, --shape B,ctx,H (one decode shape).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -92,8 +94,31 @@ T* dalloc(std::size_t count) {
   return static_cast<T*>(p);
 }
 
-// Median of `reps` timed calls of f(i) (i = rep index, for rotation), after `warm` calls.
+// Time per call in steady state: `reps` calls of f(i) (i = rep index, for rotation) queued
+// back to back between two events, after `warm` calls, divided by reps. Launches are queued
+// ahead of the GPU, so host-side work overlaps the previous call (as in an engine's decode
+// loop or triton's do_bench); sync_time_us below counts it.
 double time_us(const std::function<void(int)>& f, int reps = 20, int warm = 3) {
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int i = 0; i < warm; ++i) f(i);
+  CK(cudaDeviceSynchronize());
+  CK(cudaEventRecord(a));
+  for (int i = 0; i < reps; ++i) f(i);
+  CK(cudaEventRecord(b));
+  CK(cudaEventSynchronize(b));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, a, b));
+  CK(cudaGetLastError());
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
+  return ms * 1000.0 / reps;
+}
+
+// Median of `reps` calls each timed alone (events around one call, then a wait): includes the
+// host-side launch work, which the GPU waits for.
+double sync_time_us(const std::function<void(int)>& f, int reps = 20, int warm = 3) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
@@ -228,6 +253,15 @@ int main(int argc, char** argv) {
   const bool decode32 = argc > 1 && std::strcmp(argv[1], "--decode32") == 0;
   // --topk-only: the top-k alone (one CTA per row and rows split over CTAs), no indexer.
   const bool topk_only = argc > 1 && std::strcmp(argv[1], "--topk-only") == 0;
+  // --shape B,ctx,H: one decode shape only (profiling, A/B runs).
+  int shape_b = 0, shape_h = 0;
+  long long shape_ctx = 0;
+  const bool one_shape = argc > 2 && std::strcmp(argv[1], "--shape") == 0 &&
+                         std::sscanf(argv[2], "%d,%lld,%d", &shape_b, &shape_ctx, &shape_h) == 3;
+  if (argc > 1 && std::strcmp(argv[1], "--shape") == 0 && !one_shape) {
+    std::fprintf(stderr, "--shape needs B,ctx,H (e.g. --shape 32,131072,32)\n");
+    return 2;
+  }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   DeviceTraits dev;
@@ -252,7 +286,7 @@ int main(int argc, char** argv) {
 
   // Top-k alone: 2048 of 131072 for 8 rows (the issue's target), fresh random rows; one CTA
   // per row ("single") and rows split over several CTAs ("split", the default with a workspace).
-  if (!prefill_only && !decode32) {
+  if (!prefill_only && !decode32 && !one_shape) {
     std::vector<std::pair<int, int64_t>> shapes = {{8, 131072}};
     if (topk_only) shapes = {{8, 131072}, {1, 131072}, {8, 32768}, {32, 131072}, {32, 32768}, {4, 262144}, {64, 65536}, {128, 131072}};
     for (const auto& shape : shapes) {
@@ -271,11 +305,15 @@ int main(int argc, char** argv) {
       const double us_split = time_us([&](int i) {
         launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, ws, wsb, dev, nullptr);
       }, 50, 5);
+      const double sync_split = sync_time_us([&](int i) {
+        launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, ws, wsb, dev, nullptr);
+      }, 50, 5);
       emit("rows_topk", "\"rows\": " + std::to_string(rows) + ", \"n\": " + std::to_string(n) +
                             ", \"k\": 2048, \"us\": " + std::to_string(us_split) + ", \"single_us\": " +
-                            std::to_string(us) + ", \"ws_bytes\": " + std::to_string(wsb));
-      std::fprintf(stderr, "top-k 2048 of %lld, %d rows: single CTA %.1f us, split %.1f us (ws %zu B)\n",
-                   static_cast<long long>(n), rows, us, us_split, wsb);
+                            std::to_string(us) + ", \"sync_us\": " + std::to_string(sync_split) +
+                            ", \"ws_bytes\": " + std::to_string(wsb));
+      std::fprintf(stderr, "top-k 2048 of %lld, %d rows: single CTA %.1f us, split %.1f us (%.1f us synchronous, ws %zu B)\n",
+                   static_cast<long long>(n), rows, us, us_split, sync_split, wsb);
       cudaFree(x);
       cudaFree(out);
       cudaFree(ws);
@@ -286,14 +324,20 @@ int main(int argc, char** argv) {
   std::vector<int> batches = quick ? std::vector<int>{1, 32} : std::vector<int>{1, 32, 128};
   std::vector<int64_t> ctxs = quick ? std::vector<int64_t>{32768} : std::vector<int64_t>{8192, 32768, 131072};
   if (prefill_only) batches.clear();
+  std::vector<int> heads = {32, 64};
   if (decode32) {
     batches = {32};
     ctxs = {32768};
+    heads = {32};
+  }
+  if (one_shape) {
+    batches = {shape_b};
+    ctxs = {shape_ctx};
+    heads = {shape_h};
   }
   std::fprintf(stderr, "\n%-8s %4s %5s %7s | %9s %7s | %9s %9s %9s | %9s\n", "shape", "H", "B", "ctx", "logits",
                "GB/s", "unfused", "fused", "topk", "rowtopk");
-  for (int H : {32, 64}) {
-    if (decode32 && H == 64) break;
+  for (int H : heads) {
     for (int B : batches) {
       for (int64_t ctx : ctxs) {
         Setup s = make_setup(B, ctx, H, B, false);
@@ -313,6 +357,9 @@ int main(int argc, char** argv) {
         const double t_logits = time_us([&](int i) {
           launch_indexer_logits(s.problem(i), logits, ctx, 1, ctx, dev, nullptr);
         });
+        const double sync_logits = sync_time_us([&](int i) {
+          launch_indexer_logits(s.problem(i), logits, ctx, 1, ctx, dev, nullptr);
+        });
         const double t_unfused = time_us([&](int i) {
           launch_indexer_topk(s.problem(i), o, TopkPath::unfused, ws, ws_u, dev, nullptr);
         });
@@ -328,7 +375,8 @@ int main(int argc, char** argv) {
         const TopkPath autop = choose_topk_path(p0, k, std::max(ws_u, ws_f), dev);
         emit("decode", "\"H\": " + std::to_string(H) + ", \"B\": " + std::to_string(B) + ", \"ctx\": " +
                            std::to_string(ctx) + ", \"k\": 2048, \"logits_us\": " + std::to_string(t_logits) +
-                           ", \"logits_gbs\": " + std::to_string(gbs) + ", \"unfused_us\": " +
+                           ", \"logits_gbs\": " + std::to_string(gbs) + ", \"logits_sync_us\": " +
+                           std::to_string(sync_logits) + ", \"unfused_us\": " +
                            std::to_string(t_unfused) + ", \"fused_us\": " + std::to_string(t_fused) +
                            ", \"rows_topk_us\": " + std::to_string(t_rows) + ", \"auto\": \"" +
                            (autop == TopkPath::fused ? "fused" : "unfused") + "\", \"rot\": " + std::to_string(s.rot));
@@ -345,7 +393,7 @@ int main(int argc, char** argv) {
 
   // Prefill: a 4096-token chunk at 32K context (causal), both head counts.
   for (int H : {32, 64}) {
-    if (decode32) break;
+    if (decode32 || one_shape) break;
     if (prefill_only && H == 64) break;
     const int T = 4096;
     const int64_t ctx = 32768;

@@ -8,7 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "cuda/check.cuh"
@@ -77,7 +80,6 @@ struct ScorePlan {
   int math = kMathFp8;
   int mode = kModeLogits;
   int hp = 8;
-  int stages = 3;
   int group = 1, num_groups = 0, chunk_len = kStageTokens, num_chunks = 0;
   int off_q = 0, off_coef = 0, off_tok = 0, off_misc = 0, off_buf = 0, smem = 0;
   int capb = 0;
@@ -87,9 +89,9 @@ struct ScorePlan {
 
 void plan_layout(ScorePlan& pl, int topk) {
   const int nt = pl.group * pl.hp / 8;
-  pl.off_q = pl.stages * kStageBytes;
+  pl.off_q = kStages * kStageBytes;
   pl.off_coef = pl.off_q + nt * (pl.math == kMathFp8 ? 1024 : 2048);
-  pl.off_tok = pl.off_coef + nt * 64;
+  pl.off_tok = pl.off_coef + nt * 4 * static_cast<int>(sizeof(float2));
   pl.off_misc = pl.off_tok + 2 * kMaxGroup * 4;
   const int misc = pl.mode == kModeFused ? static_cast<int>(align_up(sizeof(FusedMisc), 16)) : 16;
   pl.off_buf = pl.off_misc + misc;
@@ -100,12 +102,6 @@ void plan_layout(ScorePlan& pl, int topk) {
     pl.capb = static_cast<int>(align_up(static_cast<std::size_t>(2 * topk + 1024), 32));
     pl.gbuf = true;
   }
-}
-
-int env_stages() {
-  const char* v = std::getenv("LATTE_CUDA_INDEXER_STAGES");
-  const int n = v ? std::atoi(v) : 3;
-  return n == 4 ? 4 : 3;
 }
 
 int env_debug() {
@@ -125,8 +121,23 @@ struct ScoreOccupancy {
   }
 };
 
-// Resident CTAs per SM of the score kernel for this plan (at least 1).
+// Resident CTAs per SM of the score kernel for this plan (at least 1). Cached per device,
+// mode, math and shared memory size: the occupancy query costs microseconds of host time per
+// launch, which decode steps feel.
 int score_ctas_per_sm(const ScorePlan& pl) {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 1;
+  }
+  const auto key = std::make_tuple(device, pl.mode, pl.math, pl.smem);
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int, int>, int> cache;
+  {
+    const std::lock_guard<std::mutex> lock(mu);
+    const auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+  }
   int n = 0;
   cudaError_t err = cudaSuccess;
   with_score_kernel(pl.mode, pl.math, ScoreOccupancy{pl.smem, &n, &err});
@@ -134,7 +145,10 @@ int score_ctas_per_sm(const ScorePlan& pl) {
     (void)cudaGetLastError();
     return 1;
   }
-  return std::max(1, n);
+  n = std::max(1, n);
+  const std::lock_guard<std::mutex> lock(mu);
+  cache[key] = n;
+  return n;
 }
 
 // Grid for the logits / keys modes: groups of query tokens x chunks of `cover` positions,
@@ -145,7 +159,6 @@ ScorePlan plan_scores(const IndexerProblem& p, int mode, int64_t cover, const De
   pl.math = math_for(p, dev);
   pl.mode = mode;
   pl.hp = (p.heads + 7) / 8 * 8;
-  pl.stages = env_stages();
   const int cmax = pl.math == kMathFp8 ? 256 : 128;
   const int gmax = std::max(1, std::min(kMaxGroup, cmax / pl.hp));
   int group = 1;
@@ -175,7 +188,6 @@ ScorePlan plan_fused(const IndexerProblem& p, int topk, const DeviceTraits& dev)
   pl.math = math_for(p, dev);
   pl.mode = kModeFused;
   pl.hp = (p.heads + 7) / 8 * 8;
-  pl.stages = 3;
   pl.group = 1;
   pl.num_groups = p.tokens;
   plan_layout(pl, topk);
@@ -259,7 +271,6 @@ ScoreArgs score_args(const IndexerProblem& p, const ScorePlan& pl) {
   a.num_groups = pl.num_groups;
   a.chunk_len = pl.chunk_len;
   a.num_chunks = pl.num_chunks;
-  a.stages = pl.stages;
   a.off_q = pl.off_q;
   a.off_coef = pl.off_coef;
   a.off_tok = pl.off_tok;

@@ -29,13 +29,13 @@ namespace latte::cuda_indexer {
 
 constexpr int kThreads = 128;
 constexpr int kStageTokens = 128;
-constexpr int kMaxStages = 4;
+constexpr int kStages = 3;  // 4 measured the same on the H200 (docs/performance.md)
 constexpr int kKStageBytes = kStageTokens * 128;  // 16384
 constexpr int kScaleStageBytes = kStageTokens * 4;
 constexpr int kValidStageBytes = 16;
-constexpr int kLocStageBytes = kStageTokens * 8;  // (block, offset) of each position
-// Bytes of one pipeline stage in shared memory.
-constexpr int kStageBytes = kKStageBytes + kScaleStageBytes + kValidStageBytes + kLocStageBytes;
+constexpr int kOffStageBytes = kStageTokens * 8;  // byte offset of each position's K row (-1: none)
+// Bytes of one pipeline stage in shared memory: K, scales, valid masks, K-row and scale offsets.
+constexpr int kStageBytes = kKStageBytes + kScaleStageBytes + kValidStageBytes + 2 * kOffStageBytes;
 constexpr int kMaxGroup = 32;
 constexpr int kSmemLimit = 101376;  // sm_86 / sm_89 / sm_120 opt-in limit per block
 
@@ -68,8 +68,8 @@ struct ScoreArgs {
   int64_t vl_s;
   int tokens, heads, hp;
   int64_t max_len;
-  // grid and pipeline
-  int group, num_groups, chunk_len, num_chunks, stages;
+  // grid
+  int group, num_groups, chunk_len, num_chunks;
   // shared memory layout
   int off_q, off_coef, off_tok, off_misc, off_buf, smem_bytes;
   int debug;  // diagnostics: 1 = skip the math (loads only), 2 = skip the loads (math only)
@@ -98,18 +98,21 @@ struct FusedMisc {
 
 constexpr int kCompactPer = 8;  // buffer entries per thread per compaction round
 
-__device__ __forceinline__ float relu_mul(float acc, float qs) { return fmaxf(acc * qs, 0.0f); }
+// w * ReLU(acc * q_scale) as coef * ReLU(acc) with coef = w * |q_scale|: the queries of heads
+// with a negative q_scale are staged negated, so the sign goes into the dot product.
+__device__ __forceinline__ float relu_coef(float acc, float coef) { return coef * fmaxf(acc, 0.0f); }
 
 template <int MODE, int MATH>
 __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
-  const int S = a.stages;
+  constexpr int S = kStages;
   uint8_t* sk = smem;
   float* ssc = reinterpret_cast<float*>(smem + S * kKStageBytes);
   uint32_t* svalid = reinterpret_cast<uint32_t*>(smem + S * (kKStageBytes + kScaleStageBytes));
-  int2* sloc = reinterpret_cast<int2*>(smem + S * (kKStageBytes + kScaleStageBytes + kValidStageBytes));
+  int64_t* srow = reinterpret_cast<int64_t*>(smem + S * (kKStageBytes + kScaleStageBytes + kValidStageBytes));
+  int64_t* sscl = srow + S * kStageTokens;
   uint8_t* sq = smem + a.off_q;
-  float4* scoef = reinterpret_cast<float4*>(smem + a.off_coef);
+  float2* scoef = reinterpret_cast<float2*>(smem + a.off_coef);
   int* stok = reinterpret_cast<int*>(smem + a.off_tok);  // [0, 32): row, [32, 64): visible
   FusedMisc& misc = *reinterpret_cast<FusedMisc*>(smem + a.off_misc);
 
@@ -144,41 +147,57 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   }
   __syncthreads();
 
-  // Queries in fragment order. fp8: [nt][half][lane][16 B]; bf16: [nt][quarter][lane][16 B].
+  // Queries in fragment order. fp8: [nt][half][lane][16 B]; bf16 / f16: [nt][quarter][lane][16 B].
+  // One unit = (n-tile, lane): lane (g, c) holds k range [32c, 32c + 32) of column 8 nt + g,
+  // loaded at once (the prologue's latency is on every CTA's critical path).
   const int NT = a.group * a.hp / 8;
   auto stage_q = [&]() {
     constexpr int kParts = MATH == kMathFp8 ? 2 : 4;
-    const int units = NT * kParts * 32;
-    for (int u = tid; u < units; u += kThreads) {
-      const int nt = u / (kParts * 32), j = (u / 32) % kParts, ln = u % 32;
+    for (int u = tid; u < NT * 32; u += kThreads) {
+      const int nt = u / 32, ln = u % 32;
       const int col = nt * 8 + (ln >> 2), cc = ln & 3;
       const int gq = col / a.hp, h = col % a.hp, t = t0 + gq;
-      uint4 v = make_uint4(0, 0, 0, 0);
+      uint32_t x[16] = {};  // the lane's 32 e4m3 codes (words 0-7) or 32 bf16 (words 0-15)
+      bool neg = false;
       if (t < a.tokens && h < a.heads) {
         const int64_t row_off = static_cast<int64_t>(t) * a.q_st + static_cast<int64_t>(h) * a.q_sh;
+        // A negative q_scale: the head's query is staged negated (relu_coef).
+        neg = a.q_scale && a.q_scale[static_cast<int64_t>(t) * a.qs_st + static_cast<int64_t>(h) * a.qs_sh] < 0.0f;
+        const int words = a.q_fp8 ? 8 : 16;
+        const uint8_t* src = a.q + (a.q_fp8 ? 1 : 2) * (row_off + 32 * cc);
+        if (a.q_vec && a.q_fp8 && MATH == kMathFp8) {
+          const uint4 v0 = reinterpret_cast<const uint4*>(src)[0], v1 = reinterpret_cast<const uint4*>(src)[1];
+          x[0] = v0.x; x[1] = v0.y; x[2] = v0.z; x[3] = v0.w;
+          x[4] = v1.x; x[5] = v1.y; x[6] = v1.z; x[7] = v1.w;
+        } else if (a.q_vec && a.q_fp8) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint2 v = reinterpret_cast<const uint2*>(src)[i];
+            x[2 * i] = v.x;
+            x[2 * i + 1] = v.y;
+          }
+        } else if (a.q_vec) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint4 v = reinterpret_cast<const uint4*>(src)[i];
+            x[4 * i] = v.x; x[4 * i + 1] = v.y; x[4 * i + 2] = v.z; x[4 * i + 3] = v.w;
+          }
+        } else {
+          for (int i = 0; i < words; ++i)
+            x[i] = src[4 * i] | (src[4 * i + 1] << 8) | (src[4 * i + 2] << 16) | (static_cast<uint32_t>(src[4 * i + 3]) << 24);
+        }
+      }
+      const uint32_t flip = !neg ? 0u : a.q_fp8 ? 0x80808080u : 0x80008000u;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) x[i] ^= flip;
+#pragma unroll
+      for (int j = 0; j < kParts; ++j) {
+        uint4 v;
         if (MATH == kMathFp8) {
-          const uint8_t* src = a.q + row_off + 32 * cc + 16 * j;
-          if (a.q_vec) {
-            v = *reinterpret_cast<const uint4*>(src);
-          } else {
-            uint32_t w4[4];
-            for (int i = 0; i < 4; ++i)
-              w4[i] = src[4 * i] | (src[4 * i + 1] << 8) | (src[4 * i + 2] << 16) |
-                      (static_cast<uint32_t>(src[4 * i + 3]) << 24);
-            v = make_uint4(w4[0], w4[1], w4[2], w4[3]);
-          }
+          v = make_uint4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
         } else if (a.q_fp8) {
-          // e4m3 q on the bf16 / f16 paths: 8 codes -> 8 bf16 / f16 (exact).
-          const uint8_t* src = a.q + row_off + 32 * cc + 8 * j;
-          uint32_t lo, hi;
-          if (a.q_vec) {
-            const uint2 x = *reinterpret_cast<const uint2*>(src);
-            lo = x.x;
-            hi = x.y;
-          } else {
-            lo = src[0] | (src[1] << 8) | (src[2] << 16) | (static_cast<uint32_t>(src[3]) << 24);
-            hi = src[4] | (src[5] << 8) | (src[6] << 16) | (static_cast<uint32_t>(src[7]) << 24);
-          }
+          // 8 e4m3 codes -> 8 bf16 / f16 (exact).
+          const uint32_t lo = x[2 * j], hi = x[2 * j + 1];
           if (MATH == kMathF16) {
             v = make_uint4(cuda::e4m3x2_to_f16x2(lo & 0xFFFFu), cuda::e4m3x2_to_f16x2(lo >> 16),
                            cuda::e4m3x2_to_f16x2(hi & 0xFFFFu), cuda::e4m3x2_to_f16x2(hi >> 16));
@@ -187,23 +206,15 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
                            cuda::e4m3x2_to_bf16x2(hi & 0xFFFFu), cuda::e4m3x2_to_bf16x2(hi >> 16));
           }
         } else {
-          const uint8_t* src = a.q + 2 * (row_off + 32 * cc + 8 * j);
-          if (a.q_vec) {
-            v = *reinterpret_cast<const uint4*>(src);
-          } else {
-            const uint16_t* s16 = reinterpret_cast<const uint16_t*>(src);
-            v = make_uint4(s16[0] | (static_cast<uint32_t>(s16[1]) << 16),
-                           s16[2] | (static_cast<uint32_t>(s16[3]) << 16),
-                           s16[4] | (static_cast<uint32_t>(s16[5]) << 16),
-                           s16[6] | (static_cast<uint32_t>(s16[7]) << 16));
-          }
+          v = make_uint4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
         }
+        *reinterpret_cast<uint4*>(sq + (static_cast<int64_t>(nt) * kParts + j) * 512 + ln * 16) = v;
       }
-      *reinterpret_cast<uint4*>(sq + (static_cast<int64_t>(nt) * kParts + j) * 512 + ln * 16) = v;
     }
+    // coef = w * |q_scale| of the two columns (2c, 2c + 1) of each n-tile; 0 for padding.
     for (int u = tid; u < NT * 4; u += kThreads) {
       const int nt = u / 4, cc = u % 4;
-      float f[4];
+      float f[2];
       for (int e = 0; e < 2; ++e) {
         const int col = nt * 8 + 2 * cc + e;
         const int gq = col / a.hp, h = col % a.hp, t = t0 + gq;
@@ -212,10 +223,9 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
           qs = a.q_scale ? a.q_scale[static_cast<int64_t>(t) * a.qs_st + static_cast<int64_t>(h) * a.qs_sh] : 1.0f;
           w = a.w[static_cast<int64_t>(t) * a.w_st + static_cast<int64_t>(h) * a.w_sh];
         }
-        f[e] = qs;
-        f[2 + e] = w;
+        f[e] = w * fabsf(qs);
       }
-      scoef[u] = make_float4(f[0], f[1], f[2], f[3]);
+      scoef[u] = make_float2(f[0], f[1]);
     }
   };
   bool q_ready = false;
@@ -264,62 +274,89 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
 
     if (nst > 0) {
       const int32_t* btrow = a.bt + static_cast<int64_t>(row) * a.bt_sr;
-      // (block, offset) of position s_begin + 128 st + tid, block -1 when not readable.
-      auto locate = [&](int st) -> int2 {
-        const int64_t s = s_begin + static_cast<int64_t>(st) * kStageTokens + tid;
-        if (st >= nst || s >= s_end) return make_int2(-1, 0);
-        const int64_t bi = s / bs;
-        if (bi >= a.max_blocks) return make_int2(-1, 0);
-        const int b = btrow[bi * a.bt_sc];
-        if (b < 0 || b >= a.num_blocks) return make_int2(-1, 0);
-        return make_int2(b, static_cast<int>(s - bi * bs));
-      };
-      // Stage st: 8 lanes copy one 128-byte row (coalesced), rows XOR-swizzled by 16 bytes.
-      auto issue = [&](int st) {
-        const int slot = st % S;
-        const int2* loc = sloc + slot * kStageTokens;
-        uint8_t* kdst = sk + slot * kKStageBytes;
-        const int j = tid & 7;
-#pragma unroll
-        for (int p = 0; p < 8; ++p) {
-          const int r = (tid >> 3) + 16 * p;
-          const int2 L = loc[r];
-          const bool ok = L.x >= 0 && !(a.debug & 2);
-          const int64_t off = ok ? static_cast<int64_t>(L.x) * a.page_stride + static_cast<int64_t>(L.y) * 128 + j * 16 : 0;
-          cuda::cp_async_16(kdst + r * 128 + ((j ^ (r & 7)) * 16), a.k_cache + off, ok);
+      // This thread's position of the next stage to locate, s_begin + 128 st + tid, as (block
+      // index bi, offset off), advanced by 128 per stage without a division; the block id of
+      // that position is loaded one stage ahead (b_next) so its latency hides behind a stage.
+      int64_t bi = (s_begin + tid) / bs;
+      int off = static_cast<int>(s_begin + tid - bi * bs);
+      const int step_blocks = kStageTokens / bs, step_off = kStageTokens % bs;
+      auto advance = [&]() {
+        off += step_off;
+        bi += step_blocks;
+        if (off >= bs) {
+          off -= bs;
+          ++bi;
         }
-        const int2 L = loc[tid];
-        const bool ok = L.x >= 0;
-        const int64_t soff = ok ? static_cast<int64_t>(L.x) * a.page_stride + static_cast<int64_t>(bs) * 128 + L.y * 4 : 0;
-        cuda::cp_async_4(ssc + slot * kStageTokens + tid, a.k_cache + soff, ok);
+      };
+      auto load_block = [&]() -> int { return bi < a.max_blocks ? btrow[bi * a.bt_sc] : -1; };
+      // Byte offsets of stage st's K row and scale for this thread's position (block b, offset
+      // o) into `slot` (0 when not readable) and the warp's mask of readable positions.
+      auto locate = [&](int st, int slot, int b, int o) {
+        const int64_t s = s_begin + static_cast<int64_t>(st) * kStageTokens + tid;
+        const bool ok = st < nst && s < s_end && b >= 0 && b < a.num_blocks;
+        const int64_t page = ok ? static_cast<int64_t>(b) * a.page_stride : 0;
+        srow[slot * kStageTokens + tid] = ok ? page + o * 128 : 0;
+        sscl[slot * kStageTokens + tid] = ok ? page + static_cast<int64_t>(bs) * 128 + o * 4 : 0;
         const unsigned m = __ballot_sync(0xffffffffu, ok);
         if (lane == 0) svalid[slot * 4 + warp] = m;
       };
+      // Stage st: 8 lanes copy one 128-byte row (coalesced); this thread copies 16-byte chunk
+      // j of rows 32 warp + 8 (lane / 8) + p, XOR-swizzled by p (= row % 8), and the scale of
+      // position tid. Unreadable rows are zero-filled.
+      auto issue = [&](int slot) {
+        const int64_t* ro = srow + slot * kStageTokens + 8 * (tid >> 3);
+        uint8_t* kdst = sk + slot * kKStageBytes + 8 * (tid >> 3) * 128;
+        const uint32_t m = svalid[slot * 4 + warp];
+        const uint32_t rows_ok = (a.debug & 2) ? 0u : m >> (8 * (lane >> 3));
+        const int j = tid & 7;
+        int64_t o[8];
+#pragma unroll
+        for (int p = 0; p < 8; p += 2) {
+          const longlong2 two = *reinterpret_cast<const longlong2*>(ro + p);
+          o[p] = two.x;
+          o[p + 1] = two.y;
+        }
+#pragma unroll
+        for (int p = 0; p < 8; ++p)
+          cuda::cp_async_16(kdst + p * 128 + ((j ^ p) * 16), a.k_cache + o[p] + 16 * j, (rows_ok >> p) & 1u);
+        cuda::cp_async_4(ssc + slot * kStageTokens + tid, a.k_cache + sscl[slot * kStageTokens + tid], (m >> lane) & 1u);
+      };
 
+      int b_next;
       {
-        int2 L[kMaxStages];
+        // The first S stages' block ids (and stage S's) in one round trip.
+        int b0[S], o0[S];
 #pragma unroll
-        for (int st = 0; st < kMaxStages; ++st) L[st] = st < S ? locate(st) : make_int2(-1, 0);
+        for (int st = 0; st < S; ++st) {
+          o0[st] = off;
+          b0[st] = load_block();
+          advance();
+        }
+        b_next = load_block();
 #pragma unroll
-        for (int st = 0; st < kMaxStages; ++st)
-          if (st < S) sloc[st * kStageTokens + tid] = L[st];
+        for (int st = 0; st < S; ++st) locate(st, st, b0[st], o0[st]);
       }
       __syncthreads();
+#pragma unroll
       for (int st = 0; st < S - 1; ++st) {
         issue(st);
         cuda::cp_async_commit();
       }
-      int2 loc_next = locate(S);
       if (!q_ready) {
-        stage_q();  // overlaps the first stages' loads; visible after the loop's barrier
+        stage_q();  // overlaps the first stages' loads
+        __syncthreads();
         q_ready = true;
       }
 
+      int slot = 0, issue_slot = S - 1;  // slots of stages it and it + S - 1
       for (int it = 0; it < nst; ++it) {
-        if (S >= 4) cuda::cp_async_wait<2>();
-        else cuda::cp_async_wait<1>();
-        __syncthreads();
-        issue(it + S - 1);
+        cuda::cp_async_wait<S - 2>();
+        // Each warp copies, locates and reads only its own 32 positions of a stage, so a warp
+        // barrier orders the stage; warps drift apart and overlap each other's phases. The
+        // fused mode's shared candidate buffer needs the block barrier.
+        if (MODE == kModeFused) __syncthreads();
+        else __syncwarp();
+        issue(issue_slot);
         cuda::cp_async_commit();
         if (MODE == kModeFused) {
           // Every thread reads the count before any warp appends again (barrier), so the
@@ -329,7 +366,6 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
           if (full) compact(a.topk);
         }
 
-        const int slot = it % S;
         const int64_t sbase = s_begin + static_cast<int64_t>(it) * kStageTokens;
         const uint8_t* kt = sk + slot * kKStageBytes;
         const uint32_t vmask = svalid[slot * 4 + warp];
@@ -398,7 +434,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
                 qb[4 * j + 0] = b.x; qb[4 * j + 1] = b.y; qb[4 * j + 2] = b.z; qb[4 * j + 3] = b.w;
               }
             }
-            const float4 cf = scoef[nt * 4 + c];
+            const float2 cf = scoef[nt * 4 + c];
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
               float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -408,8 +444,8 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
                 else if (MATH == kMathF16) cuda::mma_f16_m16n8k16(acc, af[mt][kk], qb[2 * kk], qb[2 * kk + 1]);
                 else cuda::mma_bf16_m16n8k16(acc, af[mt][kk], qb[2 * kk], qb[2 * kk + 1]);
               }
-              p[mt][0] += cf.z * relu_mul(acc[0], cf.x) + cf.w * relu_mul(acc[1], cf.y);
-              p[mt][1] += cf.z * relu_mul(acc[2], cf.x) + cf.w * relu_mul(acc[3], cf.y);
+              p[mt][0] += relu_coef(acc[0], cf.x) + relu_coef(acc[1], cf.y);
+              p[mt][1] += relu_coef(acc[2], cf.x) + relu_coef(acc[3], cf.y);
             }
           }
 #pragma unroll
@@ -450,9 +486,12 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             }
           }
         }
-        // Locations of stage it + S (read after the next barrier), then prefetch it + S + 1.
-        sloc[slot * kStageTokens + tid] = loc_next;
-        loc_next = locate(it + S + 1);
+        // Stage it + S reuses this slot; its offsets are read after the next barrier.
+        locate(it + S, slot, b_next, off);
+        advance();
+        b_next = load_block();
+        slot = slot + 1 == S ? 0 : slot + 1;
+        issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
       }
       cuda::cp_async_wait<0>();
       __syncthreads();

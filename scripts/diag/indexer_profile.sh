@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# On the H200 (carry .gpu/all, .deps): the mma.sync ceilings, the indexer benchmark for a few
+# decode shapes and an Nsight Compute profile of the score kernel. Output: $OUT.
+#   scripts/diag/indexer_profile.sh [ceilings] [shape=B,ctx,H ...] [ncu=B,ctx,H[,skip]] [stress]
+#     [tests] [env:VAR=VALUE (for the steps after it)]
+set -u
+export LD_LIBRARY_PATH=$PWD/.gpu/all:$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/indexer-profile}
+mkdir -p "$OUT"
+bench=.gpu/all/bench/latte_bench_indexer
+for step in "$@"; do
+  case $step in
+  env:*) export "${step#env:}"; echo "== ${step#env:}";;
+  tests)
+    for t in latte_cuda_indexer_test latte_cuda_indexer_slices_test; do
+      timeout 200 .gpu/all/tests/$t --gtest_color=no > "$OUT/$t.log" 2>&1
+      echo "$t rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/$t.log" | tr '\n' ' ')"
+      grep -E '^\[  FAILED  \]|Failure$' "$OUT/$t.log" | head -5
+    done;;
+  stress)
+    timeout 200 .gpu/all/tests/latte_cuda_select_stress_test --gtest_color=no > "$OUT/stress.log" 2>&1
+    echo "stress rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/stress.log" | tr '\n' ' ')";;
+  ceilings)
+    nvcc -O3 -std=c++17 -arch=sm_90 -I src -o /tmp/mma_sync_rate bench/ceilings/mma_sync_rate.cu &&
+      /tmp/mma_sync_rate 4 && /tmp/mma_sync_rate 8;;
+  shape=*)
+    timeout 200 $bench --shape "${step#shape=}" 2>&1 | grep -E "^decode|copy";;
+  ncu=*)
+    IFS=, read -r b c h skip <<< "${step#ncu=}"
+    rep=$OUT/score_${b}_${c}_${h}_${skip:-0}
+    timeout 300 ncu --clock-control none -k regex:indexer_score_kernel --launch-skip "${skip:-0}" -c 1 \
+      --set full --import-source no -o "$rep" $bench --shape "$b,$c,$h" > /dev/null 2>&1
+    ncu --import "$rep.ncu-rep" --page details > "$rep.txt" 2>&1
+    ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.sass.csv" 2>&1
+    grep -E "Duration|Memory Throughput|DRAM Throughput|Compute \(SM\)|Executed Ipc A|Issue Slots Busy|Registers Per|Achieved Occupancy|Theoretical Occupancy|No Eligible|Active Warps Per|Eligible Warps|Warp Cycles Per Issued|L2 Hit|Block Limit" "$rep.txt" | head -40
+    grep -A30 "Section: Warp State Statistics" "$rep.txt" | grep -iE "stall|cycles" | head -12;;
+  esac
+done
