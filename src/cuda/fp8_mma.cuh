@@ -89,6 +89,20 @@ __device__ __forceinline__ uint32_t e4m3x2_to_f16x2(uint32_t two) {
 #endif
 }
 
+// The two e4m3 codes in bits 16..31 of `four` -> an f16x2 word. Taking the high half inside
+// the asm lets ptxas read it as an operand half (.H1) instead of shifting first.
+__device__ __forceinline__ uint32_t e4m3x2_hi_to_f16x2(uint32_t four) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint32_t r;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %1;\n cvt.rn.f16x2.e4m3x2 %0, hi;\n}\n" : "=r"(r) : "r"(four));
+  return r;
+#else
+  (void)four;
+  __trap();
+  return 0;
+#endif
+}
+
 // Two e4m3 codes (bits 0..7 and 8..15 of `two`) -> a bf16x2 word (first code in the low half),
 // exactly: every e4m3 value, subnormals included, is a bf16 value. The code's exponent and
 // mantissa bits are placed in a float32 (which is then the value times 2^-120, possibly a

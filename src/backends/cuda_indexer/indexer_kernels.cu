@@ -171,7 +171,12 @@ ScorePlan plan_scores(const IndexerProblem& p, int mode, int64_t cover, const De
   plan_layout(pl, 0);
   const int64_t slots = static_cast<int64_t>(dev.sm_count) * score_ctas_per_sm(pl);
   const int64_t max_chunks = std::max<int64_t>(1, ceil_div(cover, kStageTokens));
-  int64_t chunks = pl.num_groups <= slots ? slots / pl.num_groups : (4 * slots + pl.num_groups / 2) / pl.num_groups;
+  // Tuning hook: LATTE_CUDA_INDEXER_WAVES=<n> sizes decode grids to n waves instead of one.
+  static const int waves = [] {
+    const char* v = std::getenv("LATTE_CUDA_INDEXER_WAVES");
+    return v ? std::clamp(std::atoi(v), 1, 16) : 1;
+  }();
+  int64_t chunks = pl.num_groups <= slots ? waves * slots / pl.num_groups : (4 * slots + pl.num_groups / 2) / pl.num_groups;
   chunks = std::clamp<int64_t>(chunks, 1, max_chunks);
   pl.chunk_len = static_cast<int>(ceil_div(ceil_div(cover, chunks), kStageTokens) * kStageTokens);
   pl.num_chunks = static_cast<int>(std::max<int64_t>(1, ceil_div(cover, pl.chunk_len)));

@@ -183,8 +183,10 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             x[4 * i] = v.x; x[4 * i + 1] = v.y; x[4 * i + 2] = v.z; x[4 * i + 3] = v.w;
           }
         } else {
-          for (int i = 0; i < words; ++i)
-            x[i] = src[4 * i] | (src[4 * i + 1] << 8) | (src[4 * i + 2] << 16) | (static_cast<uint32_t>(src[4 * i + 3]) << 24);
+#pragma unroll
+          for (int i = 0; i < 16; ++i)  // constant bound: x stays in registers
+            if (i < words)
+              x[i] = src[4 * i] | (src[4 * i + 1] << 8) | (src[4 * i + 2] << 16) | (static_cast<uint32_t>(src[4 * i + 3]) << 24);
         }
       }
       const uint32_t flip = !neg ? 0u : a.q_fp8 ? 0x80808080u : 0x80008000u;
@@ -396,8 +398,8 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
               if (MATH == kMathF16) {
                 af[mt][kk][0] = cuda::e4m3x2_to_f16x2(w4 & 0xFFFFu);
                 af[mt][kk][1] = cuda::e4m3x2_to_f16x2(v4 & 0xFFFFu);
-                af[mt][kk][2] = cuda::e4m3x2_to_f16x2(w4 >> 16);
-                af[mt][kk][3] = cuda::e4m3x2_to_f16x2(v4 >> 16);
+                af[mt][kk][2] = cuda::e4m3x2_hi_to_f16x2(w4);
+                af[mt][kk][3] = cuda::e4m3x2_hi_to_f16x2(v4);
               } else {
                 af[mt][kk][0] = cuda::e4m3x2_to_bf16x2(w4 & 0xFFFFu);
                 af[mt][kk][1] = cuda::e4m3x2_to_bf16x2(v4 & 0xFFFFu);
