@@ -354,16 +354,20 @@ int main(int argc, char** argv) {
         o.sc = 1;
         o.topk = k;
         o.physical = true;
-        const double t_logits = time_us([&](int i) {
+        // LATTE_BENCH_ONLY=fused|unfused: that path alone (profiling its kernels).
+        const char* only = std::getenv("LATTE_BENCH_ONLY");
+        const bool fused_only = only && std::strcmp(only, "fused") == 0;
+        const bool unfused_only = only && std::strcmp(only, "unfused") == 0;
+        const double t_logits = fused_only || unfused_only ? 0.0 : time_us([&](int i) {
           launch_indexer_logits(s.problem(i), logits, ctx, 1, ctx, dev, nullptr);
         });
-        const double sync_logits = sync_time_us([&](int i) {
+        const double sync_logits = fused_only || unfused_only ? 0.0 : sync_time_us([&](int i) {
           launch_indexer_logits(s.problem(i), logits, ctx, 1, ctx, dev, nullptr);
         });
-        const double t_unfused = time_us([&](int i) {
+        const double t_unfused = fused_only ? 0.0 : time_us([&](int i) {
           launch_indexer_topk(s.problem(i), o, TopkPath::unfused, ws, ws_u, dev, nullptr);
         });
-        const double t_fused = time_us([&](int i) {
+        const double t_fused = unfused_only ? 0.0 : time_us([&](int i) {
           launch_indexer_topk(s.problem(i), o, TopkPath::fused, ws, ws_f, dev, nullptr);
         });
         const std::size_t ws_r = rows_topk_workspace_bytes(B, ctx, k, dev);

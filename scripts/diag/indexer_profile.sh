@@ -25,6 +25,11 @@ for step in "$@"; do
       /tmp/mma_sync_rate 4 && /tmp/mma_sync_rate 8;;
   shape=*)
     timeout 200 $bench --shape "${step#shape=}" 2>&1 | grep -E "^decode|copy";;
+  kernels=*)
+    # Durations of the first call's kernels of one path (ncu; LATTE_BENCH_ONLY, default fused).
+    LATTE_BENCH_ONLY=${LATTE_BENCH_ONLY:-fused} timeout 200 ncu --clock-control none -k regex:'indexer|topk' -c "${KCOUNT:-10}" \
+      --metrics gpu__time_duration.sum $bench --shape "${step#kernels=}" 2>&1 |
+      grep -E "^  [a-z_]+.*(indexer_score_kernel|topk_)|gpu__time_duration" | sed -E 's/\(latte::cuda_indexer::[A-Za-z]+\)//; s/ +/ /g' | paste - - | cut -c1-160;;
   ncu=*)
     IFS=, read -r b c h skip <<< "${step#ncu=}"
     rep=$OUT/score_${b}_${c}_${h}_${skip:-0}

@@ -9,12 +9,16 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// Copies 16 bytes, or writes 16 zero bytes (and reads nothing) when `valid` is false.
-// `src` must be a valid address even when !valid (pass any mapped pointer).
-__device__ __forceinline__ void cp_async_16(void* dst_smem, const void* src, bool valid) {
+// Copies 16 bytes to a shared-memory address, or writes 16 zero bytes (and reads nothing)
+// when `valid` is false. `src` must be a valid address even when !valid (pass any mapped
+// pointer). Taking the address as a number lets a caller convert one base for many copies.
+__device__ __forceinline__ void cp_async_16_s(uint32_t dst_smem, const void* src, bool valid) {
   const int n = valid ? 16 : 0;
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst_smem)),
-               "l"(src), "r"(n) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_smem), "l"(src), "r"(n) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_16(void* dst_smem, const void* src, bool valid) {
+  cp_async_16_s(smem_addr(dst_smem), src, valid);
 }
 
 // Copies 4 bytes, or writes zeros when `valid` is false.

@@ -500,8 +500,19 @@ TEST_F(CudaIndexer, TiesGoToSmallerPositions) {
   }
 }
 
+// Sets an environment variable for the scope (the launchers read the test hooks per call).
+struct ScopedEnv {
+  const char* name;
+  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+};
+
+// The fused path's repair pass (the compaction kernel), forced for every token:
+// LATTE_CUDA_INDEXER_DEBUG=4 sets each token's admission threshold to its largest sampled
+// score, so fewer than topk candidates are admitted and the repair pass recomputes the row.
 TEST_F(CudaIndexer, FusedCompactionAndGlobalBuffer) {
   std::mt19937 rng(10);
+  const ScopedEnv repair("LATTE_CUDA_INDEXER_DEBUG", "4");
   // sm_count 1 makes one chunk per token, so the running buffer fills and compacts many times.
   DeviceTraits one = traits_of(gpu());
   one.sm_count = 1;
@@ -519,6 +530,18 @@ TEST_F(CudaIndexer, FusedCompactionAndGlobalBuffer) {
     const Problem p = make_problem(rng, decode_tokens({12000}, 1), 1, o);
     check_problem(p, 4096, 2e-3, one, false);
   }
+}
+
+// The other repair trigger: LATTE_CUDA_INDEXER_DEBUG=8 sets the threshold to the smallest
+// sampled score, so rows longer than a candidate list (8192) overflow it and are repaired;
+// the shorter row is served by its (complete) list.
+TEST_F(CudaIndexer, FusedListOverflowIsRepaired) {
+  std::mt19937 rng(13);
+  const ScopedEnv overflow("LATTE_CUDA_INDEXER_DEBUG", "8");
+  Options o;
+  o.heads = 32;
+  const Problem p = make_problem(rng, decode_tokens({30000, 5000, 17000}, 1), 3, o);
+  check_problem(p, 2048, 2e-3, traits_of(gpu()), false);
 }
 
 TEST_F(CudaIndexer, LongChunksAreDeterministic) {

@@ -56,6 +56,8 @@ template <typename F>
 void with_score_kernel(int mode, int math, const F& f) {
   if (mode == kModeLogits) with_score_math<kModeLogits>(math, f);
   else if (mode == kModeKeys) with_score_math<kModeKeys>(math, f);
+  else if (mode == kModeSample) with_score_math<kModeSample>(math, f);
+  else if (mode == kModeAdmit) with_score_math<kModeAdmit>(math, f);
   else with_score_math<kModeFused>(math, f);
 }
 
@@ -96,6 +98,7 @@ void plan_layout(ScorePlan& pl, int topk) {
   const int misc = pl.mode == kModeFused ? static_cast<int>(align_up(sizeof(FusedMisc), 16)) : 16;
   pl.off_buf = pl.off_misc + misc;
   pl.smem = pl.off_buf;
+  if (pl.mode == kModeAdmit) pl.smem += kThreads / 32 * 2 * kAdmitWarpBuf * 4;  // warp buffers
   if (pl.mode == kModeFused) {
     // The running candidate buffers live in the workspace (L2-resident, a few KB per CTA), so
     // the CTA's shared memory stays that of the unfused kernel and as many CTAs fit per SM.
@@ -151,9 +154,9 @@ int score_ctas_per_sm(const ScorePlan& pl) {
   return n;
 }
 
-// Grid for the logits / keys modes: groups of query tokens x chunks of `cover` positions,
-// sized to the resident CTAs: one full wave when there are fewer groups than CTA slots
-// (decode), about four waves otherwise (prefill).
+// Grid for the logits / keys / admit modes: groups of query tokens (one token per group for
+// admit) x chunks of `cover` positions, sized to the resident CTAs: one full wave when there
+// are fewer groups than CTA slots (decode), about four waves otherwise (prefill).
 ScorePlan plan_scores(const IndexerProblem& p, int mode, int64_t cover, const DeviceTraits& dev) {
   ScorePlan pl;
   pl.math = math_for(p, dev);
@@ -162,7 +165,7 @@ ScorePlan plan_scores(const IndexerProblem& p, int mode, int64_t cover, const De
   const int cmax = pl.math == kMathFp8 ? 256 : 128;
   const int gmax = std::max(1, std::min(kMaxGroup, cmax / pl.hp));
   int group = 1;
-  if (p.token_request) {
+  if (p.token_request && mode != kModeAdmit) {
     const int64_t per = p.tokens / std::max(1, p.batch);
     while (group * 2 <= gmax && group * 2 <= per) group *= 2;
   }
@@ -188,7 +191,24 @@ int64_t fused_chunk_bound(int64_t tokens, const DeviceTraits& dev) {
   return std::clamp<int64_t>(ceil_div(target, std::max<int64_t>(1, tokens)), 1, kMaxFusedChunks);
 }
 
-ScorePlan plan_fused(const IndexerProblem& p, int topk, const DeviceTraits& dev) {
+// The fused path's sample pass: one token per group, kFusedSampleChunk sampled positions per
+// CTA.
+ScorePlan plan_sample(const IndexerProblem& p, const DeviceTraits& dev) {
+  ScorePlan pl;
+  pl.math = math_for(p, dev);
+  pl.mode = kModeSample;
+  pl.hp = (p.heads + 7) / 8 * 8;
+  pl.group = 1;
+  pl.num_groups = p.tokens;
+  plan_layout(pl, 0);
+  pl.chunk_len = kFusedSampleChunk;
+  pl.num_chunks = kFusedSamples / kFusedSampleChunk;
+  return pl;
+}
+
+// The fused path's repair pass (the compaction kernel): one token per group, chunks bounded
+// so that each CTA's candidate buffer stays small.
+ScorePlan plan_repair(const IndexerProblem& p, int topk, const DeviceTraits& dev) {
   ScorePlan pl;
   pl.math = math_for(p, dev);
   pl.mode = kModeFused;
@@ -204,29 +224,6 @@ ScorePlan plan_fused(const IndexerProblem& p, int topk, const DeviceTraits& dev)
   pl.chunk_len = static_cast<int>(ceil_div(ceil_div(max_len, chunks), kStageTokens) * kStageTokens);
   pl.num_chunks = static_cast<int>(ceil_div(max_len, pl.chunk_len));
   return pl;
-}
-
-struct FusedWorkspace {
-  std::size_t cand_keys = 0, cand_pos = 0, gbuf_keys = 0, gbuf_pos = 0, total = 0;
-};
-
-FusedWorkspace fused_layout(const ScorePlan& pl, int64_t tokens, int topk) {
-  FusedWorkspace w;
-  const std::size_t entries = static_cast<std::size_t>(tokens) * pl.num_chunks * topk;
-  std::size_t off = 0;
-  w.cand_keys = off;
-  off = align_up(off + entries * 4, kAlign);
-  w.cand_pos = off;
-  off = align_up(off + entries * 4, kAlign);
-  if (pl.gbuf) {
-    const std::size_t g = static_cast<std::size_t>(pl.grid()) * pl.capb;
-    w.gbuf_keys = off;
-    off = align_up(off + g * 4, kAlign);
-    w.gbuf_pos = off;
-    off = align_up(off + g * 4, kAlign);
-  }
-  w.total = off;
-  return w;
 }
 
 int64_t keys_ld(const IndexerProblem& p) { return ceil_div(std::max<int64_t>(1, p.max_len()), kStageTokens) * kStageTokens; }
@@ -287,29 +284,45 @@ ScoreArgs score_args(const IndexerProblem& p, const ScorePlan& pl) {
   return a;
 }
 
+// `pdl`: launched with programmatic stream serialization (the fused path's later passes).
 template <int MODE, int MATH>
-void launch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream) {
+void launch_score(const ScoreArgs& a, const ScorePlan& pl, bool pdl, cudaStream_t stream) {
   ensure_score_smem<MODE, MATH>();
-  indexer_score_kernel<MODE, MATH><<<static_cast<unsigned>(pl.grid()), kThreads, pl.smem, stream>>>(a);
-  LATTE_CUDA_CHECK_LAUNCH("indexer_score_kernel");
+  if (!pdl) {
+    indexer_score_kernel<MODE, MATH><<<static_cast<unsigned>(pl.grid()), kThreads, pl.smem, stream>>>(a);
+    LATTE_CUDA_CHECK_LAUNCH("indexer_score_kernel");
+    return;
+  }
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(pl.grid()));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = static_cast<std::size_t>(pl.smem);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  LATTE_CUDA_TRY(cudaLaunchKernelEx(&cfg, indexer_score_kernel<MODE, MATH>, a));
 }
 
 struct ScoreLaunch {
   const ScoreArgs& a;
   const ScorePlan& pl;
+  bool pdl;
   cudaStream_t stream;
   template <int MODE, int MATH>
   void run() const {
-    launch_score<MODE, MATH>(a, pl, stream);
+    launch_score<MODE, MATH>(a, pl, pdl, stream);
   }
 };
 
-void dispatch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream) {
+void dispatch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream, bool pdl = false) {
   if (pl.grid() <= 0) return;
   if (pl.grid() > 0x7fffffff) {
     throw Error(ErrorCode::unsupported, "cuda.indexer: the problem needs more than 2^31 CTAs; split the batch");
   }
-  with_score_kernel(pl.mode, pl.math, ScoreLaunch{a, pl, stream});
+  with_score_kernel(pl.mode, pl.math, ScoreLaunch{a, pl, pdl, stream});
 }
 
 
@@ -492,6 +505,19 @@ void launch_split_final(const TopkArgs& a, const TopkArgs& c, const TopkPlan& t,
                  pdl, stream, a, c);
 }
 
+void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const TopkPlan& t, bool pdl, cudaStream_t stream) {
+  static std::atomic<uint64_t> done_direct{0}, done_match{0};
+  const auto grid = static_cast<unsigned>(list.rows);
+  const auto smem = static_cast<std::size_t>(t.smem);
+  if (topk_direct_hist()) {
+    allow_smem(topk_fused_final_kernel<true>, done_direct);
+    launch_topk_ex(topk_fused_final_kernel<true>, grid, smem, pdl, stream, list, repair);
+  } else {
+    allow_smem(topk_fused_final_kernel<false>, done_match);
+    launch_topk_ex(topk_fused_final_kernel<false>, grid, smem, pdl, stream, list, repair);
+  }
+}
+
 // The three split kernels over workspace `ws` (sp.total bytes). The collect and final kernels
 // start early (programmatic dependent launch) on sm_90+.
 template <int SRC>
@@ -555,9 +581,55 @@ TopkArgs topk_args(const IndexerProblem& p, const TopkOutput& out, const TopkPla
   return a;
 }
 
+// The fused path: sample, admit and select passes, and the repair pass behind them.
+struct FusedPlan {
+  ScorePlan sample, admit, repair;
+  int list_cap = 0;  // candidates per token: what the top-k kernel selects from in shared memory
+};
+
+FusedPlan plan_fused(const IndexerProblem& p, int topk, const DeviceTraits& dev) {
+  FusedPlan f;
+  f.sample = plan_sample(p, dev);
+  f.admit = plan_scores(p, kModeAdmit, p.max_len(), dev);
+  f.repair = plan_repair(p, topk, dev);
+  f.list_cap = plan_topk(p.max_len(), topk).cap;
+  return f;
+}
+
+struct FusedWorkspace {
+  std::size_t samples = 0, tau = 0, count = 0, list_keys = 0, list_pos = 0;  // sample / admit
+  std::size_t cand_keys = 0, cand_pos = 0, gbuf_keys = 0, gbuf_pos = 0;      // repair
+  std::size_t total = 0;
+};
+
+FusedWorkspace fused_layout(const FusedPlan& f, int64_t tokens, int topk) {
+  FusedWorkspace w;
+  const auto T = static_cast<std::size_t>(tokens);
+  std::size_t off = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t at = off;
+    off = align_up(off + bytes, kAlign);
+    return at;
+  };
+  w.samples = take(T * kFusedSamples * 4);
+  w.tau = take(T * 4);
+  w.count = take(T * 4);
+  w.list_keys = take(T * static_cast<std::size_t>(f.list_cap) * 4);
+  w.list_pos = take(T * static_cast<std::size_t>(f.list_cap) * 4);
+  const std::size_t entries = T * f.repair.num_chunks * static_cast<std::size_t>(topk);
+  w.cand_keys = take(entries * 4);
+  w.cand_pos = take(entries * 4);
+  if (f.repair.gbuf) {
+    const std::size_t g = static_cast<std::size_t>(f.repair.grid()) * f.repair.capb;
+    w.gbuf_keys = take(g * 4);
+    w.gbuf_pos = take(g * 4);
+  }
+  w.total = off;
+  return w;
+}
+
 std::size_t fused_bytes(const IndexerProblem& p, int topk, const DeviceTraits& dev) {
-  const ScorePlan pl = plan_fused(p, topk, dev);
-  return fused_layout(pl, p.tokens, topk).total;
+  return fused_layout(plan_fused(p, topk, dev), p.tokens, topk).total;
 }
 
 TopkPath env_path() {
@@ -707,25 +779,66 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
     else launch_topk_kernel<kSrcKeys>(t, tp, stream);
     return;
   }
-  const ScorePlan pl = plan_fused(p, out.topk, dev);
-  const FusedWorkspace fw = fused_layout(pl, p.tokens, out.topk);
+  // Fused: sample pass (tau per token), admission pass (candidates >= tau into per-token
+  // lists), the top-k of each list; then the repair pass and its top-k, whose CTAs exit at once
+  // for every token whose list is complete (fused_threshold.cuh).
+  const FusedPlan fp = plan_fused(p, out.topk, dev);
+  const FusedWorkspace fw = fused_layout(fp, p.tokens, out.topk);
   const TopkPlan tp = plan_topk(p.max_len(), out.topk);
-  ScoreArgs a = score_args(p, pl);
+  auto* samples = reinterpret_cast<uint32_t*>(ws + fw.samples);
+  auto* tau = reinterpret_cast<uint32_t*>(ws + fw.tau);
+  auto* count = reinterpret_cast<int*>(ws + fw.count);
+  auto* list_keys = reinterpret_cast<uint32_t*>(ws + fw.list_keys);
+  auto* list_pos = reinterpret_cast<int32_t*>(ws + fw.list_pos);
+
+  ScoreArgs s = score_args(p, fp.sample);
+  s.topk = out.topk;
+  s.sample_keys = samples;
+  s.row_total = count;
+  dispatch_score(s, fp.sample, stream);
+
+  const bool pdl = dev.arch >= 90 && topk_pdl_enabled();
+  ScoreArgs a = score_args(p, fp.admit);
   a.topk = out.topk;
-  a.cand_keys = reinterpret_cast<uint32_t*>(ws + fw.cand_keys);
-  a.cand_pos = reinterpret_cast<int32_t*>(ws + fw.cand_pos);
-  if (pl.gbuf) {
-    a.gbuf_keys = reinterpret_cast<uint32_t*>(ws + fw.gbuf_keys);
-    a.gbuf_pos = reinterpret_cast<int32_t*>(ws + fw.gbuf_pos);
+  a.sample_keys = samples;
+  a.row_tau = tau;
+  a.row_total = count;
+  a.list_keys = list_keys;
+  a.list_pos = list_pos;
+  a.list_cap = fp.list_cap;
+  dispatch_score(a, fp.admit, stream, pdl);
+
+  ScoreArgs r = score_args(p, fp.repair);
+  r.topk = out.topk;
+  r.repair = 1;
+  r.row_tau = tau;
+  r.row_total = count;
+  r.list_cap = fp.list_cap;
+  r.cand_keys = reinterpret_cast<uint32_t*>(ws + fw.cand_keys);
+  r.cand_pos = reinterpret_cast<int32_t*>(ws + fw.cand_pos);
+  if (fp.repair.gbuf) {
+    r.gbuf_keys = reinterpret_cast<uint32_t*>(ws + fw.gbuf_keys);
+    r.gbuf_pos = reinterpret_cast<int32_t*>(ws + fw.gbuf_pos);
   }
-  dispatch_score(a, pl, stream);
+  dispatch_score(r, fp.repair, stream, pdl);
+
   TopkArgs t = topk_args(p, out, tp);
-  t.keys = a.cand_keys;
-  t.cpos = a.cand_pos;
-  t.ld = static_cast<int64_t>(pl.num_chunks) * out.topk;
-  t.n_fixed = t.ld;
-  t.vec = (t.ld % 4 == 0) ? 1 : 0;
-  launch_topk_kernel<kSrcCands>(t, tp, stream);
+  t.keys = list_keys;
+  t.cpos = list_pos;
+  t.ld = fp.list_cap;
+  t.n_fixed = fp.list_cap;
+  t.cand_count = count;
+  t.dense = 1;
+  t.vec = (fp.list_cap % 4 == 0) ? 1 : 0;
+  TopkArgs u = topk_args(p, out, tp);
+  u.keys = r.cand_keys;
+  u.cpos = r.cand_pos;
+  u.ld = static_cast<int64_t>(fp.repair.num_chunks) * out.topk;
+  u.n_fixed = u.ld;
+  u.vec = (u.ld % 4 == 0) ? 1 : 0;
+  u.repair_tau = tau;
+  u.repair_cap = fp.list_cap;
+  launch_fused_final(t, u, tp, pdl, stream);
 }
 
 std::size_t rows_topk_workspace_bytes(int rows, int64_t n, int topk, const DeviceTraits& dev) {

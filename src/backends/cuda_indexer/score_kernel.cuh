@@ -3,17 +3,22 @@
 // One CTA = 4 warps = (a group of G query tokens that share one block_table row) x (a chunk
 // of positions). K pages stream through a 3-stage cp.async pipeline of 128 positions per stage
 // (16 KB of e4m3 + 512 B of scales, XOR-swizzled so fragment reads are conflict-free). Each
-// warp owns 32 positions of a stage (two 16-row m-tiles: K is the A operand) and loops over the
-// n-tiles of the queries (8 columns = 8 (token, head) pairs each, the B operand, kept in shared
-// memory in fragment order). The epilogue folds ReLU, q_scale and the head weights into a
-// per-position partial sum, reduced over the 4 lanes of a quad, and multiplied by k_scale.
+// warp owns 32 positions of every stage: it locates them (block ids loaded a stage ahead, no
+// division), copies their rows, and reads only them, so outside the fused repair mode a warp
+// barrier orders a stage and the warps drift apart, overlapping each other's phases. K is the
+// A operand (two 16-row m-tiles per warp); the warp loops over the n-tiles of the queries
+// (8 columns = 8 (token, head) pairs each, the B operand, kept in shared memory in fragment
+// order). The epilogue adds coef * ReLU(acc) per element (coef = w * |q_scale|), reduces over
+// the 4 lanes of a quad and multiplies by k_scale.
 //
 // k permutation: lane (g, c) of a fragment reads the 32 bytes [32c, 32c + 32) of its rows; the
 // same logical -> physical k map is applied to q, so the dot products are unchanged.
 //
 // Modes: logits (f32 out, -inf where not visible), keys (orderable u32 keys for the top-k
-// kernel, 0 where not visible) and fused (keeps a running top-k candidate buffer per CTA and
-// writes at most topk candidates; the [T, L] scores are never stored).
+// kernel, 0 where not visible), and the fused path's passes (fused_threshold.cuh): sample
+// (keys at kFusedSamples spread positions per token), admit (keys >= the token's threshold
+// into its candidate list) and fused = the repair pass (a running top-k candidate buffer per
+// CTA with compactions, for tokens whose admission failed; at most topk candidates per CTA).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,8 +27,10 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/fp8_mma.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
 #include "candidate_compaction.cuh"
+#include "fused_threshold.cuh"
 
 namespace latte::cuda_indexer {
 
@@ -39,7 +46,9 @@ constexpr int kStageBytes = kKStageBytes + kScaleStageBytes + kValidStageBytes +
 constexpr int kMaxGroup = 32;
 constexpr int kSmemLimit = 101376;  // sm_86 / sm_89 / sm_120 opt-in limit per block
 
-enum ScoreMode : int { kModeLogits = 0, kModeKeys = 1, kModeFused = 2 };
+// kModeSample / kModeAdmit / kModeFused: the fused path's sample pass, admission pass and
+// repair pass (fused_threshold.cuh).
+enum ScoreMode : int { kModeLogits = 0, kModeKeys = 1, kModeFused = 2, kModeSample = 3, kModeAdmit = 4 };
 // fp8: mma.sync e4m3 (sm_89+). f16: e4m3 K and q widened to f16 by the hardware conversion
 // (sm_89+, exact) and mma.sync f16, K converted once per stage for all head tiles; faster than
 // e4m3 mma.sync on the H200 (sm_90), whose fp8 matrix units are wgmma's.
@@ -72,7 +81,8 @@ struct ScoreArgs {
   int group, num_groups, chunk_len, num_chunks;
   // shared memory layout
   int off_q, off_coef, off_tok, off_misc, off_buf, smem_bytes;
-  int debug;  // diagnostics: 1 = skip the math (loads only), 2 = skip the loads (math only)
+  int debug;  // LATTE_CUDA_INDEXER_DEBUG: 1 = skip the math (loads only), 2 = skip the loads
+              // (math only); 4 / 8 = force the fused path's repair (fused_sample_rank)
   // logits mode
   float* logits;
   int64_t lg_st, lg_ss, logits_len;
@@ -85,6 +95,14 @@ struct ScoreArgs {
   int32_t* gbuf_pos;
   uint32_t* cand_keys;  // [T, num_chunks, topk]
   int32_t* cand_pos;
+  int repair;           // fused mode: only tokens whose admission pass failed (fused_needs_repair)
+  // sample / admit modes (and the repair check)
+  uint32_t* sample_keys;  // [T, kFusedSamples]
+  uint32_t* row_tau;      // [T]
+  int* row_total;         // [T] candidates admitted
+  uint32_t* list_keys;    // [T, list_cap]
+  int32_t* list_pos;
+  int list_cap;
 };
 
 // Shared bookkeeping of the fused mode.
@@ -97,10 +115,15 @@ struct FusedMisc {
 };
 
 constexpr int kCompactPer = 8;  // buffer entries per thread per compaction round
+// Admit mode: candidates each warp gathers in shared memory before it reserves room in the
+// token's list (one global atomic per flush: an atomic's round trip per stage costs more).
+constexpr int kAdmitWarpBuf = 128;
+
 
 // w * ReLU(acc * q_scale) as coef * ReLU(acc) with coef = w * |q_scale|: the queries of heads
 // with a negative q_scale are staged negated, so the sign goes into the dot product.
-__device__ __forceinline__ float relu_coef(float acc, float coef) { return coef * fmaxf(acc, 0.0f); }
+// Accumulates into sum (one FMNMX + one FFMA per element).
+__device__ __forceinline__ float add_relu_coef(float sum, float acc, float coef) { return fmaf(coef, fmaxf(acc, 0.0f), sum); }
 
 template <int MODE, int MATH>
 __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreArgs a) {
@@ -145,7 +168,16 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     misc.count = 0;
     misc.tau = 1;
   }
+  if (MODE == kModeSample && chunk == 0 && tid == 0 && t0 < a.tokens) a.row_total[t0] = 0;  // for the admission pass
+  // The fused path's passes follow each other with programmatic dependent launch: the next
+  // pass may start now; it reads this one's output after its pdl_wait.
+  if (MODE == kModeSample || MODE == kModeAdmit || MODE == kModeFused) cuda::pdl_launch_dependents();
   __syncthreads();
+  if (MODE == kModeFused && a.repair) {
+    // The repair pass runs only for tokens whose admission pass failed (group == 1: uniform).
+    cuda::pdl_wait();
+    if (t0 >= a.tokens || !fused_needs_repair(a.row_total[t0], a.row_tau[t0], a.list_cap, a.topk)) return;
+  }
 
   // Queries in fragment order. fp8: [nt][half][lane][16 B]; bf16 / f16: [nt][quarter][lane][16 B].
   // One unit = (n-tile, lane): lane (g, c) holds k range [32c, 32c + 32) of column 8 nt + g,
@@ -161,8 +193,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       bool neg = false;
       if (t < a.tokens && h < a.heads) {
         const int64_t row_off = static_cast<int64_t>(t) * a.q_st + static_cast<int64_t>(h) * a.q_sh;
-        // A negative q_scale: the head's query is staged negated (relu_coef).
-        neg = a.q_scale && a.q_scale[static_cast<int64_t>(t) * a.qs_st + static_cast<int64_t>(h) * a.qs_sh] < 0.0f;
+        const float qs = a.q_scale ? a.q_scale[static_cast<int64_t>(t) * a.qs_st + static_cast<int64_t>(h) * a.qs_sh] : 1.0f;
         const int words = a.q_fp8 ? 8 : 16;
         const uint8_t* src = a.q + (a.q_fp8 ? 1 : 2) * (row_off + 32 * cc);
         if (a.q_vec && a.q_fp8 && MATH == kMathFp8) {
@@ -188,7 +219,9 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             if (i < words)
               x[i] = src[4 * i] | (src[4 * i + 1] << 8) | (src[4 * i + 2] << 16) | (static_cast<uint32_t>(src[4 * i + 3]) << 24);
         }
+        neg = qs < 0.0f;  // read after the query loads are issued
       }
+      // A negative q_scale: the head's query is staged negated (add_relu_coef).
       const uint32_t flip = !neg ? 0u : a.q_fp8 ? 0x80808080u : 0x80008000u;
 #pragma unroll
       for (int i = 0; i < 16; ++i) x[i] ^= flip;
@@ -244,6 +277,27 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     }
   }
 
+  // Admit mode: this warp's buffer and its flush into token t's list (room reserved by one
+  // atomic; entries past the list's capacity are counted, not stored: the repair pass sees it).
+  uint32_t* wbuf_keys = reinterpret_cast<uint32_t*>(smem + a.off_buf) + warp * 2 * kAdmitWarpBuf;
+  int32_t* wbuf_pos = reinterpret_cast<int32_t*>(wbuf_keys + kAdmitWarpBuf);
+  int wbuf_n = 0;
+  auto flush_admitted = [&](int t) {
+    __syncwarp();
+    int base = 0;
+    if (lane == 0 && wbuf_n > 0) base = atomicAdd(a.row_total + t, wbuf_n);
+    base = __shfl_sync(0xffffffffu, base, 0);
+    const int64_t row = static_cast<int64_t>(t) * a.list_cap;
+    for (int i = lane; i < wbuf_n; i += 32) {
+      if (base + i < a.list_cap) {
+        a.list_keys[row + base + i] = wbuf_keys[i];
+        a.list_pos[row + base + i] = wbuf_pos[i];
+      }
+    }
+    __syncwarp();
+    wbuf_n = 0;
+  };
+
   // Keeps the `keep` best of the buffer and raises the admission threshold.
   auto compact = [&](int keep) {
     int kept = 0;
@@ -254,6 +308,66 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       misc.tau = static_cast<uint32_t>(thr >> 32);
     }
     __syncthreads();
+  };
+
+  // Admission threshold of token t0 from its sampled keys (fused_sample_rank): the m-th
+  // largest, by four 8-bit digit histograms. Every CTA of the token computes the same.
+  __shared__ int s_hist[256];
+  __shared__ uint32_t s_prefix;
+  __shared__ int s_rank;
+  uint32_t admit_tau = 1;
+  auto sampled_tau = [&](int64_t visible) -> uint32_t {
+    const int m = fused_sample_rank(visible, a.topk, a.debug);
+    uint32_t tau = 1;
+    if (m > 0) {
+      constexpr int kPer = kFusedSamples / kThreads;
+      uint32_t k[kPer];
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) k[j] = a.sample_keys[static_cast<int64_t>(t0) * kFusedSamples + j * kThreads + tid];
+      uint32_t prefix = 0;
+      int rank = m;  // rank of the wanted key among the keys that share `prefix`
+      for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = tid; b < 256; b += kThreads) s_hist[b] = 0;
+        __syncthreads();
+        const uint32_t high = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
+#pragma unroll
+        for (int j = 0; j < kPer; ++j)
+          if ((k[j] & high) == prefix) atomicAdd(&s_hist[(k[j] >> shift) & 0xFFu], 1);
+        __syncthreads();
+        if (warp == 0) {
+          // Lane l owns digits 255 - 8 l ... 248 - 8 l (highest first).
+          int c[8], sum = 0;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            c[e] = s_hist[255 - 8 * lane - e];
+            sum += c[e];
+          }
+          int incl = sum;
+#pragma unroll
+          for (int o = 1; o < 32; o <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o) incl += y;
+          }
+          int above = incl - sum;  // keys with a higher digit than this lane's first
+          if (above < rank && rank <= incl) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              if (above < rank && rank <= above + c[e]) {
+                s_prefix = prefix | (static_cast<uint32_t>(255 - 8 * lane - e) << shift);
+                s_rank = rank - above;
+              }
+              above += c[e];
+            }
+          }
+        }
+        __syncthreads();
+        prefix = s_prefix;
+        rank = s_rank;
+      }
+      tau = prefix > 1u ? prefix : 1u;
+    }
+    if (chunk == 0 && tid == 0 && t0 < a.tokens) a.row_tau[t0] = tau;
+    return tau;
   };
 
   for (int gi = 0; gi < a.group; ++gi) {
@@ -270,8 +384,10 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
         maxvis = max(maxvis, stok[kMaxGroup + gj]);
       }
     }
+    // Sample mode: [s_begin, s_end) are sample indices, sample i reads position i * maxvis /
+    // kFusedSamples.
     const int64_t s_begin = c0;
-    const int64_t s_end = c1 < maxvis ? c1 : maxvis;
+    const int64_t s_end = MODE == kModeSample ? (maxvis > 0 ? c1 : c0) : (c1 < maxvis ? c1 : maxvis);
     const int nst = s_end > s_begin ? static_cast<int>((s_end - s_begin + kStageTokens - 1) / kStageTokens) : 0;
 
     if (nst > 0) {
@@ -318,9 +434,10 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
           o[p] = two.x;
           o[p + 1] = two.y;
         }
+        const uint32_t kdst_s = cuda::smem_addr(kdst);
 #pragma unroll
         for (int p = 0; p < 8; ++p)
-          cuda::cp_async_16(kdst + p * 128 + ((j ^ p) * 16), a.k_cache + o[p] + 16 * j, (rows_ok >> p) & 1u);
+          cuda::cp_async_16_s(kdst_s + p * 128 + ((j ^ p) * 16), a.k_cache + o[p] + 16 * j, (rows_ok >> p) & 1u);
         cuda::cp_async_4(ssc + slot * kStageTokens + tid, a.k_cache + sscl[slot * kStageTokens + tid], (m >> lane) & 1u);
       };
 
@@ -330,11 +447,20 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
         int b0[S], o0[S];
 #pragma unroll
         for (int st = 0; st < S; ++st) {
-          o0[st] = off;
-          b0[st] = load_block();
-          advance();
+          if (MODE == kModeSample) {
+            // Sample i = s_begin + 128 st + tid reads position i * maxvis / kFusedSamples (its
+            // stages all fit in the first S: kFusedSampleChunk <= 128 (S - 1)).
+            const int64_t pos = (s_begin + static_cast<int64_t>(st) * kStageTokens + tid) * maxvis / kFusedSamples;
+            const int64_t pb = pos / bs;
+            o0[st] = static_cast<int>(pos - pb * bs);
+            b0[st] = pb < a.max_blocks ? btrow[pb * a.bt_sc] : -1;
+          } else {
+            o0[st] = off;
+            b0[st] = load_block();
+            advance();
+          }
         }
-        b_next = load_block();
+        b_next = MODE == kModeSample ? -1 : load_block();
 #pragma unroll
         for (int st = 0; st < S; ++st) locate(st, st, b0[st], o0[st]);
       }
@@ -346,6 +472,10 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       }
       if (!q_ready) {
         stage_q();  // overlaps the first stages' loads
+        if (MODE == kModeAdmit) {
+          cuda::pdl_wait();  // the sample pass's keys and zeroed counts
+          admit_tau = sampled_tau(maxvis);
+        }
         __syncthreads();
         q_ready = true;
       }
@@ -446,8 +576,8 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
                 else if (MATH == kMathF16) cuda::mma_f16_m16n8k16(acc, af[mt][kk], qb[2 * kk], qb[2 * kk + 1]);
                 else cuda::mma_bf16_m16n8k16(acc, af[mt][kk], qb[2 * kk], qb[2 * kk + 1]);
               }
-              p[mt][0] += relu_coef(acc[0], cf.x) + relu_coef(acc[1], cf.y);
-              p[mt][1] += relu_coef(acc[2], cf.x) + relu_coef(acc[3], cf.y);
+              p[mt][0] = add_relu_coef(add_relu_coef(p[mt][0], acc[0], cf.x), acc[1], cf.y);
+              p[mt][1] = add_relu_coef(add_relu_coef(p[mt][1], acc[2], cf.x), acc[3], cf.y);
             }
           }
 #pragma unroll
@@ -461,8 +591,22 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
           }
           const float score = c == 0 ? p[0][0] : c == 1 ? p[0][1] : c == 2 ? p[1][0] : p[1][1];
           const int t = t0 + gq;
-          const bool vis = my_ok && my_s < stok[kMaxGroup + gq];
-          if (MODE == kModeLogits) {
+          const bool vis = my_ok && (MODE == kModeSample || my_s < stok[kMaxGroup + gq]);
+          if (MODE == kModeSample) {
+            a.sample_keys[static_cast<int64_t>(t) * kFusedSamples + my_s] = vis ? cuda::score_key(score) : 0u;
+          } else if (MODE == kModeAdmit) {
+            // Candidates at or above tau gather in the warp's buffer.
+            const uint32_t key = vis ? cuda::score_key(score) : 0u;
+            const bool pass = key != 0u && key >= admit_tau;
+            const unsigned m = __ballot_sync(0xffffffffu, pass);
+            if (wbuf_n + __popc(m) > kAdmitWarpBuf) flush_admitted(t);
+            if (pass) {
+              const int at = wbuf_n + __popc(m & ((1u << lane) - 1u));
+              wbuf_keys[at] = key;
+              wbuf_pos[at] = static_cast<int32_t>(my_s);
+            }
+            wbuf_n += __popc(m);
+          } else if (MODE == kModeLogits) {
             if (my_s < a.logits_len)
               a.logits[static_cast<int64_t>(t) * a.lg_st + my_s * a.lg_ss] = vis ? score : -INFINITY;
           } else if (MODE == kModeKeys) {
@@ -490,11 +634,14 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
         }
         // Stage it + S reuses this slot; its offsets are read after the next barrier.
         locate(it + S, slot, b_next, off);
-        advance();
-        b_next = load_block();
+        if (MODE != kModeSample) {
+          advance();
+          b_next = load_block();
+        }
         slot = slot + 1 == S ? 0 : slot + 1;
         issue_slot = issue_slot + 1 == S ? 0 : issue_slot + 1;
       }
+      if (MODE == kModeAdmit) flush_admitted(t0);  // group == 1
       cuda::cp_async_wait<0>();
       __syncthreads();
     }
@@ -511,6 +658,9 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       }
     }
   }
+
+  // Nothing visible to this token (chunk 0 saw no stage): every position is admitted.
+  if (MODE == kModeAdmit && chunk == 0 && tid == 0 && !q_ready && t0 < a.tokens) a.row_tau[t0] = 1u;
 
   if (MODE == kModeFused) {
     __syncthreads();

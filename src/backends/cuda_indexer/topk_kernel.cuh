@@ -19,7 +19,9 @@
 
 #include <cstdint>
 
+#include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
+#include "fused_threshold.cuh"
 
 namespace latte::cuda_indexer {
 
@@ -50,9 +52,13 @@ struct TopkArgs {
   int max_blocks, block_size, num_blocks;
   int cap;            // candidate buffer entries (>= kSamples, >= topk)
   int bitmap_words;   // words of the position bitmap
-  const int* cand_count;  // kSrcCands: pairs in row r (else n_fixed); null: n_fixed
+  const int* cand_count;  // kSrcCands: pairs in row r (at most ld; else n_fixed); null: n_fixed
   int dense;              // kSrcCands: no empty entries (key 0) among the n pairs
   unsigned long long* prof;  // measurements (LATTE_CUDA_TOPK_PROF=1): phase times of row 0, else null
+  // Fused path (topk_fused_final_kernel's repair source): each row's admission threshold and
+  // candidate list capacity, which tell whether the row was repaired.
+  const uint32_t* repair_tau;
+  int repair_cap;
 };
 
 // Phase marks of row 0 (globaltimer ns, clock64) when a.prof is set; every thread of the block
@@ -169,7 +175,7 @@ __device__ __forceinline__ void row_extent(const TopkArgs& a, int row, int64_t& 
         npos = a.max_len;
       }
     }
-    n = SRC == kSrcKeys ? npos : (npos > 0 ? (a.cand_count ? a.cand_count[row] : a.n_fixed) : 0);
+    n = SRC == kSrcKeys ? npos : (npos > 0 ? (a.cand_count ? min(static_cast<int64_t>(a.cand_count[row]), a.ld) : a.n_fixed) : 0);
   }
 }
 
@@ -414,6 +420,7 @@ __device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* sm
 template <int SRC, bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
+
   topk_row<SRC, DH>(a, blockIdx.x, smem);
 }
 
@@ -430,24 +437,11 @@ __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs 
 //    list_cap candidates (a narrow or tied distribution): the row's count is -1.
 // 3. topk_split_final_kernel, one CTA per row: the exact selection over the candidate list
 //    (kSrcCands), or over the whole row when its count is -1.
-// Programmatic dependent launch (sm_90+): the collect and final kernels are launched with
-// cudaLaunchAttributeProgrammaticStreamSerialization, so their CTAs start while the previous
-// kernel still runs (it allows that at its start: pdl_launch_dependents). They may only read
-// what the launches before the previous kernel wrote (the rows) before pdl_wait, which returns
-// once the previous kernel has completed and its writes are visible (and so every kernel
-// before it). Both are no-ops below sm_90 and when the kernel was launched without the
-// attribute.
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+// Programmatic dependent launch (sm_90+, src/cuda/pdl.cuh): the collect and final kernels
+// start while the previous kernel still runs; they read the rows (written before the previous
+// kernel started) early and the previous kernel's output after pdl_wait.
+using cuda::pdl_launch_dependents;
+using cuda::pdl_wait;
 
 struct SplitArgs {
   int slices;           // S
@@ -617,6 +611,19 @@ __global__ void __launch_bounds__(kTopkThreads) topk_split_final_kernel(const To
   pdl_wait();  // the candidate lists and counts of the collect kernel
   if (c.cand_count[row] >= 0) topk_row<kSrcCands, DH>(c, row, smem);
   else topk_row<SRC, DH>(a, row, smem);
+}
+
+// The fused path's last kernel, one CTA per row: the top-k of the row's admitted candidates
+// (`list`), or of the repair pass's candidates (`repair`) where the admission pass failed.
+template <bool DH>
+__global__ void __launch_bounds__(kTopkThreads) topk_fused_final_kernel(const TopkArgs list, const TopkArgs repair) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int row = blockIdx.x;
+  pdl_wait();  // the lists (admission pass) and the repair candidates
+  if (fused_needs_repair(list.cand_count[row], repair.repair_tau[row], repair.repair_cap, list.topk))
+    topk_row<kSrcCands, DH>(repair, row, smem);
+  else
+    topk_row<kSrcCands, DH>(list, row, smem);
 }
 
 }  // namespace latte::cuda_indexer
