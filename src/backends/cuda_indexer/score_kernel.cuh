@@ -632,7 +632,9 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             }
           }
         }
-        // Stage it + S reuses this slot; its offsets are read after the next barrier.
+        // Stage it + S reuses this slot; its offsets are read after the next barrier. The warp
+        // barrier orders this stage's reads of the slot's mask before lane 0 rewrites it.
+        __syncwarp();
         locate(it + S, slot, b_next, off);
         if (MODE != kModeSample) {
           advance();
