@@ -191,31 +191,30 @@ int64_t fused_chunk_bound(int64_t tokens, const DeviceTraits& dev) {
   return std::clamp<int64_t>(ceil_div(target, std::max<int64_t>(1, tokens)), 1, kMaxFusedChunks);
 }
 
-// The fused path's sample pass: one token per group, kFusedSampleChunk sampled positions per
-// CTA.
-ScorePlan plan_sample(const IndexerProblem& p, const DeviceTraits& dev) {
+// A plan of one token per group (the fused path's passes), its chunks still to be set.
+ScorePlan one_token_plan(const IndexerProblem& p, int mode, int topk, const DeviceTraits& dev) {
   ScorePlan pl;
   pl.math = math_for(p, dev);
-  pl.mode = kModeSample;
+  pl.mode = mode;
   pl.hp = (p.heads + 7) / 8 * 8;
   pl.group = 1;
   pl.num_groups = p.tokens;
-  plan_layout(pl, 0);
+  plan_layout(pl, topk);
+  return pl;
+}
+
+// The fused path's sample pass: kFusedSampleChunk sampled positions per CTA.
+ScorePlan plan_sample(const IndexerProblem& p, const DeviceTraits& dev) {
+  ScorePlan pl = one_token_plan(p, kModeSample, 0, dev);
   pl.chunk_len = kFusedSampleChunk;
   pl.num_chunks = kFusedSamples / kFusedSampleChunk;
   return pl;
 }
 
-// The fused path's repair pass (the compaction kernel): one token per group, chunks bounded
-// so that each CTA's candidate buffer stays small.
+// The fused path's repair pass (the compaction kernel): chunks bounded so that each CTA's
+// candidate buffer stays small.
 ScorePlan plan_repair(const IndexerProblem& p, int topk, const DeviceTraits& dev) {
-  ScorePlan pl;
-  pl.math = math_for(p, dev);
-  pl.mode = kModeFused;
-  pl.hp = (p.heads + 7) / 8 * 8;
-  pl.group = 1;
-  pl.num_groups = p.tokens;
-  plan_layout(pl, topk);
+  ScorePlan pl = one_token_plan(p, kModeFused, topk, dev);
   const int64_t max_len = std::max<int64_t>(1, p.max_len());
   const int64_t by_len = std::max<int64_t>(1, max_len / (2 * static_cast<int64_t>(topk)));
   const int64_t slots = static_cast<int64_t>(dev.sm_count) * score_ctas_per_sm(pl);
