@@ -18,14 +18,22 @@ std::string dtype_list(std::initializer_list<DType> dtypes) {
 
 }  // namespace
 
-ArgCheck::ArgCheck(std::string_view op, std::string_view name, const TensorView& tensor,
-                   std::string layout)
-    : op_(op), name_(name), tensor_(tensor), layout_(std::move(layout)) {}
+std::string LayoutText::str() const {
+  switch (count_) {
+    case 1: return fmt::format(fmt::runtime(pattern_), args_[0]);
+    case 2: return fmt::format(fmt::runtime(pattern_), args_[0], args_[1]);
+    case 3: return fmt::format(fmt::runtime(pattern_), args_[0], args_[1], args_[2]);
+    default: return std::string(pattern_);
+  }
+}
+
+ArgCheck::ArgCheck(std::string_view op, std::string_view name, const TensorView& tensor, LayoutText layout)
+    : op_(op), name_(name), tensor_(tensor), layout_(layout) {}
 
 void ArgCheck::fail(std::string_view problem, std::string_view fix) const {
   throw Error(ErrorCode::invalid_argument,
               fmt::format("{}: {} {}: got {}; expected {}. {}", op_, name_, problem,
-                          tensor_.describe(), layout_, fix));
+                          tensor_.describe(), layout_.str(), fix));
 }
 
 void fail_argument(std::string_view op, std::string_view message) {
@@ -40,7 +48,7 @@ ArgCheck& ArgCheck::required() {
 ArgCheck& ArgCheck::rank(int expected) {
   if (tensor_.rank != expected) {
     fail(fmt::format("has rank {}", tensor_.rank),
-         fmt::format("Pass {} with {} dimensions, laid out as {}.", name_, expected, layout_));
+         fmt::format("Pass {} with {} dimensions, laid out as {}.", name_, expected, layout_.str()));
   }
   return *this;
 }

@@ -13,11 +13,29 @@
 
 namespace latte::detail {
 
+// The expected form of an argument in words, e.g. "[T, H, 512] = [{}, {}, 512] bf16" with up
+// to three sizes for the {} fields. Formatted only when a check fails: validation runs on
+// every call, and a successful one should cost no string work.
+class LayoutText {
+ public:
+  LayoutText(const char* pattern) : pattern_(pattern) {}  // NOLINT: implicit from a literal
+  LayoutText(std::string_view pattern, int64_t a) : pattern_(pattern), args_{a, 0, 0}, count_(1) {}
+  LayoutText(std::string_view pattern, int64_t a, int64_t b) : pattern_(pattern), args_{a, b, 0}, count_(2) {}
+  LayoutText(std::string_view pattern, int64_t a, int64_t b, int64_t c)
+      : pattern_(pattern), args_{a, b, c}, count_(3) {}
+  [[nodiscard]] std::string str() const;
+
+ private:
+  std::string_view pattern_;
+  int64_t args_[3] = {0, 0, 0};
+  int count_ = 0;
+};
+
+// Holds views: `op`, `name` and `tensor` must outlive the check (literals and the caller's
+// arguments do).
 class ArgCheck {
  public:
-  // `layout` is the expected form in words, e.g. "[T, H, 576] bf16".
-  ArgCheck(std::string_view op, std::string_view name, const TensorView& tensor,
-           std::string layout);
+  ArgCheck(std::string_view op, std::string_view name, const TensorView& tensor, LayoutText layout);
 
   [[nodiscard]] bool present() const { return tensor_.defined(); }
   const TensorView& tensor() const { return tensor_; }
@@ -43,10 +61,10 @@ class ArgCheck {
   [[noreturn]] void fail(std::string_view problem, std::string_view fix) const;
 
  private:
-  std::string op_;
-  std::string name_;
-  TensorView tensor_;
-  std::string layout_;
+  std::string_view op_;
+  std::string_view name_;
+  const TensorView& tensor_;
+  LayoutText layout_;
 };
 
 [[noreturn]] void fail_argument(std::string_view op, std::string_view message);

@@ -17,6 +17,7 @@ namespace {
 
 using detail::ArgCheck;
 using detail::fail_argument;
+using detail::LayoutText;
 
 constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxSlots = int64_t{1} << 31;  // slots are int32 indices
@@ -94,6 +95,20 @@ CacheLayout check_indexer_cache(std::string_view op, const TensorView& t) {
   return {t.size(0), t.size(1), CacheFormat::bf16};
 }
 
+// Fix texts that quote a limit, formatted once.
+const std::string& decode_sq_fix() {
+  static const std::string text = fmt::format(
+      "mla_decode takes 1..{} new tokens per request; run longer chunks as prefill (sparse_mla "
+      "over all their positions).",
+      kMaxDecodeSq);
+  return text;
+}
+
+const std::string& topk_fix() {
+  static const std::string text = fmt::format("topk must be 1..{}.", kMaxTopk);
+  return text;
+}
+
 void check_scale(std::string_view op, float scale) {
   if (!std::isfinite(scale) || scale == 0.0f) {
     fail_argument(op, fmt::format("scale is {}; expected a finite, non-zero softmax scale. Set "
@@ -104,8 +119,8 @@ void check_scale(std::string_view op, float scale) {
 }
 
 // block_table [B, max_blocks] i32: the per-request page lists.
-void check_block_table_arg(std::string_view op, const TensorView& t, std::string_view rows) {
-  ArgCheck c(op, "block_table", t, fmt::format("[{}, max_blocks] i32", rows));
+void check_block_table_arg(std::string_view op, const TensorView& t) {
+  ArgCheck c(op, "block_table", t, "[B, max_blocks] i32");
   c.required().rank(2).dtype(DType::i32).memory();
   c.size_in(1, 1, kMaxSize, "max_blocks", "Give each request at least one block column.");
 }
@@ -113,7 +128,7 @@ void check_block_table_arg(std::string_view op, const TensorView& t, std::string
 // An optional (or required) [n] i32 vector.
 void check_i32_vector(std::string_view op, std::string_view name, const TensorView& t, int64_t n,
                       std::string_view source, bool required) {
-  ArgCheck c(op, name, t, fmt::format("[{}] i32", n));
+  ArgCheck c(op, name, t, LayoutText("[{}] i32", n));
   if (!required && !c.present()) return;
   c.required().rank(1).dtype(DType::i32).memory().size(0, n, source);
 }
@@ -136,19 +151,19 @@ SparseMlaShape validate(const SparseMlaArgs& a) {
   s.block_size = cache.block_size;
   s.format = cache.format;
 
-  ArgCheck idx(op, "indices", a.indices, fmt::format("[T, topk] = [{}, topk] i32 slots", s.tokens));
+  ArgCheck idx(op, "indices", a.indices, LayoutText("[T, topk] = [{}, topk] i32 slots", s.tokens));
   idx.required().rank(2).dtype(DType::i32).memory();
   idx.size(0, s.tokens, "T, the tokens of q");
-  idx.size_in(1, 1, kMaxTopk, "topk", fmt::format("topk must be 1..{}.", kMaxTopk));
+  idx.size_in(1, 1, kMaxTopk, "topk", topk_fix());
   s.topk = a.indices.size(1);
 
-  ArgCheck out(op, "out", a.out, fmt::format("[T, H, 512] = [{}, {}, 512] bf16", s.tokens, s.heads));
+  ArgCheck out(op, "out", a.out, LayoutText("[T, H, 512] = [{}, {}, 512] bf16", s.tokens, s.heads));
   out.required().rank(3).dtype(DType::bf16).memory();
   out.size(0, s.tokens, "T, the tokens of q").size(1, s.heads, "H, the heads of q");
   out.size(2, kLatentDim, "the latent dim");
   out.vector_rows().non_overlapping();
 
-  ArgCheck lse(op, "lse", a.lse, fmt::format("absent or [T, H] = [{}, {}] f32", s.tokens, s.heads));
+  ArgCheck lse(op, "lse", a.lse, LayoutText("absent or [T, H] = [{}, {}] f32", s.tokens, s.heads));
   if (lse.present()) {
     lse.rank(2).dtype(DType::f32).memory();
     lse.size(0, s.tokens, "T, the tokens of q").size(1, s.heads, "H, the heads of q");
@@ -165,9 +180,7 @@ MlaDecodeShape validate(const MlaDecodeArgs& a) {
   q.required().rank(4).dtype(DType::bf16).memory();
   q.size(3, kQkDim, "the MLA query dim: 512 latent + 64 rope");
   q.size_in(1, 1, kMaxDecodeSq, "s_q (query tokens per request)",
-            fmt::format("mla_decode takes 1..{} new tokens per request; run longer chunks as "
-                        "prefill (sparse_mla over all their positions).",
-                        kMaxDecodeSq));
+            decode_sq_fix());
   q.size_in(2, 1, kMaxSize, "H (heads)", "Pass at least one head.");
   q.vector_rows();
   s.batch = a.q.size(0);
@@ -179,22 +192,19 @@ MlaDecodeShape validate(const MlaDecodeArgs& a) {
   s.block_size = cache.block_size;
   s.format = cache.format;
 
-  check_block_table_arg(op, a.block_table, "B");
+  check_block_table_arg(op, a.block_table);
   ArgCheck(op, "block_table", a.block_table, "[B, max_blocks] i32")
       .size(0, s.batch, "B, the requests of q");
   s.max_blocks = a.block_table.size(1);
   check_i32_vector(op, "seq_lens", a.seq_lens, s.batch, "B, the requests of q", true);
 
-  const std::string out_layout =
-      fmt::format("[B, s_q, H, 512] = [{}, {}, {}, 512] bf16", s.batch, s.s_q, s.heads);
-  ArgCheck out(op, "out", a.out, out_layout);
+  ArgCheck out(op, "out", a.out, LayoutText("[B, s_q, H, 512] = [{}, {}, {}, 512] bf16", s.batch, s.s_q, s.heads));
   out.required().rank(4).dtype(DType::bf16).memory();
   out.size(0, s.batch, "B, the requests of q").size(1, s.s_q, "s_q of q");
   out.size(2, s.heads, "H, the heads of q").size(3, kLatentDim, "the latent dim");
   out.vector_rows().non_overlapping();
 
-  ArgCheck lse(op, "lse", a.lse,
-               fmt::format("absent or [B, s_q, H] = [{}, {}, {}] f32", s.batch, s.s_q, s.heads));
+  ArgCheck lse(op, "lse", a.lse, LayoutText("absent or [B, s_q, H] = [{}, {}, {}] f32", s.batch, s.s_q, s.heads));
   if (lse.present()) {
     lse.rank(3).dtype(DType::f32).memory();
     lse.size(0, s.batch, "B, the requests of q").size(1, s.s_q, "s_q of q");
@@ -217,9 +227,8 @@ IndexerShape validate_indexer_inputs(std::string_view op, const IndexerInputs& i
   s.heads = in.q.size(1);
   s.q_dtype = in.q.dtype;
 
-  const std::string th = fmt::format("[T, H_i] = [{}, {}] f32", s.tokens, s.heads);
-  ArgCheck qs(op, "q_scale", in.q_scale,
-              s.q_dtype == DType::e4m3 ? th : std::string("absent (q is bf16)"));
+  const LayoutText th("[T, H_i] = [{}, {}] f32", s.tokens, s.heads);
+  ArgCheck qs(op, "q_scale", in.q_scale, s.q_dtype == DType::e4m3 ? th : LayoutText("absent (q is bf16)"));
   if (s.q_dtype == DType::e4m3) {
     qs.required().rank(2).dtype(DType::f32).memory();
     qs.size(0, s.tokens, "T, the tokens of q").size(1, s.heads, "H_i, the index heads of q");
@@ -236,7 +245,7 @@ IndexerShape validate_indexer_inputs(std::string_view op, const IndexerInputs& i
   s.num_blocks = cache.num_blocks;
   s.block_size = cache.block_size;
 
-  check_block_table_arg(op, in.block_table, "B");
+  check_block_table_arg(op, in.block_table);
   s.batch = in.block_table.size(0);
   s.max_blocks = in.block_table.size(1);
   check_i32_vector(op, "token_request", in.token_request, s.tokens, "T, the tokens of q", false);
@@ -255,10 +264,10 @@ IndexerShape validate_indexer_inputs(std::string_view op, const IndexerInputs& i
 IndexerShape validate(const IndexerTopkArgs& a) {
   constexpr std::string_view op = "indexer_topk";
   IndexerShape s = validate_indexer_inputs(op, a.in);
-  ArgCheck idx(op, "indices", a.indices, fmt::format("[T, topk] = [{}, topk] i32", s.tokens));
+  ArgCheck idx(op, "indices", a.indices, LayoutText("[T, topk] = [{}, topk] i32", s.tokens));
   idx.required().rank(2).dtype(DType::i32).memory();
   idx.size(0, s.tokens, "T, the tokens of q");
-  idx.size_in(1, 1, kMaxTopk, "topk", fmt::format("topk must be 1..{}.", kMaxTopk));
+  idx.size_in(1, 1, kMaxTopk, "topk", topk_fix());
   idx.non_overlapping();
   s.topk = a.indices.size(1);
   if (a.kind != IndexKind::logical && a.kind != IndexKind::physical) {
@@ -272,7 +281,7 @@ IndexerShape validate(const IndexerTopkArgs& a) {
 IndexerShape validate(const IndexerLogitsArgs& a) {
   constexpr std::string_view op = "indexer_logits";
   IndexerShape s = validate_indexer_inputs(op, a.in);
-  ArgCheck lg(op, "logits", a.logits, fmt::format("[T, L] = [{}, L] f32", s.tokens));
+  ArgCheck lg(op, "logits", a.logits, LayoutText("[T, L] = [{}, L] f32", s.tokens));
   lg.required().rank(2).dtype(DType::f32).memory();
   lg.size(0, s.tokens, "T, the tokens of q").non_overlapping();
   s.logits_len = a.logits.size(1);
@@ -298,7 +307,7 @@ KvStoreShape validate(const KvStoreArgs& a) {
   latent.required().rank(2).dtype(DType::bf16).memory().size(1, kLatentDim, "the latent dim");
   latent.vector_rows();
   s.tokens = a.latent.size(0);
-  ArgCheck rope(op, "rope", a.rope, fmt::format("[T, 64] = [{}, 64] bf16", s.tokens));
+  ArgCheck rope(op, "rope", a.rope, LayoutText("[T, 64] = [{}, 64] bf16", s.tokens));
   rope.required().rank(2).dtype(DType::bf16).memory().size(0, s.tokens, "T, the tokens of latent");
   rope.size(1, kRopeDim, "the rope dim").vector_rows();
   check_i32_vector(op, "slot_mapping", a.slot_mapping, s.tokens, "T, the tokens of latent", true);
@@ -332,7 +341,7 @@ LogicalToSlotsShape validate(const LogicalToSlotsArgs& a) {
   pos.required().rank(2).dtype(DType::i32).memory();
   s.tokens = a.positions.size(0);
   s.width = a.positions.size(1);
-  check_block_table_arg(op, a.block_table, "B");
+  check_block_table_arg(op, a.block_table);
   s.batch = a.block_table.size(0);
   s.max_blocks = a.block_table.size(1);
   check_i32_vector(op, "token_request", a.token_request, s.tokens, "T, the rows of positions",
@@ -343,7 +352,7 @@ LogicalToSlotsShape validate(const LogicalToSlotsArgs& a) {
                                   "token_request or one block_table row per token.",
                                   s.batch, s.tokens));
   }
-  ArgCheck slots(op, "slots", a.slots, fmt::format("[T, K] = [{}, {}] i32", s.tokens, s.width));
+  ArgCheck slots(op, "slots", a.slots, LayoutText("[T, K] = [{}, {}] i32", s.tokens, s.width));
   slots.required().rank(2).dtype(DType::i32).memory();
   slots.size(0, s.tokens, "T, the rows of positions").size(1, s.width, "K, the columns of positions");
   slots.non_overlapping();
