@@ -94,18 +94,13 @@ T* dalloc(std::size_t count) {
   return static_cast<T*>(p);
 }
 
-// Time per call in steady state: `reps` calls of f(i) (i = rep index, for rotation) queued
-// back to back between two events, after `warm` calls, divided by reps. Launches are queued
-// ahead of the GPU, so host-side work overlaps the previous call (as in an engine's decode
-// loop or triton's do_bench); sync_time_us below counts it.
-double time_us(const std::function<void(int)>& f, int reps = 20, int warm = 3) {
+// GPU time in microseconds between two events recorded around `body` (default stream).
+double event_us(const std::function<void()>& body) {
   cudaEvent_t a, b;
   CK(cudaEventCreate(&a));
   CK(cudaEventCreate(&b));
-  for (int i = 0; i < warm; ++i) f(i);
-  CK(cudaDeviceSynchronize());
   CK(cudaEventRecord(a));
-  for (int i = 0; i < reps; ++i) f(i);
+  body();
   CK(cudaEventRecord(b));
   CK(cudaEventSynchronize(b));
   float ms = 0;
@@ -113,30 +108,31 @@ double time_us(const std::function<void(int)>& f, int reps = 20, int warm = 3) {
   CK(cudaGetLastError());
   CK(cudaEventDestroy(a));
   CK(cudaEventDestroy(b));
-  return ms * 1000.0 / reps;
+  return ms * 1000.0;
+}
+
+void warm_up(const std::function<void(int)>& f, int warm) {
+  for (int i = 0; i < warm; ++i) f(i);
+  CK(cudaDeviceSynchronize());
+}
+
+// Time per call in steady state: `reps` calls of f(i) (i = rep index, for rotation) queued
+// back to back between two events, after `warm` calls, divided by reps. Launches are queued
+// ahead of the GPU, so host-side work overlaps the previous call (as in an engine's decode
+// loop or triton's do_bench); sync_time_us below counts it.
+double time_us(const std::function<void(int)>& f, int reps = 20, int warm = 3) {
+  warm_up(f, warm);
+  return event_us([&] {
+           for (int i = 0; i < reps; ++i) f(i);
+         }) / reps;
 }
 
 // Median of `reps` calls each timed alone (events around one call, then a wait): includes the
 // host-side launch work, which the GPU waits for.
 double sync_time_us(const std::function<void(int)>& f, int reps = 20, int warm = 3) {
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  for (int i = 0; i < warm; ++i) f(i);
-  CK(cudaDeviceSynchronize());
+  warm_up(f, warm);
   std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    f(i);
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0);
-  }
-  CK(cudaGetLastError());
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
+  for (int i = 0; i < reps; ++i) t.push_back(event_us([&] { f(i); }));
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
@@ -253,6 +249,11 @@ int main(int argc, char** argv) {
   const bool decode32 = argc > 1 && std::strcmp(argv[1], "--decode32") == 0;
   // --topk-only: the top-k alone (one CTA per row and rows split over CTAs), no indexer.
   const bool topk_only = argc > 1 && std::strcmp(argv[1], "--topk-only") == 0;
+  // LATTE_BENCH_ONLY=fused|unfused: the decode shapes run that top-k path alone (profiling its
+  // kernels with ncu).
+  const char* only = std::getenv("LATTE_BENCH_ONLY");
+  const bool fused_only = only && std::strcmp(only, "fused") == 0;
+  const bool unfused_only = only && std::strcmp(only, "unfused") == 0;
   // --shape B,ctx,H: one decode shape only (profiling, A/B runs).
   int shape_b = 0, shape_h = 0;
   long long shape_ctx = 0;
@@ -354,10 +355,6 @@ int main(int argc, char** argv) {
         o.sc = 1;
         o.topk = k;
         o.physical = true;
-        // LATTE_BENCH_ONLY=fused|unfused: that path alone (profiling its kernels).
-        const char* only = std::getenv("LATTE_BENCH_ONLY");
-        const bool fused_only = only && std::strcmp(only, "fused") == 0;
-        const bool unfused_only = only && std::strcmp(only, "unfused") == 0;
         const double t_logits = fused_only || unfused_only ? 0.0 : time_us([&](int i) {
           launch_indexer_logits(s.problem(i), logits, ctx, 1, ctx, dev, nullptr);
         });

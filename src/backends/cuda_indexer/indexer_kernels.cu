@@ -174,12 +174,7 @@ ScorePlan plan_scores(const IndexerProblem& p, int mode, int64_t cover, const De
   plan_layout(pl, 0);
   const int64_t slots = static_cast<int64_t>(dev.sm_count) * score_ctas_per_sm(pl);
   const int64_t max_chunks = std::max<int64_t>(1, ceil_div(cover, kStageTokens));
-  // Tuning hook: LATTE_CUDA_INDEXER_WAVES=<n> sizes decode grids to n waves instead of one.
-  static const int waves = [] {
-    const char* v = std::getenv("LATTE_CUDA_INDEXER_WAVES");
-    return v ? std::clamp(std::atoi(v), 1, 16) : 1;
-  }();
-  int64_t chunks = pl.num_groups <= slots ? waves * slots / pl.num_groups : (4 * slots + pl.num_groups / 2) / pl.num_groups;
+  int64_t chunks = pl.num_groups <= slots ? slots / pl.num_groups : (4 * slots + pl.num_groups / 2) / pl.num_groups;
   chunks = std::clamp<int64_t>(chunks, 1, max_chunks);
   pl.chunk_len = static_cast<int>(ceil_div(ceil_div(cover, chunks), kStageTokens) * kStageTokens);
   pl.num_chunks = static_cast<int>(std::max<int64_t>(1, ceil_div(cover, pl.chunk_len)));
@@ -283,26 +278,30 @@ ScoreArgs score_args(const IndexerProblem& p, const ScorePlan& pl) {
   return a;
 }
 
-// `pdl`: launched with programmatic stream serialization (the fused path's later passes).
-template <int MODE, int MATH>
-void launch_score(const ScoreArgs& a, const ScorePlan& pl, bool pdl, cudaStream_t stream) {
-  ensure_score_smem<MODE, MATH>();
-  if (!pdl) {
-    indexer_score_kernel<MODE, MATH><<<static_cast<unsigned>(pl.grid()), kThreads, pl.smem, stream>>>(a);
-    LATTE_CUDA_CHECK_LAUNCH("indexer_score_kernel");
-    return;
-  }
+// kernel<<<grid, threads, smem, stream>>>(args...), with the programmatic stream
+// serialization attribute when `pdl` (on the same stream, so stream capture keeps it).
+template <typename... Params, typename... Args>
+void launch_ex(void (*kernel)(Params...), unsigned grid, unsigned threads, std::size_t smem, bool pdl,
+               cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(static_cast<unsigned>(pl.grid()));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = static_cast<std::size_t>(pl.smem);
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(threads);
+  cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = 1;
-  LATTE_CUDA_TRY(cudaLaunchKernelEx(&cfg, indexer_score_kernel<MODE, MATH>, a));
+  cfg.attrs = pdl ? attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  LATTE_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+
+// `pdl`: launched with programmatic stream serialization (the fused path's later passes).
+template <int MODE, int MATH>
+void launch_score(const ScoreArgs& a, const ScorePlan& pl, bool pdl, cudaStream_t stream) {
+  ensure_score_smem<MODE, MATH>();
+  launch_ex(indexer_score_kernel<MODE, MATH>, static_cast<unsigned>(pl.grid()), kThreads,
+            static_cast<std::size_t>(pl.smem), pdl, stream, a);
 }
 
 struct ScoreLaunch {
@@ -478,30 +477,12 @@ bool topk_pdl_enabled() {
   return v;
 }
 
-// kernel<<<grid, kTopkThreads, smem, stream>>>(args...), with the programmatic stream
-// serialization attribute when `pdl` (on the same stream, so stream capture keeps it).
-template <typename... Params, typename... Args>
-void launch_topk_ex(void (*kernel)(Params...), unsigned grid, std::size_t smem, bool pdl, cudaStream_t stream,
-                    Args&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(kTopkThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = pdl ? attr : nullptr;
-  cfg.numAttrs = pdl ? 1 : 0;
-  LATTE_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-
 template <int SRC, bool DH>
 void launch_split_final(const TopkArgs& a, const TopkArgs& c, const TopkPlan& t, bool pdl, cudaStream_t stream) {
   static std::atomic<uint64_t> done{0};
   allow_smem(topk_split_final_kernel<SRC, DH>, done);
-  launch_topk_ex(topk_split_final_kernel<SRC, DH>, static_cast<unsigned>(a.rows), static_cast<std::size_t>(t.smem),
-                 pdl, stream, a, c);
+  launch_ex(topk_split_final_kernel<SRC, DH>, static_cast<unsigned>(a.rows), kTopkThreads,
+            static_cast<std::size_t>(t.smem), pdl, stream, a, c);
 }
 
 void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const TopkPlan& t, bool pdl, cudaStream_t stream) {
@@ -510,10 +491,10 @@ void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const Topk
   const auto smem = static_cast<std::size_t>(t.smem);
   if (topk_direct_hist()) {
     allow_smem(topk_fused_final_kernel<true>, done_direct);
-    launch_topk_ex(topk_fused_final_kernel<true>, grid, smem, pdl, stream, list, repair);
+    launch_ex(topk_fused_final_kernel<true>, grid, kTopkThreads, smem, pdl, stream, list, repair);
   } else {
     allow_smem(topk_fused_final_kernel<false>, done_match);
-    launch_topk_ex(topk_fused_final_kernel<false>, grid, smem, pdl, stream, list, repair);
+    launch_ex(topk_fused_final_kernel<false>, grid, kTopkThreads, smem, pdl, stream, list, repair);
   }
 }
 
@@ -539,7 +520,7 @@ void launch_topk_split(const TopkArgs& a, const TopkPlan& t, const SplitPlan& sp
   if (topk_direct_hist()) topk_split_hist_kernel<SRC, true><<<grid, kTopkThreads, 0, stream>>>(b, g);
   else topk_split_hist_kernel<SRC, false><<<grid, kTopkThreads, 0, stream>>>(b, g);
   LATTE_CUDA_CHECK_LAUNCH("topk_split_hist_kernel");
-  launch_topk_ex(topk_split_collect_kernel<SRC>, grid, 0, pdl, stream, b, g);
+  launch_ex(topk_split_collect_kernel<SRC>, grid, kTopkThreads, 0, pdl, stream, b, g);
   TopkArgs c = b;
   c.f32 = nullptr;
   c.keys = g.list_keys;
