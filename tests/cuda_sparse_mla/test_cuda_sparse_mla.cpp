@@ -513,20 +513,17 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
     const Result a = run.run(*k, s->args, n * 512, n);
     const Result b = run.run(*k, s->args, n * 512, n);
     EXPECT_TRUE(bitwise_equal(a, b)) << "run-to-run " << name_of(c);
-    // the comparisons below must cross launch splits: the whole batch folds whole blocks per
-    // CTA, a token alone spreads its chunks over CTAs (same math chunks and blocks)
+    // the token-alone comparisons below cross launch plans where the rows allow it: the same
+    // split (a function of heads and topk), but 16-row tiles alone and 32-row tiles in the batch
     const auto plan_t = sparse_plan(c, c.T, sm_count, k->workspace_bytes());
     const auto plan_1 = sparse_plan(c, 1, sm_count, k->workspace_bytes());
-    EXPECT_EQ(plan_t.chunk, plan_1.chunk);
-    EXPECT_EQ(plan_t.block, plan_1.block);
-    std::printf("  %-34s chunks %d x %d tokens, blocks of %d; T=%d: %d chunks/CTA, row tile %d;"
-                " T=1: %d chunks/CTA, row tile %d\n",
-                name_of(c).c_str(), plan_t.chunks, plan_t.chunk, plan_t.block, c.T,
-                plan_t.cta_chunks, plan_t.row_tile, plan_1.cta_chunks, plan_1.row_tile);
-    if (plan_t.chunks > 1) {
-      EXPECT_NE(plan_t.cta_chunks, plan_1.cta_chunks) << name_of(c);
-      EXPECT_EQ(plan_t.cta_chunks, plan_t.block) << name_of(c);  // folds whole blocks
-      EXPECT_LT(plan_1.cta_chunks, plan_1.block) << name_of(c);  // writes chunk results
+    EXPECT_EQ(plan_t.chunk, plan_1.chunk) << name_of(c);
+    EXPECT_EQ(plan_t.nsplit, plan_1.nsplit) << name_of(c);
+    std::printf("  %-34s split %d x %d tokens; row tile T=%d: %d, T=1: %d\n", name_of(c).c_str(),
+                plan_t.nsplit, plan_t.chunk, c.T, plan_t.row_tile, plan_1.row_tile);
+    if (c.H > 16 && plan_t.nsplit > 1) {
+      EXPECT_EQ(plan_t.row_tile, 32) << name_of(c);
+      EXPECT_EQ(plan_1.row_tile, 16) << name_of(c);
     }
     // a small workspace forces several launches (slabs): bitwise the same
     const std::size_t small = std::max<std::size_t>(k->workspace_bytes() / 7, 1);
@@ -746,59 +743,20 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
   }
   unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE");
   unsetenv("LATTE_CUDA_SPARSE_MLA_WARPS");
-  // the other launch splits: a CTA folding its block (16-row tiles), several chunks per CTA
-  // written as leaves (32-row tiles); with blocks of 2 chunks (several blocks per token)
-  struct Split {
-    const char *warps, *tile, *cta_chunks, *block;
-  };
-  for (const Split& sp : {Split{"8", "16", "1000", nullptr}, Split{"4", "16", "1000", "256"},
-                          Split{"8", "16", "1000", "256"}, Split{"8", "32", "2", "512"}}) {
-    setenv("LATTE_CUDA_SPARSE_MLA_WARPS", sp.warps, 1);
-    setenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE", sp.tile, 1);
-    setenv("LATTE_CUDA_SPARSE_MLA_CTA_CHUNKS", sp.cta_chunks, 1);
-    if (sp.block) setenv("LATTE_CUDA_SPARSE_MLA_BLOCK", sp.block, 1);
-    IndexOpts padded;
-    padded.empty = {1};
-    for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 40, 700, 16, 3, padded},
-                                SparseCase{CacheFormat::bf16, 40, 700, 16, 3, padded}}) {
-      auto s = setup_sparse(c, 3);
-      auto k = run.make(s->spec);
-      const std::size_t n = s->q.size() / 576;
-      const Result r = run.run(*k, s->args, n * 512, n);
-      const std::string what = std::string("warps ") + sp.warps + " tile " + sp.tile +
-                               " cta_chunks " + sp.cta_chunks + " block " +
-                               (sp.block ? sp.block : "default") + " " + name_of(c);
-      expect_all_written(r, what);
-      const auto ts = sample_tokens(c);
-      std::vector<double> ref, ref_lse;
-      oracle_sparse(*s, ts, ref, ref_lse);
-      compare(r, ts, c.H, ref, ref_lse, what);
-    }
-    unsetenv("LATTE_CUDA_SPARSE_MLA_BLOCK");
-  }
-  unsetenv("LATTE_CUDA_SPARSE_MLA_CTA_CHUNKS");
-  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE");
-  unsetenv("LATTE_CUDA_SPARSE_MLA_WARPS");
 }
 
-// Host-only: the math cut (chunk, block) of a sparse call depends on heads and topk, never on
-// T; the launch split (chunks per CTA) follows the call size; a CTA that folds has 16 rows.
-TEST(CudaSparseMlaPlan, MathCutIndependentOfT) {
+// Host-only: a sparse call's split (chunk, splits per token) depends on heads and topk, never
+// on T (only the row tile, which changes no bit, does).
+TEST(CudaSparseMlaPlan, SplitIndependentOfT) {
   for (int H : {8, 64, 128})
     for (int topk : {63, 700, 2048, 5000}) {
       SparseCase c{CacheFormat::fp8_ds_mla, H, topk, 1, 1, IndexOpts{}};
       const auto p1 = sparse_plan(c, 1, 132, std::size_t{1} << 30);
       for (int64_t T : {2, 8, 32, 128, 4096}) {
         const auto p = sparse_plan(c, T, 132, std::size_t{1} << 30);
-        EXPECT_EQ(p.chunk, p1.chunk);
-        EXPECT_EQ(p.chunks, p1.chunks);
-        EXPECT_EQ(p.block, p1.block);
-        EXPECT_EQ(p.block % p.cta_chunks, 0);
-        EXPECT_GE(p.cta_chunks, p1.cta_chunks);
-        if (p.cta_chunks == p.block && p.block > 1) EXPECT_EQ(p.row_tile, 16);
+        EXPECT_EQ(p.chunk, p1.chunk) << "H " << H << " topk " << topk << " T " << T;
+        EXPECT_EQ(p.nsplit, p1.nsplit) << "H " << H << " topk " << topk << " T " << T;
       }
-      // one token: several CTAs per block (its chunks' results combined across CTAs)
-      if (p1.block > 1) EXPECT_LT(p1.cta_chunks, p1.block) << "H " << H << " topk " << topk;
     }
 }
 

@@ -38,9 +38,8 @@ Capabilities declared() {
   caps.s_q = IntRule::range(1, 4);
   caps.max_tokens = IntRule::range(1, kMaxTokens);
   caps.workspace =
-      "split partials: tokens x heads x ceil(topk/1024) x 1028 B, or for the few tokens that "
-      "fill one wave ceil(topk/128) slots (decode: ceil(context/1024 or 2048)), capped at "
-      "256 MiB; 0 when topk <= 128";
+      "split partials: tokens x heads x ceil(topk/chunk) x 1028 B (chunk 256 for <= 16 rows, "
+      "512 above; decode: ceil(context/1024 or 2048)), capped at 256 MiB; 0 when unsplit";
   caps.notes =
       "portable mma.sync/ldmatrix/cp.async kernels for sm_80..sm_120 (<= 101376 B shared memory "
       "per block), bf16 math; fp8_ds_mla dequantized in the fragment path";
@@ -61,7 +60,7 @@ class CudaSparseMlaKernel final : public Kernel {
     const int work = decode ? kWorkspaceContext : std::max(1, spec.topk);
     const KvFormat fmt =
         spec.kv_cache == CacheFormat::fp8_ds_mla ? KvFormat::fp8_ds_mla : KvFormat::bf16;
-    workspace_ = workspace_bytes_for(decode, fmt, rows_of(spec), work, groups, sm_count_, tuning_);
+    workspace_ = workspace_bytes_for(decode, fmt, rows_of(spec), work, groups, tuning_);
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
@@ -146,7 +145,7 @@ class CudaSparseMlaKernel final : public Kernel {
     try {
       const MlaPlan plan =
           make_plan(p, sm_count_, ctx.workspace ? ctx.workspace_bytes : 0, tuning_);
-      if (plan.part_bytes_per_group > 0 && ctx.workspace == nullptr) {
+      if (plan.nsplit > 1 && ctx.workspace == nullptr) {
         throw Error(ErrorCode::invalid_argument,
                     fmt::format("cuda.sparse_mla: this call splits each token's KV list in {} "
                                 "parts and needs a workspace (RunContext::workspace) of "

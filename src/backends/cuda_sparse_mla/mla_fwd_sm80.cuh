@@ -39,7 +39,6 @@ namespace latte::cuda_sparse_mla {
 
 inline constexpr int kQRowBytes = 576 * 2;  // one Q row in shared memory (bf16, swizzled)
 inline constexpr int kPartBytes = 512 * 2 + 4;  // one split's partial row: bf16 O/l + f32 lse2
-inline constexpr float kLn2 = 0.6931471805599453f;
 
 template <bool FP8, int R, int NW = 8>
 struct KCfg {
@@ -60,10 +59,9 @@ struct KCfg {
   static constexpr int IDX_OFF = VALID_OFF + NSTAGE * BN * 4;
   static constexpr int ALPHA_OFF = IDX_OFF + (IDX_RING ? NSTAGE * BN * 4 : 0);
   static constexpr int ROWM_OFF = ALPHA_OFF + R * 4;
-  static constexpr int FINM_OFF = ROWM_OFF + R * 4;   // per row at a chunk end: 1 / l
-  static constexpr int FINL_OFF = FINM_OFF + R * 4;   // ... and lse2
-  static constexpr int FOLD_OFF = FINL_OFF + R * 4;   // fold (R = 16): a, b, 1/L, block lse2
-  static constexpr int FLAG_OFF = FOLD_OFF + (R == 16 ? 4 * R * 4 : 0);
+  static constexpr int FINM_OFF = ROWM_OFF + R * 4;
+  static constexpr int FINL_OFF = FINM_OFF + R * 4;
+  static constexpr int FLAG_OFF = FINL_OFF + R * 4;
   static constexpr int SMEM = FLAG_OFF + 16;
   // softmax layout: each warp owns RW rows, LPR lanes per row, CPL columns per lane
   static constexpr int NTW = NT / (NW / 4);          // n8 tiles per QK warp
@@ -83,50 +81,15 @@ __device__ __forceinline__ void cp_async_4(uint32_t dst_smem, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst_smem), "l"(src) : "memory");
 }
 
-// A group's KV list is cut into math chunks of `chunk` tokens; `block` consecutive chunks form
-// a block. The result is defined as a fold (below) over the chunks of each block, in chunk
-// order, then over the blocks, in block order; it does not depend on how the chunks are
-// spread over CTAs. A CTA covers `cta_chunks` consecutive chunks: either exactly one block
-// (cta_chunks == block: it folds its chunks in registers, R = 16 only) and writes the block's
-// result, or a divisor of a block (it writes each chunk's result, a "leaf") and the combine
-// does the block folds too.
 struct LaunchArgs {
   int row_tiles;
-  int nsplit;      // CTAs per group (the most any group needs)
-  int chunk;       // math chunk, KV tokens (a multiple of BN)
-  int cta_chunks;  // chunks per CTA
-  int block;       // chunks per block (decode: 1)
-  int nparts;      // partial slots per row (chunks when cta_chunks < block, else blocks)
+  int nsplit;
+  int chunk;
   int64_t group_begin;
   __nv_bfloat16* part_o;
   float* part_lse;
   int* counters;  // [groups in slab][row_tiles], zero at launch
 };
-
-// The fold of (o, lse2) pairs (o: bf16 values, normalized; lse2: log2-domain log-sum-exp) into
-// a running (F, M, L), shared by the CTA's in-register fold and the split combine so that both
-// perform exactly the same operations (pinned against contraction with __fmaf_rn / __fmul_rn):
-//   M' = max(M, lse2), a = 2^(M - M'), b = 2^(lse2 - M'), F' = o*b + F*a, L' = L*a + b.
-// An all-empty prefix (M = -inf) uses 0 as the reference, so a and b are exact zeros.
-__device__ __forceinline__ void fold_scales(float& M, float& L, float lse2, float& a, float& b) {
-  const float mn = fmaxf(M, lse2);
-  const float mu = mn == -INFINITY ? 0.f : mn;
-  a = latte::cuda::sm80::fast_exp2(M - mu);
-  b = latte::cuda::sm80::fast_exp2(lse2 - mu);
-  L = __fmaf_rn(L, a, b);
-  M = mn;
-}
-__device__ __forceinline__ float fold_elem(float f, float a, float o, float b) {
-  return __fmaf_rn(o, b, __fmul_rn(f, a));
-}
-// Result of a fold: values F * r (then rounded to bf16), lse2 (log2 domain).
-__device__ __forceinline__ void fold_finish(float M, float L, float& r, float& lse2) {
-  r = L > 0.f ? __fdiv_rn(1.f, L) : 0.f;
-  lse2 = L > 0.f ? __fadd_rn(M, __log2f(L)) : -INFINITY;
-}
-__device__ __forceinline__ float round_bf16(float x) {
-  return __bfloat162float(__float2bfloat16_rn(x));
-}
 
 // Pairwise sum of N values in index order (a complete binary tree), so that sums split
 // across lanes combine to the same tree.
@@ -163,9 +126,8 @@ __global__ void __launch_bounds__(NW * 32, 2)
   int* const sIdx = reinterpret_cast<int*>(smem + C::IDX_OFF);
   float* const sAlpha = reinterpret_cast<float*>(smem + C::ALPHA_OFF);
   float* const sRowM = reinterpret_cast<float*>(smem + C::ROWM_OFF);
-  float* const sInv = reinterpret_cast<float*>(smem + C::FINM_OFF);
-  float* const sLse = reinterpret_cast<float*>(smem + C::FINL_OFF);
-  float* const sFold = reinterpret_cast<float*>(smem + C::FOLD_OFF);  // [4][R], R = 16 only
+  float* const sFinM = reinterpret_cast<float*>(smem + C::FINM_OFF);
+  float* const sFinL = reinterpret_cast<float*>(smem + C::FINL_OFF);
   int* const sFlag = reinterpret_cast<int*>(smem + C::FLAG_OFF);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -182,33 +144,21 @@ __global__ void __launch_bounds__(NW * 32, 2)
 
   int n_items;
   int seq_len = 0;
+  int nsplit_g = la.nsplit;
   if constexpr (DECODE) {
     const int64_t cap = static_cast<int64_t>(p.max_blocks) * p.block_size;
     int64_t len = p.seq_lens[grp * p.sl_s];
     len = len < 0 ? 0 : (len > cap ? cap : len);
     seq_len = static_cast<int>(len);
     n_items = seq_len;
+    nsplit_g = seq_len > 0 ? (seq_len + la.chunk - 1) / la.chunk : 1;
+    if (split >= nsplit_g) return;  // the whole block leaves together
   } else {
     n_items = p.topk;
   }
-  // this group's chunks, blocks and CTAs (sparse: the same for every group)
-  const int nchunks_g = n_items > 0 ? (n_items + la.chunk - 1) / la.chunk : 1;
-  const int nsplit_g = (nchunks_g + la.cta_chunks - 1) / la.cta_chunks;
-  if (split >= nsplit_g) return;  // decode: a shorter request; the whole block leaves together
-  const int nblocks_g = (nchunks_g + la.block - 1) / la.block;
-  const bool blocks_mode = la.cta_chunks == la.block;  // partial slots hold blocks, not chunks
-  // fold in registers: this CTA covers one whole block of several chunks (R = 16 only; the
-  // plan never asks a 32-row CTA to fold)
-  constexpr bool kCanFold = MT == 1 && !DECODE;
-  const bool fold = kCanFold && blocks_mode && la.block > 1;
-  // the output is written by this CTA: the list is one chunk, or one block that it folds
-  const bool direct = nchunks_g == 1 || (blocks_mode && nblocks_g == 1);
-  const int c_begin = split * la.cta_chunks;
-  const int c_end = min(nchunks_g, c_begin + la.cta_chunks);
-  const int k_begin = c_begin * la.chunk;
-  const int k_end = min(n_items, c_end * la.chunk);
+  const int k_begin = split * la.chunk;
+  const int k_end = min(n_items, k_begin + la.chunk);
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
-  const int tiles_per_chunk = la.chunk / BN;
   const int64_t num_slots = p.num_blocks * static_cast<int64_t>(p.block_size);
 
   auto q_row_ptr = [&](int row) -> const __nv_bfloat16* {
@@ -364,36 +314,6 @@ __global__ void __launch_bounds__(NW * 32, 2)
     vis_lim = seq_len - p.s_q + i;
   }
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  constexpr float kOutFactor = FP8 ? 256.f : 1.f;  // P carried 2^112, V 2^-120
-  float Mf = -INFINITY, Lf = 0.f;  // fold state of the owner's row (folding CTAs)
-  // Softmax owners at the end of a math chunk: the chunk's 1/l and lse2, and for a folding
-  // CTA the fold's scale factors (and after the block's last chunk its result's 1/L, lse2)
-  // for row srow, to shared memory for chunk_end; the next chunk starts afresh.
-  auto chunk_stats = [&](bool block_end) {
-    const float inv = l_run > 0.f ? kOutFactor / l_run : 0.f;
-    const float lse2 = l_run > 0.f ? m_run + __log2f(l_run) : -INFINITY;
-    float a = 0.f, b = 0.f, rr = 0.f, l2 = 0.f;
-    if constexpr (kCanFold) {
-      if (fold) {
-        fold_scales(Mf, Lf, lse2, a, b);
-        if (block_end) fold_finish(Mf, Lf, rr, l2);
-      }
-    }
-    if ((lane % C::LPR) == 0) {
-      sInv[srow] = inv;
-      sLse[srow] = lse2;
-      if constexpr (kCanFold) {
-        if (fold) {
-          sFold[srow] = a;
-          sFold[R + srow] = b;
-          sFold[2 * R + srow] = rr;
-          sFold[3 * R + srow] = l2;
-        }
-      }
-    }
-    m_run = -INFINITY;
-    l_run = 0.f;
-  };
 
   float O[MT][NPV][4];
 #pragma unroll
@@ -402,459 +322,397 @@ __global__ void __launch_bounds__(NW * 32, 2)
     for (int n = 0; n < NPV; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) O[m][n][e] = 0.f;
-  // the running fold of this CTA's chunks (R = 16 only), same layout as O; its M, L are kept
-  // per row by the softmax owners (Mf, Lf), which hand the scale factors over in sFold
-  float F[MT][NPV][4];
-  if constexpr (kCanFold) {
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int n = 0; n < NPV; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) F[m][n][e] = 0.f;
-  }
-  // Writes row (16m + gq + 8hr)'s values val(n, e) of this thread's dims, as bf16, to dst.
-  auto store_row = [&](__nv_bfloat16* dst, int m, int hr, auto&& val) {
-    if constexpr (FP8) {
-      // n8 tile 2seg+par, acc col 2t+e  ->  dim 64w + 16seg + 4t + 2e + par
-#pragma unroll
-      for (int seg = 0; seg < DPW / 16; ++seg) {
-        const uint32_t lo = pack_bf16x2(val(m, 2 * seg, 2 * hr), val(m, 2 * seg + 1, 2 * hr));
-        const uint32_t hi = pack_bf16x2(val(m, 2 * seg, 2 * hr + 1), val(m, 2 * seg + 1, 2 * hr + 1));
-        *reinterpret_cast<uint2*>(dst + DPW * warp + 16 * seg + 4 * tq) = make_uint2(lo, hi);
-      }
-    } else {
-#pragma unroll
-      for (int n = 0; n < NPV; ++n) {
-        *reinterpret_cast<uint32_t*>(dst + DPW * warp + 8 * n + 2 * tq) =
-            pack_bf16x2(val(m, n, 2 * hr), val(m, n, 2 * hr + 1));
-      }
-    }
-  };
-  // Where row `row`'s result of partial slot `slot` goes (direct: the output).
-  auto dst_of = [&](int row, int slot) -> __nv_bfloat16* {
-    if (direct) {
-      const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
-      return p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh;
-    }
-    return la.part_o + ((g_local * rows + row) * la.nparts + slot) * 512;
-  };
-  auto store_lse = [&](int row, int slot, float lse2) {
-    if (warp != 0 || tq != 0) return;
-    if (direct) {
-      const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
-      if (p.lse != nullptr)
-        p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] = __fmul_rn(lse2, kLn2);
-    } else {
-      la.part_lse[(g_local * rows + row) * la.nparts + slot] = lse2;
-    }
-  };
-  // End of math chunk c, after its last PV (the softmax owners' chunk_stats were written
-  // before the barrier that precedes PV): the chunk's result o = bf16(O / l), lse2, either
-  // folded into F (and the block's result written after its last chunk) or written as a leaf
-  // (or directly, for a one-chunk list). O restarts from zero.
-  auto chunk_end = [&](int c) {
-    bool folded = false;
-    if constexpr (kCanFold) {
-      if (fold) {
-        folded = true;
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const int r = 16 * m + gq + 8 * hr;
-            const float iv = sInv[r], a = sFold[r], b = sFold[R + r];
-#pragma unroll
-            for (int n = 0; n < NPV; ++n)
-#pragma unroll
-              for (int e = 2 * hr; e < 2 * hr + 2; ++e)
-                F[m][n][e] = fold_elem(F[m][n][e], a, round_bf16(O[m][n][e] * iv), b);
-          }
-        if (c == c_end - 1) {  // the block's last chunk: its result
-          const int slot = c / la.block;
-#pragma unroll
-          for (int m = 0; m < MT; ++m)
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              const int r = 16 * m + gq + 8 * hr;
-              const int row = row0 + r;
-              if (row >= rows) continue;
-              const float rr = sFold[2 * R + r];
-              store_row(dst_of(row, slot), m, hr,
-                        [&](int mi, int n, int e) { return __fmul_rn(F[mi][n][e], rr); });
-              store_lse(row, slot, sFold[3 * R + r]);
-            }
-        }
-      }
-    }
-    if (!folded) {
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int r = 16 * m + gq + 8 * hr;
-          const int row = row0 + r;
-          if (row >= rows) continue;
-          const float iv = sInv[r];
-          store_row(dst_of(row, c), m, hr, [&](int mi, int n, int e) { return O[mi][n][e] * iv; });
-          store_lse(row, c, sLse[r]);
-        }
-    }
-#pragma unroll
-    for (int m = 0; m < MT; ++m)
-#pragma unroll
-      for (int n = 0; n < NPV; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) O[m][n][e] = 0.f;
-  };
 
   const uint32_t q_base = smem_u32(sQ);
   const int kq = warp & 3, nh = warp >> 2;  // nh = 0 with 4 warps
 
-  if (n_tiles == 0) {  // an empty list (decode, seq_len 0): one empty chunk
-    chunk_stats(true);
+  for (int j = 0; j < n_tiles; ++j) {
+    cp_async_wait_group<NSTAGE - 2>();
     __syncthreads();
-  }
-  int j = 0;
-  for (int c = c_begin; c < c_end; ++c) {  // math chunks of this CTA, then their tiles
-    const int j_end = min(n_tiles, j + tiles_per_chunk);
-    for (; j < j_end; ++j) {
-      const bool chunk_last = j == j_end - 1;
-      cp_async_wait_group<NSTAGE - 2>();
-      __syncthreads();
-      {
-        const int jn = j + NSTAGE - 1;
-        if constexpr (kIdxRing) {
-          if (jn < n_tiles) {
-            // ring entry of tile jn: in a commit group that the wait above completed
-            const int k = k_begin + jn * BN + ld_tok;
-            issue_tile(jn, jn % NSTAGE, k < k_end ? sIdx[(jn % NSTAGE) * BN + ld_tok] : -1);
-          }
-          prefetch_index(jn + NSTAGE - 1);  // overwrites tile jn-1's entry, read before the barrier
-          cp_async_commit_group();
-        } else {
-          if (jn < n_tiles) issue_tile(jn, jn % NSTAGE, raw_next);
-          cp_async_commit_group();
-          raw_next = fetch_index(jn + 1);  // consumed next tile: its latency overlaps this one
+    {
+      const int jn = j + NSTAGE - 1;
+      if constexpr (kIdxRing) {
+        if (jn < n_tiles) {
+          // ring entry of tile jn: in a commit group that the wait above completed
+          const int k = k_begin + jn * BN + ld_tok;
+          issue_tile(jn, jn % NSTAGE, k < k_end ? sIdx[(jn % NSTAGE) * BN + ld_tok] : -1);
         }
+        prefetch_index(jn + NSTAGE - 1);  // overwrites tile jn-1's entry, read before the barrier
+        cp_async_commit_group();
+      } else {
+        if (jn < n_tiles) issue_tile(jn, jn % NSTAGE, raw_next);
+        cp_async_commit_group();
+        raw_next = fetch_index(jn + 1);  // consumed next tile: its latency overlaps this one
       }
-      const int stage = j % NSTAGE;
-      const uint8_t* const st = sST + stage * BN * ROWB;
-      const uint32_t st_u32 = smem_u32(st);
+    }
+    const int stage = j % NSTAGE;
+    const uint8_t* const st = sST + stage * BN * ROWB;
+    const uint32_t st_u32 = smem_u32(st);
 
-      // ---------------- QK: partial S over this warp's dims and token half ----------------
-      {
-        float acc[MT][NTW][4];
+    // ---------------- QK: partial S over this warp's dims and token half ----------------
+    {
+      float acc[MT][NTW][4];
 #pragma unroll
-        for (int m = 0; m < MT; ++m)
+      for (int m = 0; m < MT; ++m)
 #pragma unroll
-          for (int n = 0; n < NTW; ++n)
+        for (int n = 0; n < NTW; ++n)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+          for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
 
-        auto load_a = [&](uint32_t (&a)[MT][4], int chunk_base) {
-#pragma unroll
-          for (int m = 0; m < MT; ++m) {
-            const int row = 16 * m + (lane & 15);
-            const int c = chunk_base + (lane >> 4);
-            ldmatrix_x4(a[m], q_base + row * kQRowBytes + ((c ^ (row & 7)) << 4));
-          }
-        };
-        const int tok0 = nh * NTW * 8;  // first token of this warp's half
-
-        if constexpr (FP8) {
-          static_assert(NTW % 2 == 0, "fp8 QK loads two n8 tiles per ldmatrix");
-          // B: 8 tokens x 16 e4m3 per 8x8 b16 matrix; lane (g, t) gets token g, bytes 4t..4t+3
-          const uint32_t b_base = st_u32 + (tok0 + (lane & 7) + ((lane >> 4) << 3)) * ROWB +
-                                  kq * 128 + ((lane >> 3) & 1) * 16;
-#pragma unroll 2
-          for (int s = 0; s < 8; s += 2) {
-            uint32_t a0[MT][4], a1[MT][4];
-            load_a(a0, (kq * 8 + s) * 2);
-            load_a(a1, (kq * 8 + s + 1) * 2);
-#pragma unroll
-            for (int np = 0; np < NTW / 2; ++np) {
-              uint32_t b[4];  // (n0, s), (n0, s+1), (n1, s), (n1, s+1)
-              ldmatrix_x4(b, b_base + np * 16 * ROWB + s * 16);
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int n = 2 * np + h;
-                const uint32_t e0 = e4m3x4_even_to_bf16x2(b[2 * h]), o0 = e4m3x4_odd_to_bf16x2(b[2 * h]);
-                const uint32_t e1 = e4m3x4_even_to_bf16x2(b[2 * h + 1]),
-                               o1 = e4m3x4_odd_to_bf16x2(b[2 * h + 1]);
-#pragma unroll
-                for (int m = 0; m < MT; ++m) {
-                  mma_bf16_16816(acc[m][n], a0[m], e0, o0);
-                  mma_bf16_16816(acc[m][n], a1[m], e1, o1);
-                }
-              }
-            }
-          }
-          // latent group kq: times the token's group scale and the row's 2^E
-          float rm[MT][2];
-#pragma unroll
-          for (int m = 0; m < MT; ++m) {
-            rm[m][0] = sRowM[16 * m + gq];
-            rm[m][1] = sRowM[16 * m + gq + 8];
-          }
-#pragma unroll
-          for (int n = 0; n < NTW; ++n) {
-            const int tk = tok0 + 8 * n + 2 * tq;
-            const float s0 = *reinterpret_cast<const float*>(st + tk * ROWB + 512 + 4 * kq);
-            const float s1 = *reinterpret_cast<const float*>(st + (tk + 1) * ROWB + 512 + 4 * kq);
-#pragma unroll
-            for (int m = 0; m < MT; ++m) {
-              acc[m][n][0] *= s0 * rm[m][0];
-              acc[m][n][1] *= s1 * rm[m][0];
-              acc[m][n][2] *= s0 * rm[m][1];
-              acc[m][n][3] *= s1 * rm[m][1];
-            }
-          }
-          // rope dims 512 + 16kq .. : bf16 in the cache row at byte 528
-          {
-            uint32_t a[MT][4];
-            load_a(a, 64 + 2 * kq);
-            const int half = (lane >> 3) & 1;
-#pragma unroll
-            for (int np = 0; np < NTW / 2; ++np) {
-              const int tok = tok0 + 16 * np + (lane & 7) + ((lane >> 4) << 3);
-              uint32_t b[4];
-              ldmatrix_x4(b, st_u32 + tok * ROWB + 528 + kq * 32 + half * 16);
-#pragma unroll
-              for (int m = 0; m < MT; ++m) {
-                mma_bf16_16816(acc[m][2 * np], a[m], b[0], b[1]);
-                mma_bf16_16816(acc[m][2 * np + 1], a[m], b[2], b[3]);
-              }
-            }
-          }
-        } else {
-          static_assert(NTW == 1 || NTW == 2, "bf16 path: one or two n8 tiles per QK warp");
-#pragma unroll 3
-          for (int s = 0; s < 9; ++s) {
-            const int blk16 = s < 8 ? kq * 8 + s : 32 + kq;
-            uint32_t a[MT][4];
-            load_a(a, blk16 * 2);
-            if constexpr (NTW == 1) {
-              const int tok = tok0 + (lane & 7);
-              const int c = blk16 * 2 + ((lane >> 3) & 1);
-              uint32_t b[2];
-              ldmatrix_x2(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
-#pragma unroll
-              for (int m = 0; m < MT; ++m) mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
-            } else {
-              const int tok = tok0 + (lane & 7) + ((lane >> 4) << 3);
-              const int c = blk16 * 2 + ((lane >> 3) & 1);
-              uint32_t b[4];
-              ldmatrix_x4(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
-#pragma unroll
-              for (int m = 0; m < MT; ++m) {
-                mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
-                mma_bf16_16816(acc[m][1], a[m], b[2], b[3]);
-              }
-            }
-          }
-        }
-        // store the partial
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int n = 0; n < NTW; ++n) {
-            const int row = 16 * m + gq, col = tok0 + 8 * n + 2 * tq;
-            *reinterpret_cast<float2*>(&sPart[(kq * R + row) * PS + col]) =
-                make_float2(acc[m][n][0], acc[m][n][1]);
-            *reinterpret_cast<float2*>(&sPart[(kq * R + row + 8) * PS + col]) =
-                make_float2(acc[m][n][2], acc[m][n][3]);
-          }
-      }
-      __syncthreads();
-
-      // ---------------- online softmax for this warp's rows ----------------
-      {
-        constexpr int CPL = C::CPL, LPR = C::LPR;
-        float x[CPL];
-        if constexpr (CPL >= 2) {
-#pragma unroll
-          for (int c = 0; c < CPL; c += 2) {
-            float2 v = *reinterpret_cast<const float2*>(&sPart[(0 * R + srow) * PS + c0 + c]);
-#pragma unroll
-            for (int q4 = 1; q4 < 4; ++q4) {
-              const float2 u = *reinterpret_cast<const float2*>(&sPart[(q4 * R + srow) * PS + c0 + c]);
-              v.x += u.x;
-              v.y += u.y;
-            }
-            x[c] = v.x;
-            x[c + 1] = v.y;
-          }
-        } else {
-          float v = sPart[(0 * R + srow) * PS + c0];
-#pragma unroll
-          for (int q4 = 1; q4 < 4; ++q4) v += sPart[(q4 * R + srow) * PS + c0];
-          x[0] = v;
-        }
-        float tmax = -INFINITY;
-#pragma unroll
-        for (int c = 0; c < CPL; ++c) {
-          const int tok = c0 + c;
-          bool ok = sValid[stage * BN + tok] != 0;
-          if constexpr (DECODE) ok = ok && (k_begin + j * BN + tok <= vis_lim);
-          x[c] = ok ? x[c] * scale_log2 : -INFINITY;
-          tmax = fmaxf(tmax, x[c]);
-        }
-#pragma unroll
-        for (int off = 1; off < LPR; off <<= 1)
-          tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
-        const float m_new = fmaxf(m_run, tmax);
-        const float m_use = m_new == -INFINITY ? 0.f : m_new;
-        const float alpha = fast_exp2(m_run - m_use);
-#pragma unroll
-        for (int c = 0; c < CPL; ++c) x[c] = fast_exp2(x[c] - m_use);
-        float sum = tree_sum<CPL>(x);
-#pragma unroll
-        for (int off = 1; off < LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-        l_run = l_run * alpha + sum;
-        m_run = m_new;
-        if (chunk_last) chunk_stats(j == n_tiles - 1);
-        if constexpr (kPCopies) {
-          // P for PV, once per (row, token) instead of once per PV warp: four bf16 copies, copy g
-          // times token scale g * 2^112 (PV warp w's dims lie in scale group (512/NW * w) / 128),
-          // in row r's own partial slot g (read above by this row's lanes only): sPart slot
-          // (g*R + r), bf16 at byte 16*((r>>2)&1) + 2*token (ldmatrix without bank conflicts).
-          // The same fp32 products and roundings as the per-warp conversion below, so both give
-          // bitwise the same P.
-          __syncwarp();
-          uint8_t* const prow = reinterpret_cast<uint8_t*>(sPart) + srow * (PS * 4) +
-                                16 * ((srow >> 2) & 1) + 2 * c0;
-          static_assert(CPL % 2 == 0, "fp8 softmax: an even number of columns per lane");
-          uint32_t pk[4][CPL / 2];
-#pragma unroll
-          for (int c = 0; c < CPL; c += 2) {
-            const float4 s0 = *reinterpret_cast<const float4*>(st + (c0 + c) * ROWB + 512);
-            const float4 s1 = *reinterpret_cast<const float4*>(st + (c0 + c + 1) * ROWB + 512);
-            pk[0][c / 2] = pack_bf16x2(x[c] * (s0.x * 0x1p112f), x[c + 1] * (s1.x * 0x1p112f));
-            pk[1][c / 2] = pack_bf16x2(x[c] * (s0.y * 0x1p112f), x[c + 1] * (s1.y * 0x1p112f));
-            pk[2][c / 2] = pack_bf16x2(x[c] * (s0.z * 0x1p112f), x[c + 1] * (s1.z * 0x1p112f));
-            pk[3][c / 2] = pack_bf16x2(x[c] * (s0.w * 0x1p112f), x[c + 1] * (s1.w * 0x1p112f));
-          }
-#pragma unroll
-          for (int g = 0; g < 4; ++g) {
-            uint8_t* const dst = prow + g * (R * PS * 4);
-            if constexpr (CPL == 2) {
-              *reinterpret_cast<uint32_t*>(dst) = pk[g][0];
-            } else {
-#pragma unroll
-              for (int c = 0; c < CPL / 2; c += 2)
-                *reinterpret_cast<uint2*>(dst + 4 * c) = make_uint2(pk[g][c], pk[g][c + 1]);
-            }
-          }
-        } else if constexpr (CPL >= 2) {
-#pragma unroll
-          for (int c = 0; c < CPL; c += 2)
-            *reinterpret_cast<float2*>(&sPart[srow * PS + c0 + c]) = make_float2(x[c], x[c + 1]);
-        } else {
-          sPart[srow * PS + c0] = x[0];
-        }
-        if ((lane % LPR) == 0) sAlpha[srow] = alpha;
-      }
-      __syncthreads();
-
-      // ---------------- PV: O[:, 64w .. 64w+64) ----------------
-      {
-        float al[MT][2];
-        bool need = false;
+      auto load_a = [&](uint32_t (&a)[MT][4], int chunk_base) {
 #pragma unroll
         for (int m = 0; m < MT; ++m) {
-          al[m][0] = sAlpha[16 * m + gq];
-          al[m][1] = sAlpha[16 * m + gq + 8];
-          need = need || al[m][0] != 1.f || al[m][1] != 1.f;
+          const int row = 16 * m + (lane & 15);
+          const int c = chunk_base + (lane >> 4);
+          ldmatrix_x4(a[m], q_base + row * kQRowBytes + ((c ^ (row & 7)) << 4));
         }
-        if (__any_sync(0xffffffffu, need)) {
+      };
+      const int tok0 = nh * NTW * 8;  // first token of this warp's half
+
+      if constexpr (FP8) {
+        static_assert(NTW % 2 == 0, "fp8 QK loads two n8 tiles per ldmatrix");
+        // B: 8 tokens x 16 e4m3 per 8x8 b16 matrix; lane (g, t) gets token g, bytes 4t..4t+3
+        const uint32_t b_base = st_u32 + (tok0 + (lane & 7) + ((lane >> 4) << 3)) * ROWB +
+                                kq * 128 + ((lane >> 3) & 1) * 16;
+#pragma unroll 2
+        for (int s = 0; s < 8; s += 2) {
+          uint32_t a0[MT][4], a1[MT][4];
+          load_a(a0, (kq * 8 + s) * 2);
+          load_a(a1, (kq * 8 + s + 1) * 2);
 #pragma unroll
-          for (int m = 0; m < MT; ++m)
+          for (int np = 0; np < NTW / 2; ++np) {
+            uint32_t b[4];  // (n0, s), (n0, s+1), (n1, s), (n1, s+1)
+            ldmatrix_x4(b, b_base + np * 16 * ROWB + s * 16);
 #pragma unroll
-            for (int n = 0; n < NPV; ++n) {
-              O[m][n][0] *= al[m][0];
-              O[m][n][1] *= al[m][0];
-              O[m][n][2] *= al[m][1];
-              O[m][n][3] *= al[m][1];
-            }
-        }
-        const float* const sP = sPart;  // P aliases partial 0
-        // kPCopies: this warp's bf16 copy of P (scale group (DPW * warp) >> 7), A via ldmatrix
-        uint32_t pa_base = 0;
-        if constexpr (kPCopies) {
-          const int r = lane & 15;
-          pa_base = smem_u32(sPart) + (((DPW * warp) >> 7) * R + r) * (PS * 4) + 16 * ((r >> 2) & 1) +
-                    (lane >> 4) * 16;
-        }
-#pragma unroll
-        for (int i = 0; i < BN / 16; ++i) {
-          uint32_t a[MT][4];
-          if constexpr (kPCopies) {
-#pragma unroll
-            for (int m = 0; m < MT; ++m) ldmatrix_x4(a[m], pa_base + 16 * m * (PS * 4) + 32 * i);
-          } else {
-            const int ka = 16 * i + 2 * tq;  // tokens ka, ka+1, ka+8, ka+9
-            float sc[4] = {1.f, 1.f, 1.f, 1.f};
-            if constexpr (FP8) {
-              const int so = 512 + 4 * ((DPW * warp) >> 7);  // the group of this warp's dims
-              sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + so) * 0x1p112f;
-              sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + so) * 0x1p112f;
-              sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + so) * 0x1p112f;
-              sc[3] = *reinterpret_cast<const float*>(st + (ka + 9) * ROWB + so) * 0x1p112f;
-            }
-#pragma unroll
-            for (int m = 0; m < MT; ++m) {
-              const int r0 = 16 * m + gq, r1 = r0 + 8;
-              const float2 p00 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka]);
-              const float2 p10 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka]);
-              const float2 p01 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka + 8]);
-              const float2 p11 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka + 8]);
-              a[m][0] = pack_bf16x2(p00.x * sc[0], p00.y * sc[1]);
-              a[m][1] = pack_bf16x2(p10.x * sc[0], p10.y * sc[1]);
-              a[m][2] = pack_bf16x2(p01.x * sc[2], p01.y * sc[3]);
-              a[m][3] = pack_bf16x2(p11.x * sc[2], p11.y * sc[3]);
-            }
-          }
-          if constexpr (FP8) {
-            // V^T via ldmatrix.trans of 8 tokens x 16 e4m3: lane (g, t) gets tokens 2t, 2t+1 at
-            // bytes 2g, 2g+1 of a 16-byte segment, already paired for the B fragment.
-            const uint32_t v_base = st_u32 + (16 * i + (lane & 7) + (((lane >> 3) & 1) << 3)) * ROWB +
-                                    DPW * warp + (lane >> 4) * 16;
-#pragma unroll
-            for (int q2 = 0; q2 < DPW / 32; ++q2) {
-              uint32_t r[4];  // (seg 2q2: tokens 0-7, 8-15), (seg 2q2+1: tokens 0-7, 8-15)
-              ldmatrix_x4_trans(r, v_base + q2 * 32);
-#pragma unroll
-              for (int h = 0; h < 2; ++h) {
-                const int seg = 2 * q2 + h;
-                const uint32_t be = e4m3x4_even_to_bf16x2(r[2 * h]), bo = e4m3x4_odd_to_bf16x2(r[2 * h]);
-                const uint32_t ce = e4m3x4_even_to_bf16x2(r[2 * h + 1]),
-                               co = e4m3x4_odd_to_bf16x2(r[2 * h + 1]);
-#pragma unroll
-                for (int m = 0; m < MT; ++m) {
-                  mma_bf16_16816(O[m][2 * seg], a[m], be, ce);      // dims 16seg + 2g
-                  mma_bf16_16816(O[m][2 * seg + 1], a[m], bo, co);  // dims 16seg + 2g + 1
-                }
-              }
-            }
-          } else {
-#pragma unroll
-            for (int c = 0; c < NPV; c += 2) {
-              const int tok = 16 * i + (lane & 7) + (((lane >> 3) & 1) << 3);
-              const int chn = NPV * warp + c + (lane >> 4);
-              uint32_t b[4];
-              ldmatrix_x4_trans(b, st_u32 + tok * ROWB + ((chn ^ (tok & 7)) << 4));
+            for (int h = 0; h < 2; ++h) {
+              const int n = 2 * np + h;
+              const uint32_t e0 = e4m3x4_even_to_bf16x2(b[2 * h]), o0 = e4m3x4_odd_to_bf16x2(b[2 * h]);
+              const uint32_t e1 = e4m3x4_even_to_bf16x2(b[2 * h + 1]),
+                             o1 = e4m3x4_odd_to_bf16x2(b[2 * h + 1]);
 #pragma unroll
               for (int m = 0; m < MT; ++m) {
-                mma_bf16_16816(O[m][c], a[m], b[0], b[1]);
-                mma_bf16_16816(O[m][c + 1], a[m], b[2], b[3]);
+                mma_bf16_16816(acc[m][n], a0[m], e0, o0);
+                mma_bf16_16816(acc[m][n], a1[m], e1, o1);
               }
+            }
+          }
+        }
+        // latent group kq: times the token's group scale and the row's 2^E
+        float rm[MT][2];
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+          rm[m][0] = sRowM[16 * m + gq];
+          rm[m][1] = sRowM[16 * m + gq + 8];
+        }
+#pragma unroll
+        for (int n = 0; n < NTW; ++n) {
+          const int tk = tok0 + 8 * n + 2 * tq;
+          const float s0 = *reinterpret_cast<const float*>(st + tk * ROWB + 512 + 4 * kq);
+          const float s1 = *reinterpret_cast<const float*>(st + (tk + 1) * ROWB + 512 + 4 * kq);
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            acc[m][n][0] *= s0 * rm[m][0];
+            acc[m][n][1] *= s1 * rm[m][0];
+            acc[m][n][2] *= s0 * rm[m][1];
+            acc[m][n][3] *= s1 * rm[m][1];
+          }
+        }
+        // rope dims 512 + 16kq .. : bf16 in the cache row at byte 528
+        {
+          uint32_t a[MT][4];
+          load_a(a, 64 + 2 * kq);
+          const int half = (lane >> 3) & 1;
+#pragma unroll
+          for (int np = 0; np < NTW / 2; ++np) {
+            const int tok = tok0 + 16 * np + (lane & 7) + ((lane >> 4) << 3);
+            uint32_t b[4];
+            ldmatrix_x4(b, st_u32 + tok * ROWB + 528 + kq * 32 + half * 16);
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma_bf16_16816(acc[m][2 * np], a[m], b[0], b[1]);
+              mma_bf16_16816(acc[m][2 * np + 1], a[m], b[2], b[3]);
+            }
+          }
+        }
+      } else {
+        static_assert(NTW == 1 || NTW == 2, "bf16 path: one or two n8 tiles per QK warp");
+#pragma unroll 3
+        for (int s = 0; s < 9; ++s) {
+          const int blk16 = s < 8 ? kq * 8 + s : 32 + kq;
+          uint32_t a[MT][4];
+          load_a(a, blk16 * 2);
+          if constexpr (NTW == 1) {
+            const int tok = tok0 + (lane & 7);
+            const int c = blk16 * 2 + ((lane >> 3) & 1);
+            uint32_t b[2];
+            ldmatrix_x2(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
+#pragma unroll
+            for (int m = 0; m < MT; ++m) mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
+          } else {
+            const int tok = tok0 + (lane & 7) + ((lane >> 4) << 3);
+            const int c = blk16 * 2 + ((lane >> 3) & 1);
+            uint32_t b[4];
+            ldmatrix_x4(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
+              mma_bf16_16816(acc[m][1], a[m], b[2], b[3]);
+            }
+          }
+        }
+      }
+      // store the partial
+#pragma unroll
+      for (int m = 0; m < MT; ++m)
+#pragma unroll
+        for (int n = 0; n < NTW; ++n) {
+          const int row = 16 * m + gq, col = tok0 + 8 * n + 2 * tq;
+          *reinterpret_cast<float2*>(&sPart[(kq * R + row) * PS + col]) =
+              make_float2(acc[m][n][0], acc[m][n][1]);
+          *reinterpret_cast<float2*>(&sPart[(kq * R + row + 8) * PS + col]) =
+              make_float2(acc[m][n][2], acc[m][n][3]);
+        }
+    }
+    __syncthreads();
+
+    // ---------------- online softmax for this warp's rows ----------------
+    {
+      constexpr int CPL = C::CPL, LPR = C::LPR;
+      float x[CPL];
+      if constexpr (CPL >= 2) {
+#pragma unroll
+        for (int c = 0; c < CPL; c += 2) {
+          float2 v = *reinterpret_cast<const float2*>(&sPart[(0 * R + srow) * PS + c0 + c]);
+#pragma unroll
+          for (int q4 = 1; q4 < 4; ++q4) {
+            const float2 u = *reinterpret_cast<const float2*>(&sPart[(q4 * R + srow) * PS + c0 + c]);
+            v.x += u.x;
+            v.y += u.y;
+          }
+          x[c] = v.x;
+          x[c + 1] = v.y;
+        }
+      } else {
+        float v = sPart[(0 * R + srow) * PS + c0];
+#pragma unroll
+        for (int q4 = 1; q4 < 4; ++q4) v += sPart[(q4 * R + srow) * PS + c0];
+        x[0] = v;
+      }
+      float tmax = -INFINITY;
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) {
+        const int tok = c0 + c;
+        bool ok = sValid[stage * BN + tok] != 0;
+        if constexpr (DECODE) ok = ok && (k_begin + j * BN + tok <= vis_lim);
+        x[c] = ok ? x[c] * scale_log2 : -INFINITY;
+        tmax = fmaxf(tmax, x[c]);
+      }
+#pragma unroll
+      for (int off = 1; off < LPR; off <<= 1)
+        tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
+      const float m_new = fmaxf(m_run, tmax);
+      const float m_use = m_new == -INFINITY ? 0.f : m_new;
+      const float alpha = fast_exp2(m_run - m_use);
+#pragma unroll
+      for (int c = 0; c < CPL; ++c) x[c] = fast_exp2(x[c] - m_use);
+      float sum = tree_sum<CPL>(x);
+#pragma unroll
+      for (int off = 1; off < LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+      l_run = l_run * alpha + sum;
+      m_run = m_new;
+      if constexpr (kPCopies) {
+        // P for PV, once per (row, token) instead of once per PV warp: four bf16 copies, copy g
+        // times token scale g * 2^112 (PV warp w's dims lie in scale group (512/NW * w) / 128),
+        // in row r's own partial slot g (read above by this row's lanes only): sPart slot
+        // (g*R + r), bf16 at byte 16*((r>>2)&1) + 2*token (ldmatrix without bank conflicts).
+        // The same fp32 products and roundings as the per-warp conversion below, so both give
+        // bitwise the same P.
+        __syncwarp();
+        uint8_t* const prow = reinterpret_cast<uint8_t*>(sPart) + srow * (PS * 4) +
+                              16 * ((srow >> 2) & 1) + 2 * c0;
+        static_assert(CPL % 2 == 0, "fp8 softmax: an even number of columns per lane");
+        uint32_t pk[4][CPL / 2];
+#pragma unroll
+        for (int c = 0; c < CPL; c += 2) {
+          const float4 s0 = *reinterpret_cast<const float4*>(st + (c0 + c) * ROWB + 512);
+          const float4 s1 = *reinterpret_cast<const float4*>(st + (c0 + c + 1) * ROWB + 512);
+          pk[0][c / 2] = pack_bf16x2(x[c] * (s0.x * 0x1p112f), x[c + 1] * (s1.x * 0x1p112f));
+          pk[1][c / 2] = pack_bf16x2(x[c] * (s0.y * 0x1p112f), x[c + 1] * (s1.y * 0x1p112f));
+          pk[2][c / 2] = pack_bf16x2(x[c] * (s0.z * 0x1p112f), x[c + 1] * (s1.z * 0x1p112f));
+          pk[3][c / 2] = pack_bf16x2(x[c] * (s0.w * 0x1p112f), x[c + 1] * (s1.w * 0x1p112f));
+        }
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+          uint8_t* const dst = prow + g * (R * PS * 4);
+          if constexpr (CPL == 2) {
+            *reinterpret_cast<uint32_t*>(dst) = pk[g][0];
+          } else {
+#pragma unroll
+            for (int c = 0; c < CPL / 2; c += 2)
+              *reinterpret_cast<uint2*>(dst + 4 * c) = make_uint2(pk[g][c], pk[g][c + 1]);
+          }
+        }
+      } else if constexpr (CPL >= 2) {
+#pragma unroll
+        for (int c = 0; c < CPL; c += 2)
+          *reinterpret_cast<float2*>(&sPart[srow * PS + c0 + c]) = make_float2(x[c], x[c + 1]);
+      } else {
+        sPart[srow * PS + c0] = x[0];
+      }
+      if ((lane % LPR) == 0) sAlpha[srow] = alpha;
+    }
+    __syncthreads();
+
+    // ---------------- PV: O[:, 64w .. 64w+64) ----------------
+    {
+      float al[MT][2];
+      bool need = false;
+#pragma unroll
+      for (int m = 0; m < MT; ++m) {
+        al[m][0] = sAlpha[16 * m + gq];
+        al[m][1] = sAlpha[16 * m + gq + 8];
+        need = need || al[m][0] != 1.f || al[m][1] != 1.f;
+      }
+      if (__any_sync(0xffffffffu, need)) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int n = 0; n < NPV; ++n) {
+            O[m][n][0] *= al[m][0];
+            O[m][n][1] *= al[m][0];
+            O[m][n][2] *= al[m][1];
+            O[m][n][3] *= al[m][1];
+          }
+      }
+      const float* const sP = sPart;  // P aliases partial 0
+      // kPCopies: this warp's bf16 copy of P (scale group (DPW * warp) >> 7), A via ldmatrix
+      uint32_t pa_base = 0;
+      if constexpr (kPCopies) {
+        const int r = lane & 15;
+        pa_base = smem_u32(sPart) + (((DPW * warp) >> 7) * R + r) * (PS * 4) + 16 * ((r >> 2) & 1) +
+                  (lane >> 4) * 16;
+      }
+#pragma unroll
+      for (int i = 0; i < BN / 16; ++i) {
+        uint32_t a[MT][4];
+        if constexpr (kPCopies) {
+#pragma unroll
+          for (int m = 0; m < MT; ++m) ldmatrix_x4(a[m], pa_base + 16 * m * (PS * 4) + 32 * i);
+        } else {
+          const int ka = 16 * i + 2 * tq;  // tokens ka, ka+1, ka+8, ka+9
+          float sc[4] = {1.f, 1.f, 1.f, 1.f};
+          if constexpr (FP8) {
+            const int so = 512 + 4 * ((DPW * warp) >> 7);  // the group of this warp's dims
+            sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + so) * 0x1p112f;
+            sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + so) * 0x1p112f;
+            sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + so) * 0x1p112f;
+            sc[3] = *reinterpret_cast<const float*>(st + (ka + 9) * ROWB + so) * 0x1p112f;
+          }
+#pragma unroll
+          for (int m = 0; m < MT; ++m) {
+            const int r0 = 16 * m + gq, r1 = r0 + 8;
+            const float2 p00 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka]);
+            const float2 p10 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka]);
+            const float2 p01 = *reinterpret_cast<const float2*>(&sP[r0 * PS + ka + 8]);
+            const float2 p11 = *reinterpret_cast<const float2*>(&sP[r1 * PS + ka + 8]);
+            a[m][0] = pack_bf16x2(p00.x * sc[0], p00.y * sc[1]);
+            a[m][1] = pack_bf16x2(p10.x * sc[0], p10.y * sc[1]);
+            a[m][2] = pack_bf16x2(p01.x * sc[2], p01.y * sc[3]);
+            a[m][3] = pack_bf16x2(p11.x * sc[2], p11.y * sc[3]);
+          }
+        }
+        if constexpr (FP8) {
+          // V^T via ldmatrix.trans of 8 tokens x 16 e4m3: lane (g, t) gets tokens 2t, 2t+1 at
+          // bytes 2g, 2g+1 of a 16-byte segment, already paired for the B fragment.
+          const uint32_t v_base = st_u32 + (16 * i + (lane & 7) + (((lane >> 3) & 1) << 3)) * ROWB +
+                                  DPW * warp + (lane >> 4) * 16;
+#pragma unroll
+          for (int q2 = 0; q2 < DPW / 32; ++q2) {
+            uint32_t r[4];  // (seg 2q2: tokens 0-7, 8-15), (seg 2q2+1: tokens 0-7, 8-15)
+            ldmatrix_x4_trans(r, v_base + q2 * 32);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int seg = 2 * q2 + h;
+              const uint32_t be = e4m3x4_even_to_bf16x2(r[2 * h]), bo = e4m3x4_odd_to_bf16x2(r[2 * h]);
+              const uint32_t ce = e4m3x4_even_to_bf16x2(r[2 * h + 1]),
+                             co = e4m3x4_odd_to_bf16x2(r[2 * h + 1]);
+#pragma unroll
+              for (int m = 0; m < MT; ++m) {
+                mma_bf16_16816(O[m][2 * seg], a[m], be, ce);      // dims 16seg + 2g
+                mma_bf16_16816(O[m][2 * seg + 1], a[m], bo, co);  // dims 16seg + 2g + 1
+              }
+            }
+          }
+        } else {
+#pragma unroll
+          for (int c = 0; c < NPV; c += 2) {
+            const int tok = 16 * i + (lane & 7) + (((lane >> 3) & 1) << 3);
+            const int chn = NPV * warp + c + (lane >> 4);
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, st_u32 + tok * ROWB + ((chn ^ (tok & 7)) << 4));
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+              mma_bf16_16816(O[m][c], a[m], b[0], b[1]);
+              mma_bf16_16816(O[m][c + 1], a[m], b[2], b[3]);
             }
           }
         }
       }
     }
-    chunk_end(c);
+  }
+
+  // ---------------- epilogue ----------------
+  if ((lane % C::LPR) == 0) {
+    sFinM[srow] = m_run;
+    sFinL[srow] = l_run;
+  }
+  __syncthreads();
+
+  const bool direct = nsplit_g == 1;
+  constexpr float kOutFactor = FP8 ? 256.f : 1.f;  // P carried 2^112, V 2^-120
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = 16 * m + gq + 8 * hr;
+      const int row = row0 + r;
+      if (row >= rows) continue;
+      const float l = sFinL[r];
+      const float mm = sFinM[r];
+      const float inv = l > 0.f ? kOutFactor / l : 0.f;
+      const float lse2 = l > 0.f ? mm + __log2f(l) : -INFINITY;
+      const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
+      __nv_bfloat16* dst;
+      if (direct) {
+        dst = p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh;
+      } else {
+        dst = la.part_o + ((g_local * rows + row) * la.nsplit + split) * 512;
+      }
+      if constexpr (FP8) {
+        // n8 tile 2seg+par, acc col 2t+e  ->  dim 64w + 16seg + 4t + 2e + par
+#pragma unroll
+        for (int seg = 0; seg < DPW / 16; ++seg) {
+          const uint32_t lo = pack_bf16x2(O[m][2 * seg][2 * hr] * inv, O[m][2 * seg + 1][2 * hr] * inv);
+          const uint32_t hi =
+              pack_bf16x2(O[m][2 * seg][2 * hr + 1] * inv, O[m][2 * seg + 1][2 * hr + 1] * inv);
+          *reinterpret_cast<uint2*>(dst + DPW * warp + 16 * seg + 4 * tq) = make_uint2(lo, hi);
+        }
+      } else {
+#pragma unroll
+        for (int n = 0; n < NPV; ++n) {
+          *reinterpret_cast<uint32_t*>(dst + DPW * warp + 8 * n + 2 * tq) =
+              pack_bf16x2(O[m][n][2 * hr] * inv, O[m][n][2 * hr + 1] * inv);
+        }
+      }
+      if (warp == 0 && tq == 0) {
+        if (direct) {
+          if (p.lse != nullptr)
+            p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] = lse2 * 0.6931471805599453f;
+        } else {
+          la.part_lse[(g_local * rows + row) * la.nsplit + split] = lse2;
+        }
+      }
+    }
   }
   if (direct) return;
 
@@ -868,97 +726,47 @@ __global__ void __launch_bounds__(NW * 32, 2)
   __syncthreads();
   if (*sFlag == 0) return;
   __threadfence();
-  // Warp per row, lane per 16 dims: the fold over the blocks (of the chunks of each block
-  // first, when the slots hold chunks), with the same operations as the CTA's fold.
   for (int r = warp; r < R; r += kWarps) {
     const int row = row0 + r;
     if (row >= rows) break;
-    const int64_t base = (g_local * rows + row) * la.nparts;
-    // slots [s0, s1) folded in order, loaded kU at a time ahead of their folds (the fold is a
-    // dependent chain; the loads are not)
-    constexpr int kU = 4;
-    auto fold_slots = [&](float (&Fa)[16], float& M, float& L, int s0, int s1) {
-      for (int sb = s0; sb < s1; sb += kU) {
-        uint4 raw[kU][2];
-        float l2[kU];
+    const int64_t base = (g_local * rows + row) * la.nsplit;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int s2 = 0; s2 < nsplit_g; ++s2) mx = fmaxf(mx, __ldcg(la.part_lse + base + s2));
+    float accv[16];
 #pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          if (sb + u < s1) {
-            const uint4* src =
-                reinterpret_cast<const uint4*>(la.part_o + (base + sb + u) * 512 + lane * 16);
-            raw[u][0] = __ldcg(src);
-            raw[u][1] = __ldcg(src + 1);
-            l2[u] = __ldcg(la.part_lse + base + sb + u);
-          }
-        }
+    for (int d = 0; d < 16; ++d) accv[d] = 0.f;
+    float wsum = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll 4
+      for (int s2 = 0; s2 < nsplit_g; ++s2) {
+        const float w = exp2f(__ldcg(la.part_lse + base + s2) - mx);
+        wsum += w;
+        const uint4* src = reinterpret_cast<const uint4*>(la.part_o + (base + s2) * 512 + lane * 16);
+        const uint4 v0 = __ldcg(src), v1 = __ldcg(src + 1);
+        const uint32_t u[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          if (sb + u < s1) {
-            float a, b;
-            fold_scales(M, L, l2[u], a, b);
-            const uint32_t w[8] = {raw[u][0].x, raw[u][0].y, raw[u][0].z, raw[u][0].w,
-                                   raw[u][1].x, raw[u][1].y, raw[u][1].z, raw[u][1].w};
-#pragma unroll
-            for (int d = 0; d < 8; ++d) {
-              Fa[2 * d] = fold_elem(Fa[2 * d], a, __uint_as_float(w[d] << 16), b);
-              Fa[2 * d + 1] = fold_elem(Fa[2 * d + 1], a, __uint_as_float(w[d] & 0xFFFF0000u), b);
-            }
-          }
-        }
-      }
-    };
-    float Fo[16], Mo = -INFINITY, Lo = 0.f;
-#pragma unroll
-    for (int d = 0; d < 16; ++d) Fo[d] = 0.f;
-    float res[16], lse_out = -INFINITY;
-    bool final_block = false;  // one block of chunk results: its result is the output
-    if (blocks_mode) {
-      fold_slots(Fo, Mo, Lo, 0, nblocks_g);
-    } else {
-      for (int b = 0; b < nblocks_g; ++b) {
-        float Fi[16], Mi = -INFINITY, Li = 0.f;
-#pragma unroll
-        for (int d = 0; d < 16; ++d) Fi[d] = 0.f;
-        fold_slots(Fi, Mi, Li, b * la.block, min(nchunks_g, (b + 1) * la.block));
-        float ri, l2i;
-        fold_finish(Mi, Li, ri, l2i);
-        float ob[16];
-#pragma unroll
-        for (int d = 0; d < 16; ++d) ob[d] = round_bf16(__fmul_rn(Fi[d], ri));
-        if (nblocks_g == 1) {
-#pragma unroll
-          for (int d = 0; d < 16; ++d) Fo[d] = ob[d];
-          lse_out = l2i;
-          final_block = true;
-        } else {
-          float a, bb;
-          fold_scales(Mo, Lo, l2i, a, bb);
-#pragma unroll
-          for (int d = 0; d < 16; ++d) Fo[d] = fold_elem(Fo[d], a, ob[d], bb);
+        for (int d = 0; d < 8; ++d) {
+          accv[2 * d] += w * __uint_as_float(u[d] << 16);
+          accv[2 * d + 1] += w * __uint_as_float(u[d] & 0xFFFF0000u);
         }
       }
     }
-    if (final_block) {
-#pragma unroll
-      for (int d = 0; d < 16; ++d) res[d] = Fo[d];
-    } else {
-      float ro;
-      fold_finish(Mo, Lo, ro, lse_out);
-#pragma unroll
-      for (int d = 0; d < 16; ++d) res[d] = __fmul_rn(Fo[d], ro);
-    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
     const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
     __nv_bfloat16* const dst = p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh + lane * 16;
     uint32_t o[8];
 #pragma unroll
-    for (int d = 0; d < 8; ++d) o[d] = pack_bf16x2(res[2 * d], res[2 * d + 1]);
+    for (int d = 0; d < 8; ++d) o[d] = pack_bf16x2(accv[2 * d] * inv, accv[2 * d + 1] * inv);
     reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
     reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
-    if (lane == 0 && p.lse != nullptr)
-      p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] = __fmul_rn(lse_out, kLn2);
+    if (lane == 0 && p.lse != nullptr) {
+      p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] =
+          mx == -INFINITY ? -INFINITY : (mx + log2f(wsum)) * 0.6931471805599453f;
+    }
     // the partials of this row are consumed: drop them from L2 without a write-back
     __syncwarp();
-    const int lines = (blocks_mode ? nblocks_g : nchunks_g) * 8;  // 1024 B = 8 lines of 128 B
+    const int lines = nsplit_g * 8;  // 1024 B per split = 8 lines of 128 B
     for (int ln = lane; ln < lines; ln += 32)
       discard_l2_line(reinterpret_cast<const uint8_t*>(la.part_o + base * 512) + ln * 128);
   }

@@ -48,23 +48,15 @@ struct MlaParams {
   int groups = 0;  // T (sparse) or B (decode)
 };
 
-// How one call is cut into launches. A group's KV list is cut into math chunks (`chunk`
-// tokens) grouped into blocks (`block` chunks); the result is a fold over the chunks of each
-// block, then over the blocks, both in order (mla_fwd_sm80.cuh), so it depends only on the
-// per-group work (topk, or each request's own length), heads and the format. The launch split
-// (chunks per CTA), the row tile, the warps and the slab are chosen by the call's size and
-// never change a result bit.
+// How one call is cut into launches. Depends on the problem only through the per-group work
+// (topk, or each request's own length), heads and the format, never on the number of groups,
+// except for the row tile, which does not change any row's arithmetic.
 struct MlaPlan {
   int rows = 0;         // s_q * heads
   int row_tile = 32;    // 16 or 32 rows per CTA
   int row_tiles = 0;
-  int chunk = 0;        // KV tokens per math chunk (a multiple of the tile size)
-  int chunks = 1;       // math chunks per group (decode: the most any request can need)
-  int block = 1;        // chunks per block (decode: 1)
-  int cta_chunks = 1;   // chunks per CTA: a divisor of `block` (a CTA writes each chunk's
-                        // result) or `block` itself (a CTA folds its block, 16-row tiles)
-  int nsplit = 1;       // CTAs per group
-  int parts = 0;        // partial slots per row (0: every CTA writes the output itself)
+  int chunk = 0;        // KV tokens per split (a multiple of the tile size)
+  int nsplit = 1;       // splits per group (decode: the most any request can need)
   int64_t slab = 0;     // groups per launch (bounded by the workspace)
   std::size_t part_bytes_per_group = 0;
   int warps = 0;        // warps per CTA (0: the format's default, 8 fp8 / 4 bf16); never
@@ -72,15 +64,10 @@ struct MlaPlan {
 };
 
 // Tuning hooks (environment variables), read once when a Kernel is made, not on every call:
-// LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> (math chunk), LATTE_CUDA_SPARSE_MLA_BLOCK=
-// <tokens, a multiple of the chunk> (block; both change result bits, the same way for every
-// group), LATTE_CUDA_SPARSE_MLA_CTA_CHUNKS=<n> (chunks per CTA, a divisor of the block),
-// LATTE_CUDA_SPARSE_MLA_ROW_TILE=16|32 and LATTE_CUDA_SPARSE_MLA_WARPS=4|8 (these three never
-// change a result bit; 0 = not set: the default rule).
+// LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> (split size), LATTE_CUDA_SPARSE_MLA_ROW_TILE=
+// 16|32 and LATTE_CUDA_SPARSE_MLA_WARPS=4|8 (0 = not set: the default rule).
 struct Tuning {
   int chunk = 0;
-  int block = 0;
-  int cta_chunks = 0;
   int row_tile = 0;
   int warps = 0;
 };
@@ -92,7 +79,7 @@ int chunk_tokens(bool decode, int rows, const Tuning& tuning);
 MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes,
                   const Tuning& tuning);
 std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
-                                int64_t max_groups, int sm_count, const Tuning& tuning);
+                                int64_t max_groups, const Tuning& tuning);
 
 // Launches the main kernel (and the combine kernel when split) on `stream`. `workspace` must
 // hold at least plan.slab * plan.part_bytes_per_group bytes when plan.nsplit > 1.
