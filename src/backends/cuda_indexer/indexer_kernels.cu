@@ -17,6 +17,7 @@
 #include "cuda/check.cuh"
 #include "indexer_launch.hpp"
 #include "latte/error.hpp"
+#include "fused_tau_kernel.cuh"
 #include "score_kernel.cuh"
 #include "topk_kernel.cuh"
 
@@ -98,7 +99,7 @@ void plan_layout(ScorePlan& pl, int topk) {
   const int misc = pl.mode == kModeFused ? static_cast<int>(align_up(sizeof(FusedMisc), 16)) : 16;
   pl.off_buf = pl.off_misc + misc;
   pl.smem = pl.off_buf;
-  if (pl.mode == kModeAdmit) pl.smem += kThreads / 32 * 2 * kAdmitWarpBuf * 4;  // warp buffers
+  if (pl.mode == kModeAdmit) pl.smem += kAdmitBufBytes;  // warp buffers
   if (pl.mode == kModeFused) {
     // The running candidate buffers live in the workspace (L2-resident, a few KB per CTA), so
     // the CTA's shared memory stays that of the unfused kernel and as many CTAs fit per SM.
@@ -198,11 +199,17 @@ ScorePlan one_token_plan(const IndexerProblem& p, int mode, int topk, const Devi
   return pl;
 }
 
-// The fused path's sample pass: kFusedSampleChunk sampled positions per CTA.
+// The fused path's sample pass: each CTA scores a power-of-two share of a token's
+// kFusedSamples positions, from 256 (8 CTAs per token; 128 measured slower at 32 tokens) up
+// to all of them, so that the pass fits in about one wave of the device (its CTAs are
+// latency-bound: a second wave doubles the pass).
 ScorePlan plan_sample(const IndexerProblem& p, const DeviceTraits& dev) {
   ScorePlan pl = one_token_plan(p, kModeSample, 0, dev);
-  pl.chunk_len = kFusedSampleChunk;
-  pl.num_chunks = kFusedSamples / kFusedSampleChunk;
+  const int64_t slots = static_cast<int64_t>(dev.sm_count) * score_ctas_per_sm(pl);
+  int per_token = kFusedSamples / kFusedSampleChunk;
+  while (per_token > 1 && per_token * static_cast<int64_t>(p.tokens) > slots) per_token /= 2;
+  pl.chunk_len = kFusedSamples / per_token;
+  pl.num_chunks = per_token;
   return pl;
 }
 
@@ -489,13 +496,17 @@ void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const Topk
   static std::atomic<uint64_t> done_direct{0}, done_match{0};
   const auto grid = static_cast<unsigned>(list.rows);
   const auto smem = static_cast<std::size_t>(t.smem);
+  prof_begin(stream);
+  TopkArgs l = list, r = repair;
+  l.prof = r.prof = prof_buffer();
   if (topk_direct_hist()) {
     allow_smem(topk_fused_final_kernel<true>, done_direct);
-    launch_ex(topk_fused_final_kernel<true>, grid, kTopkThreads, smem, pdl, stream, list, repair);
+    launch_ex(topk_fused_final_kernel<true>, grid, kTopkThreads, smem, pdl, stream, l, r);
   } else {
     allow_smem(topk_fused_final_kernel<false>, done_match);
-    launch_ex(topk_fused_final_kernel<false>, grid, kTopkThreads, smem, pdl, stream, list, repair);
+    launch_ex(topk_fused_final_kernel<false>, grid, kTopkThreads, smem, pdl, stream, l, r);
   }
+  prof_end("fused", stream);
 }
 
 // The three split kernels over workspace `ws` (sp.total bytes). The collect and final kernels
@@ -683,11 +694,11 @@ TopkPath choose_topk_path(const IndexerProblem& p, int topk, std::size_t workspa
   (void)dev;
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
-  // Measured on the H200 (docs/performance.md): the unfused path was faster in every decode
-  // and prefill shape, and the fused path still fails its determinism test
-  // (docs/kernels/indexer.md, "Known issues"). So the unfused path always runs, over as many
-  // tokens per pass as the workspace holds keys for; fused only when asked for
-  // (LATTE_CUDA_INDEXER_PATH=fused) or when not even one row of keys fits.
+  // Measured on the H200 (docs/performance.md): at 128K the fused path is within about 2 % of
+  // the unfused one either way (B = 1 / 32 / 128, 32 and 64 heads), and slower at shorter
+  // contexts and in prefill. So the unfused path runs, over as many tokens per pass as the
+  // workspace holds keys for; fused when asked for (LATTE_CUDA_INDEXER_PATH=fused) or when not
+  // even one row of keys fits.
   if (keys_ld(p) * 4 <= static_cast<int64_t>(workspace_bytes)) return TopkPath::unfused;
   return TopkPath::fused;
 }
@@ -759,8 +770,8 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
     else launch_topk_kernel<kSrcKeys>(t, tp, stream);
     return;
   }
-  // Fused: sample pass (tau per token), admission pass (candidates >= tau into per-token
-  // lists), the top-k of each list; then the repair pass and its top-k, whose CTAs exit at once
+  // Fused: sample pass, threshold pass (tau per token), admission pass (candidates >= tau
+  // into per-token lists), the top-k of each list; then the repair pass and its top-k, whose CTAs exit at once
   // for every token whose list is complete (fused_threshold.cuh).
   const FusedPlan fp = plan_fused(p, out.topk, dev);
   const FusedWorkspace fw = fused_layout(fp, p.tokens, out.topk);
@@ -778,6 +789,9 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
   dispatch_score(s, fp.sample, stream);
 
   const bool pdl = dev.arch >= 90 && topk_pdl_enabled();
+  s.row_tau = tau;
+  launch_ex(fused_tau_kernel, static_cast<unsigned>(p.tokens), kTauThreads, 0, pdl, stream, s);
+
   ScoreArgs a = score_args(p, fp.admit);
   a.topk = out.topk;
   a.sample_keys = samples;

@@ -117,7 +117,10 @@ struct FusedMisc {
 constexpr int kCompactPer = 8;  // buffer entries per thread per compaction round
 // Admit mode: candidates each warp gathers in shared memory before it reserves room in the
 // token's list (one global atomic per flush: an atomic's round trip per stage costs more).
-constexpr int kAdmitWarpBuf = 128;
+// 32 entries (one stage's worth of a warp): the shared memory of 128 per warp cost the 64-head
+// admission kernel its third CTA per SM on the H200 (914 vs 818 us at 128 x 128K).
+constexpr int kAdmitWarpBuf = 32;
+constexpr int kAdmitBufBytes = kThreads / 32 * 2 * kAdmitWarpBuf * 4;
 
 
 // w * ReLU(acc * q_scale) as coef * ReLU(acc) with coef = w * |q_scale|: the queries of heads
@@ -277,6 +280,8 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     }
   }
 
+  // Admit mode: token t0's admission threshold, from the threshold pass (fused_tau_kernel.cuh).
+  uint32_t admit_tau = 1;
   // Admit mode: this warp's buffer and its flush into token t's list (room reserved by one
   // atomic; entries past the list's capacity are counted, not stored: the repair pass sees it).
   uint32_t* wbuf_keys = reinterpret_cast<uint32_t*>(smem + a.off_buf) + warp * 2 * kAdmitWarpBuf;
@@ -297,6 +302,18 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     __syncwarp();
     wbuf_n = 0;
   };
+  // Admits (key, position s) of token t if key >= tau: every lane of the warp calls it.
+  auto admit_key = [&](uint32_t key, int64_t s, int t) {
+    const bool pass = key != 0u && key >= admit_tau;
+    const unsigned m = __ballot_sync(0xffffffffu, pass);
+    if (wbuf_n + __popc(m) > kAdmitWarpBuf) flush_admitted(t);
+    if (pass) {
+      const int at = wbuf_n + __popc(m & ((1u << lane) - 1u));
+      wbuf_keys[at] = key;
+      wbuf_pos[at] = static_cast<int32_t>(s);
+    }
+    wbuf_n += __popc(m);
+  };
 
   // Keeps the `keep` best of the buffer and raises the admission threshold.
   auto compact = [&](int keep) {
@@ -310,65 +327,6 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     __syncthreads();
   };
 
-  // Admission threshold of token t0 from its sampled keys (fused_sample_rank): the m-th
-  // largest, by four 8-bit digit histograms. Every CTA of the token computes the same.
-  __shared__ int s_hist[256];
-  __shared__ uint32_t s_prefix;
-  __shared__ int s_rank;
-  uint32_t admit_tau = 1;
-  auto sampled_tau = [&](int64_t visible) -> uint32_t {
-    const int m = fused_sample_rank(visible, a.topk, a.debug);
-    uint32_t tau = 1;
-    if (m > 0) {
-      constexpr int kPer = kFusedSamples / kThreads;
-      uint32_t k[kPer];
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) k[j] = a.sample_keys[static_cast<int64_t>(t0) * kFusedSamples + j * kThreads + tid];
-      uint32_t prefix = 0;
-      int rank = m;  // rank of the wanted key among the keys that share `prefix`
-      for (int shift = 24; shift >= 0; shift -= 8) {
-        for (int b = tid; b < 256; b += kThreads) s_hist[b] = 0;
-        __syncthreads();
-        const uint32_t high = shift == 24 ? 0u : (0xFFFFFFFFu << (shift + 8));
-#pragma unroll
-        for (int j = 0; j < kPer; ++j)
-          if ((k[j] & high) == prefix) atomicAdd(&s_hist[(k[j] >> shift) & 0xFFu], 1);
-        __syncthreads();
-        if (warp == 0) {
-          // Lane l owns digits 255 - 8 l ... 248 - 8 l (highest first).
-          int c[8], sum = 0;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            c[e] = s_hist[255 - 8 * lane - e];
-            sum += c[e];
-          }
-          int incl = sum;
-#pragma unroll
-          for (int o = 1; o < 32; o <<= 1) {
-            const int y = __shfl_up_sync(0xffffffffu, incl, o);
-            if (lane >= o) incl += y;
-          }
-          int above = incl - sum;  // keys with a higher digit than this lane's first
-          if (above < rank && rank <= incl) {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              if (above < rank && rank <= above + c[e]) {
-                s_prefix = prefix | (static_cast<uint32_t>(255 - 8 * lane - e) << shift);
-                s_rank = rank - above;
-              }
-              above += c[e];
-            }
-          }
-        }
-        __syncthreads();
-        prefix = s_prefix;
-        rank = s_rank;
-      }
-      tau = prefix > 1u ? prefix : 1u;
-    }
-    if (chunk == 0 && tid == 0 && t0 < a.tokens) a.row_tau[t0] = tau;
-    return tau;
-  };
 
   for (int gi = 0; gi < a.group; ++gi) {
     const int row = stok[gi];
@@ -441,26 +399,30 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
         cuda::cp_async_4(ssc + slot * kStageTokens + tid, a.k_cache + sscl[slot * kStageTokens + tid], (m >> lane) & 1u);
       };
 
-      int b_next;
+      // Sample mode: sample i = s_begin + 128 st + tid of stage st reads position
+      // i * maxvis / kFusedSamples, in block b at offset o.
+      auto sample_at = [&](int st, int& b, int& o) {
+        const int64_t pos = (s_begin + static_cast<int64_t>(st) * kStageTokens + tid) * maxvis / kFusedSamples;
+        const int64_t pb = pos / bs;
+        o = static_cast<int>(pos - pb * bs);
+        b = pb < a.max_blocks ? btrow[pb * a.bt_sc] : -1;
+      };
+      int b_next, o_next = 0;
       {
         // The first S stages' block ids (and stage S's) in one round trip.
         int b0[S], o0[S];
 #pragma unroll
         for (int st = 0; st < S; ++st) {
           if (MODE == kModeSample) {
-            // Sample i = s_begin + 128 st + tid reads position i * maxvis / kFusedSamples (its
-            // stages all fit in the first S: kFusedSampleChunk <= 128 (S - 1)).
-            const int64_t pos = (s_begin + static_cast<int64_t>(st) * kStageTokens + tid) * maxvis / kFusedSamples;
-            const int64_t pb = pos / bs;
-            o0[st] = static_cast<int>(pos - pb * bs);
-            b0[st] = pb < a.max_blocks ? btrow[pb * a.bt_sc] : -1;
+            sample_at(st, b0[st], o0[st]);
           } else {
             o0[st] = off;
             b0[st] = load_block();
             advance();
           }
         }
-        b_next = MODE == kModeSample ? -1 : load_block();
+        if (MODE == kModeSample) sample_at(S, b_next, o_next);
+        else b_next = load_block();
 #pragma unroll
         for (int st = 0; st < S; ++st) locate(st, st, b0[st], o0[st]);
       }
@@ -473,8 +435,8 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       if (!q_ready) {
         stage_q();  // overlaps the first stages' loads
         if (MODE == kModeAdmit) {
-          cuda::pdl_wait();  // the sample pass's keys and zeroed counts
-          admit_tau = sampled_tau(maxvis);
+          cuda::pdl_wait();  // the threshold pass's tau (and the sample pass's zeroed counts)
+          admit_tau = a.row_tau[t0];  // group == 1
         }
         __syncthreads();
         q_ready = true;
@@ -596,16 +558,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             a.sample_keys[static_cast<int64_t>(t) * kFusedSamples + my_s] = vis ? cuda::score_key(score) : 0u;
           } else if (MODE == kModeAdmit) {
             // Candidates at or above tau gather in the warp's buffer.
-            const uint32_t key = vis ? cuda::score_key(score) : 0u;
-            const bool pass = key != 0u && key >= admit_tau;
-            const unsigned m = __ballot_sync(0xffffffffu, pass);
-            if (wbuf_n + __popc(m) > kAdmitWarpBuf) flush_admitted(t);
-            if (pass) {
-              const int at = wbuf_n + __popc(m & ((1u << lane) - 1u));
-              wbuf_keys[at] = key;
-              wbuf_pos[at] = static_cast<int32_t>(my_s);
-            }
-            wbuf_n += __popc(m);
+            admit_key(vis ? cuda::score_key(score) : 0u, my_s, t);
           } else if (MODE == kModeLogits) {
             if (my_s < a.logits_len)
               a.logits[static_cast<int64_t>(t) * a.lg_st + my_s * a.lg_ss] = vis ? score : -INFINITY;
@@ -635,8 +588,11 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
         // Stage it + S reuses this slot; its offsets are read after the next barrier. The warp
         // barrier orders this stage's reads of the slot's mask before lane 0 rewrites it.
         __syncwarp();
-        locate(it + S, slot, b_next, off);
-        if (MODE != kModeSample) {
+        if (MODE == kModeSample) {
+          locate(it + S, slot, b_next, o_next);
+          sample_at(it + S + 1, b_next, o_next);
+        } else {
+          locate(it + S, slot, b_next, off);
           advance();
           b_next = load_block();
         }
@@ -660,9 +616,6 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       }
     }
   }
-
-  // Nothing visible to this token (chunk 0 saw no stage): every position is admitted.
-  if (MODE == kModeAdmit && chunk == 0 && tid == 0 && !q_ready && t0 < a.tokens) a.row_tau[t0] = 1u;
 
   if (MODE == kModeFused) {
     __syncthreads();

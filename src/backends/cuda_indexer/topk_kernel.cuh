@@ -384,36 +384,44 @@ __device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* sm
   __syncthreads();
   prof_mark(a.prof, row, 4);
 
-  // 4. Rank the bitmap and write positions (or slots) in ascending position order.
+  // 4. Rank the bitmap: the chosen positions in ascending order into shared memory (the
+  //    candidate region is free now: a.cap >= topk), then one output per thread and step, so
+  //    the block_table reads of the physical translation are independent (a thread walking its
+  //    own words, as before, read them one after another: ~8 us per row on the H200).
   const int wpt = (words + kTopkThreads - 1) / kTopkThreads;
   const int w0 = tid * wpt, w1 = min(words, w0 + wpt);
   int mine = 0;
   for (int w = w0; w < w1; ++w) mine += __popc(bitmap[w]);
   int total = 0;
   int rank = cuda::block_exclusive_scan<kTopkThreads>(mine, sh.scan, &total);
-  const int32_t* btrow = a.physical ? a.bt + static_cast<int64_t>(brow) * a.bt_sr : nullptr;
-  for (int w = w0; w < w1; ++w) {
+  int32_t* chosen = reinterpret_cast<int32_t*>(ckeys);
+  for (int w = w0; w < w1 && rank < a.topk; ++w) {
     uint32_t bits = bitmap[w];
-    while (bits) {
-      const int b = __ffs(bits) - 1;
+    while (bits && rank < a.topk) {
+      chosen[rank++] = w * 32 + __ffs(bits) - 1;
       bits &= bits - 1;
-      const int64_t p = static_cast<int64_t>(w) * 32 + b;
-      int32_t value = static_cast<int32_t>(p);
-      if (a.physical) {
-        value = -1;
-        const int64_t bi = p / a.block_size;
-        if (brow >= 0 && bi < a.max_blocks) {
-          const int blk = btrow[bi * a.bt_sc];
-          if (blk >= 0 && blk < a.num_blocks)
-            value = static_cast<int32_t>(static_cast<int64_t>(blk) * a.block_size + p % a.block_size);
-        }
-      }
-      if (rank < a.topk) out[static_cast<int64_t>(rank) * a.out_sc] = value;
-      ++rank;
     }
   }
+  __syncthreads();
   const int written = total < a.topk ? total : a.topk;
-  for (int i = written + tid; i < a.topk; i += kTopkThreads) out[static_cast<int64_t>(i) * a.out_sc] = -1;
+  const int32_t* btrow = a.physical && brow >= 0 ? a.bt + static_cast<int64_t>(brow) * a.bt_sr : nullptr;
+#pragma unroll 4
+  for (int i = tid; i < a.topk; i += kTopkThreads) {
+    int32_t value = -1;
+    if (i < written) {
+      const int p = chosen[i];
+      value = p;
+      if (a.physical) {
+        value = -1;
+        const int bi = p / a.block_size;
+        if (btrow && bi < a.max_blocks) {
+          const int blk = btrow[bi * a.bt_sc];
+          if (blk >= 0 && blk < a.num_blocks) value = static_cast<int32_t>(static_cast<int64_t>(blk) * a.block_size + (p - bi * a.block_size));
+        }
+      }
+    }
+    out[static_cast<int64_t>(i) * a.out_sc] = value;
+  }
   prof_mark(a.prof, row, 5);
 }
 
