@@ -11,7 +11,7 @@
 namespace latte::cuda_indexer {
 
 constexpr int kFusedSamples = 2048;      // sampled positions per token
-constexpr int kFusedSampleChunk = 256;   // the fewest sampled positions per CTA of the sample pass
+constexpr int kFusedSampleChunk = 128;   // the fewest sampled positions per CTA of the sample pass
 
 // Rank (1 = largest) of the sampled key used as tau, or 0: admit every visible position.
 // mu samples are expected above the token's topk-th score; taking the sample 4 standard
