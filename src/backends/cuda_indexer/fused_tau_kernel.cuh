@@ -19,21 +19,13 @@ namespace latte::cuda_indexer {
 constexpr int kTauThreads = 256;
 constexpr int kTauDigit = 8;  // 256 bins: one per thread
 
-// Token t's visible positions, as the score kernel counts them (a row outside the batch: none).
-__device__ __forceinline__ int64_t token_visible(const ScoreArgs& a, int t) {
-  const int row = a.tr ? a.tr[static_cast<int64_t>(t) * a.tr_s] : t;
-  if (row < 0 || row >= a.batch) return 0;
-  const int64_t v = a.vl[static_cast<int64_t>(t) * a.vl_s];
-  return v < 0 ? 0 : (v > a.max_len ? a.max_len : v);
-}
-
 __global__ void __launch_bounds__(kTauThreads) fused_tau_kernel(const ScoreArgs a) {
   __shared__ uint32_t keys[kFusedSamples];
   __shared__ int hist[1 << kTauDigit];
   __shared__ cuda::SelectScratch sc;
   const int t = blockIdx.x, tid = threadIdx.x;
   cuda::pdl_launch_dependents();  // the admission pass reads tau after its pdl_wait
-  const int m = fused_sample_rank(token_visible(a, t), a.topk, a.debug);
+  const int m = fused_sample_rank(token_visible(a, t, token_row(a, t), a.max_len), a.topk, a.debug);
   cuda::pdl_wait();  // the sample pass's keys
   uint32_t tau = 1;
   if (m > 0) {

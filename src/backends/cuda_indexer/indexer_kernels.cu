@@ -108,6 +108,12 @@ void plan_layout(ScorePlan& pl, int topk) {
   }
 }
 
+// Whether environment variable `name` is set to `value` (measurement switches).
+bool env_is(const char* name, const char* value) {
+  const char* e = std::getenv(name);
+  return e != nullptr && std::strcmp(e, value) == 0;
+}
+
 int env_debug() {
   const char* v = std::getenv("LATTE_CUDA_INDEXER_DEBUG");
   return v ? std::atoi(v) : 0;
@@ -358,10 +364,7 @@ TopkPlan plan_topk(int64_t max_positions, int topk) {
 // Histograms of the top-k selects: without match.any (default) or with it
 // (LATTE_CUDA_TOPK_HIST=match, measurements).
 bool topk_direct_hist() {
-  static const bool v = [] {
-    const char* e = std::getenv("LATTE_CUDA_TOPK_HIST");
-    return !(e && std::strcmp(e, "match") == 0);
-  }();
+  static const bool v = !env_is("LATTE_CUDA_TOPK_HIST", "match");
   return v;
 }
 
@@ -443,10 +446,7 @@ constexpr int kSplitRowsPerSm = 8;  // split when rows * 8 <= SMs
 constexpr int kSplitMaxSlices = 32;
 
 bool split_enabled() {
-  static const bool v = [] {
-    const char* e = std::getenv("LATTE_CUDA_TOPK_SPLIT");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool v = !env_is("LATTE_CUDA_TOPK_SPLIT", "0");
   return v;
 }
 
@@ -478,10 +478,7 @@ SplitPlan plan_split(int64_t rows, int64_t n, int list_cap, const DeviceTraits& 
 // Programmatic dependent launch of the collect and final kernels (sm_90+, topk_kernel.cuh
 // pdl_wait); LATTE_CUDA_TOPK_PDL=0 turns it off (measurements).
 bool topk_pdl_enabled() {
-  static const bool v = [] {
-    const char* e = std::getenv("LATTE_CUDA_TOPK_PDL");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
+  static const bool v = !env_is("LATTE_CUDA_TOPK_PDL", "0");
   return v;
 }
 

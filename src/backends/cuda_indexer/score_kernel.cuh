@@ -123,6 +123,19 @@ constexpr int kAdmitWarpBuf = 32;
 constexpr int kAdmitBufBytes = kThreads / 32 * 2 * kAdmitWarpBuf * 4;
 
 
+// Token t's block_table row, or -1 when it has none (a row outside the batch).
+__device__ __forceinline__ int token_row(const ScoreArgs& a, int t) {
+  const int row = a.tr ? a.tr[static_cast<int64_t>(t) * a.tr_s] : t;
+  return row < 0 || row >= a.batch ? -1 : row;
+}
+
+// The positions token t (block_table row `row`) sees, at most `lim`: none without a row.
+__device__ __forceinline__ int64_t token_visible(const ScoreArgs& a, int t, int row, int64_t lim) {
+  if (row < 0) return 0;
+  const int64_t v = a.vl[static_cast<int64_t>(t) * a.vl_s];
+  return v < 0 ? 0 : (v > lim ? lim : v);
+}
+
 // w * ReLU(acc * q_scale) as coef * ReLU(acc) with coef = w * |q_scale|: the queries of heads
 // with a negative q_scale are staged negated, so the sign goes into the dot product.
 // Accumulates into sum (one FMNMX + one FFMA per element).
@@ -157,12 +170,10 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     const int t = t0 + tid;
     int row = -2, vis = 0;
     if (t < a.tokens) {
-      row = a.tr ? a.tr[static_cast<int64_t>(t) * a.tr_s] : t;
-      if (row < 0 || row >= a.batch) row = -1;
-      const int64_t v = a.vl[static_cast<int64_t>(t) * a.vl_s];
+      row = token_row(a, t);
       int64_t lim = a.max_len;
       if (MODE == kModeLogits && a.logits_len < lim) lim = a.logits_len;
-      vis = row < 0 ? 0 : static_cast<int>(v < 0 ? 0 : (v > lim ? lim : v));
+      vis = static_cast<int>(token_visible(a, t, row, lim));
     }
     stok[tid] = row;
     stok[kMaxGroup + tid] = vis;

@@ -102,34 +102,36 @@ __device__ __forceinline__ uint32_t topk_pos(const TopkArgs& a, int64_t row_off,
 constexpr int kUnroll = 8;
 constexpr int64_t kBatch = 4 * kTopkThreads * kUnroll;
 
+// Keys i0 .. i0 + 3 of a row (0 past n): one 16-byte load when the row allows it.
+template <int SRC>
+__device__ __forceinline__ void load_key4(const TopkArgs& a, int64_t row_off, int64_t n, int64_t i0, uint32_t (&k)[4]) {
+  if (a.vec && i0 + 3 < n) {
+    if (SRC == kSrcF32) {
+      const float4 v = *reinterpret_cast<const float4*>(a.f32 + row_off + i0);
+      k[0] = cuda::score_key(v.x);
+      k[1] = cuda::score_key(v.y);
+      k[2] = cuda::score_key(v.z);
+      k[3] = cuda::score_key(v.w);
+    } else {
+      const uint4 v = *reinterpret_cast<const uint4*>(a.keys + row_off + i0);
+      k[0] = v.x;
+      k[1] = v.y;
+      k[2] = v.z;
+      k[3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) k[e] = i0 + e < n ? topk_key<SRC>(a, row_off, i0 + e) : 0u;
+  }
+}
+
 // This thread's kUnroll x 4 keys of the batch starting at `base` (0 past n): 16-byte loads,
 // consecutive threads on consecutive vectors.
 template <int SRC>
 __device__ __forceinline__ void load_batch(const TopkArgs& a, int64_t row_off, int64_t n, int64_t base,
                                            uint32_t (&k)[kUnroll][4]) {
-  const int tid = threadIdx.x;
 #pragma unroll
-  for (int u = 0; u < kUnroll; ++u) {
-    const int64_t i0 = base + (static_cast<int64_t>(u) * kTopkThreads + tid) * 4;
-    if (a.vec && i0 + 3 < n) {
-      if (SRC == kSrcF32) {
-        const float4 v = *reinterpret_cast<const float4*>(a.f32 + row_off + i0);
-        k[u][0] = cuda::score_key(v.x);
-        k[u][1] = cuda::score_key(v.y);
-        k[u][2] = cuda::score_key(v.z);
-        k[u][3] = cuda::score_key(v.w);
-      } else {
-        const uint4 v = *reinterpret_cast<const uint4*>(a.keys + row_off + i0);
-        k[u][0] = v.x;
-        k[u][1] = v.y;
-        k[u][2] = v.z;
-        k[u][3] = v.w;
-      }
-    } else {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) k[u][e] = i0 + e < n ? topk_key<SRC>(a, row_off, i0 + e) : 0u;
-    }
-  }
+  for (int u = 0; u < kUnroll; ++u) load_key4<SRC>(a, row_off, n, base + (static_cast<int64_t>(u) * kTopkThreads + threadIdx.x) * 4, k[u]);
 }
 
 __device__ __forceinline__ int64_t batch_index(int64_t base, int u, int e) {
@@ -471,30 +473,13 @@ constexpr int kSplitMaxLen = kSplitMaxVec * kSplitChunk;
 template <int SRC>
 __device__ __forceinline__ void load_slice(const TopkArgs& a, int64_t row_off, int64_t n, int64_t s0, int vecs,
                                            uint32_t (&k)[kSplitMaxVec][4]) {
-  const int tid = threadIdx.x;
 #pragma unroll
   for (int u = 0; u < kSplitMaxVec; ++u) {
-#pragma unroll
-    for (int e = 0; e < 4; ++e) k[u][e] = 0u;
-    if (u >= vecs) continue;
-    const int64_t i0 = s0 + (static_cast<int64_t>(u) * kTopkThreads + tid) * 4;
-    if (a.vec && i0 + 3 < n) {
-      if (SRC == kSrcF32) {
-        const float4 v = *reinterpret_cast<const float4*>(a.f32 + row_off + i0);
-        k[u][0] = cuda::score_key(v.x);
-        k[u][1] = cuda::score_key(v.y);
-        k[u][2] = cuda::score_key(v.z);
-        k[u][3] = cuda::score_key(v.w);
-      } else {
-        const uint4 v = *reinterpret_cast<const uint4*>(a.keys + row_off + i0);
-        k[u][0] = v.x;
-        k[u][1] = v.y;
-        k[u][2] = v.z;
-        k[u][3] = v.w;
-      }
+    if (u < vecs) {
+      load_key4<SRC>(a, row_off, n, s0 + (static_cast<int64_t>(u) * kTopkThreads + threadIdx.x) * 4, k[u]);
     } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) k[u][e] = i0 + e < n ? topk_key<SRC>(a, row_off, i0 + e) : 0u;
+      for (int e = 0; e < 4; ++e) k[u][e] = 0u;
     }
   }
 }
