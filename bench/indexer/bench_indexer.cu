@@ -127,6 +127,29 @@ double time_us(const std::function<void(int)>& f, int reps = 20, int warm = 3) {
          }) / reps;
 }
 
+// Two functions timed in alternating blocks (A B, B A, A B, ...): the median per-call time of
+// each over `rounds` blocks of `block` calls (an empty function: 0). Cancels clock drift that
+// separate back-to-back timings of A then B would attribute to B.
+std::pair<double, double> interleaved_us(const std::function<void(int)>& a, const std::function<void(int)>& b,
+                                         int rounds = 6, int block = 10) {
+  if (a) warm_up(a, 2);
+  if (b) warm_up(b, 2);
+  std::vector<double> ta, tb;
+  auto run = [&](const std::function<void(int)>& f, std::vector<double>& t) {
+    if (f) t.push_back(event_us([&] { for (int i = 0; i < block; ++i) f(i); }) / block);
+  };
+  for (int r = 0; r < rounds; ++r) {
+    if (r % 2 == 0) { run(a, ta); run(b, tb); }
+    else { run(b, tb); run(a, ta); }
+  }
+  auto median = [](std::vector<double>& t) {
+    if (t.empty()) return 0.0;
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  };
+  return {median(ta), median(tb)};
+}
+
 // Median of `reps` calls each timed alone (events around one call, then a wait): includes the
 // host-side launch work, which the GPU waits for.
 double sync_time_us(const std::function<void(int)>& f, int reps = 20, int warm = 3) {
@@ -361,12 +384,34 @@ int main(int argc, char** argv) {
         const double sync_logits = fused_only || unfused_only ? 0.0 : sync_time_us([&](int i) {
           launch_indexer_logits(s.problem(i), logits, ctx, 1, ctx, dev, nullptr);
         });
-        const double t_unfused = fused_only ? 0.0 : time_us([&](int i) {
-          launch_indexer_topk(s.problem(i), o, TopkPath::unfused, ws, ws_u, dev, nullptr);
-        });
-        const double t_fused = unfused_only ? 0.0 : time_us([&](int i) {
-          launch_indexer_topk(s.problem(i), o, TopkPath::fused, ws, ws_f, dev, nullptr);
-        });
+        // Unfused and fused in alternating blocks of 10 calls (6 rounds, the order swapped every
+        // round), each path's figure the median block: the B = 128 shapes hold the GPU at its
+        // power limit (its clock fell to 1.7-1.9 GHz) and the same kernel's time drifted by up
+        // to 10 % within one process; timing one path then the other measured that drift. (Blocks
+        // of 4 calls counted each block's first host-side launch work too.)
+        const auto unfused_call = [&](int i) { launch_indexer_topk(s.problem(i), o, TopkPath::unfused, ws, ws_u, dev, nullptr); };
+        const auto fused_call = [&](int i) { launch_indexer_topk(s.problem(i), o, TopkPath::fused, ws, ws_f, dev, nullptr); };
+        using Call = std::function<void(int)>;
+        const std::pair<double, double> uf =
+            interleaved_us(fused_only ? Call{} : Call{unfused_call}, unfused_only ? Call{} : Call{fused_call});
+        const double t_unfused = uf.first, t_fused = uf.second;
+        // LATTE_BENCH_AB=VAR=VALUE: the fused path against itself with VAR=VALUE set (a
+        // measurement switch read on every call), interleaved in the same way.
+        if (const char* ab = std::getenv("LATTE_BENCH_AB")) {
+          const std::string spec(ab);
+          const std::size_t eq = spec.find('=');
+          if (eq != std::string::npos) {
+            const std::string var = spec.substr(0, eq), val = spec.substr(eq + 1);
+            const Call variant = [&](int i) {
+              setenv(var.c_str(), val.c_str(), 1);
+              fused_call(i);
+              unsetenv(var.c_str());
+            };
+            const std::pair<double, double> ab_us = interleaved_us(Call{fused_call}, variant);
+            std::fprintf(stderr, "ab %s: fused %.1f us, variant %.1f us (%.3f)\n", ab, ab_us.first, ab_us.second,
+                         ab_us.second / ab_us.first);
+          }
+        }
         const std::size_t ws_r = rows_topk_workspace_bytes(B, ctx, k, dev);
         uint8_t* wsr = dalloc<uint8_t>(ws_r);
         const double t_rows = time_us([&](int) { launch_rows_topk(logits, B, ctx, ctx, k, idx, k, wsr, ws_r, dev, nullptr); });

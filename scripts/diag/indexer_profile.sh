@@ -2,7 +2,7 @@
 # On the H200 (carry .gpu/all, .deps): the mma.sync ceilings, the indexer benchmark for a few
 # decode shapes and an Nsight Compute profile of the score kernel. Output: $OUT.
 #   scripts/diag/indexer_profile.sh [ceilings] [shape=B,ctx,H ...] [ncu=B,ctx,H[,skip]] [stress]
-#     [tests] [env:VAR=VALUE (for the steps after it)]
+#     [tests] [timeline=B,ctx,H] [env:VAR=VALUE (for the steps after it)]
 set -u
 export LD_LIBRARY_PATH=$PWD/.gpu/all:$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/indexer-profile}
@@ -24,7 +24,10 @@ for step in "$@"; do
     nvcc -O3 -std=c++17 -arch=sm_90 -I src -o /tmp/mma_sync_rate bench/ceilings/mma_sync_rate.cu &&
       /tmp/mma_sync_rate 4 && /tmp/mma_sync_rate 8;;
   shape=*)
-    timeout 200 $bench --shape "${step#shape=}" 2>&1 | grep -E "^decode|copy";;
+    timeout 200 $bench --shape "${step#shape=}" 2>&1 | grep -E "^decode|^ab |copy";;
+  timeline=*)
+    # Kernel spans of both paths with PDL overlap (LATTE_CUDA_TOPK_PROF=1; every 20th call).
+    LATTE_CUDA_TOPK_PROF=1 timeout 200 $bench --shape "${step#timeline=}" 2>&1 | grep -A2 -E "^topk prof (fused path|unfused)" | grep -v "^--" | tail -12;;
   kernels=*)
     # Durations of the first call's kernels of one path (ncu; LATTE_BENCH_ONLY, default fused).
     LATTE_BENCH_ONLY=${LATTE_BENCH_ONLY:-fused} timeout 200 ncu --clock-control none -k regex:'indexer|topk' -c "${KCOUNT:-10}" \

@@ -20,6 +20,14 @@ __device__ __forceinline__ uint32_t score_key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// The lowest float of key's rank: for every non-NaN f, score_key(f) >= key exactly when
+// f >= key_floor(key) (key >= 2: 1 is NaN's key and 0 no element), so a threshold on keys
+// becomes one float comparison.
+__device__ __forceinline__ float key_floor(uint32_t key) {
+  if (key <= 0x007FFFFFu) return -__int_as_float(0x7f800000);  // at or below -inf's key
+  return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
+}
+
 __device__ __forceinline__ uint64_t composite_key(uint32_t key, uint32_t pos) {
   return (static_cast<uint64_t>(key) << 32) | static_cast<uint32_t>(~pos);
 }
@@ -156,9 +164,17 @@ __device__ __forceinline__ void warp_hist_add_direct(int* hist, bool hit, uint32
 // common prefix, until the bin holding the boundary has at most LCAP members; those are
 // gathered and ranked directly (one more pass).
 // DIRECT_HIST: histograms with warp_hist_add_direct instead of warp_hist_add.
+// `marks` (measurements, thread 0 writes): clock64 at entry [0], after the min/max [1], after the
+// first histogram pass [2], after the last [3], after the gather [4], after the ranking [5];
+// the number of passes [6] and the gathered bin's size [7].
 template <int THREADS, int DIGIT, int LCAP, bool DIRECT_HIST = false>
 __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* pos, int n,
-                                           int need, SelectScratch& sc, int* hist) {
+                                           int need, SelectScratch& sc, int* hist,
+                                           unsigned long long* marks = nullptr) {
+  auto mark = [&](int i, unsigned long long v) {
+    if (marks != nullptr && threadIdx.x == 0) marks[i] = v;
+  };
+  mark(0, clock64());
   constexpr int kBins = 1 << DIGIT;
   constexpr int kPer = kBins / THREADS;
   static_assert(kBins % THREADS == 0, "at least one bin per thread");
@@ -174,11 +190,13 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
     hi = c > hi ? c : hi;
   }
   block_min_max<THREADS>(lo, hi, sc.minmax);
+  mark(1, clock64());
   if (need >= n) return lo;
   // Every pair shares the bits above the highest bit where lo and hi differ.
   int shift = 64 - __clzll(static_cast<long long>(lo ^ hi));  // lo != hi since n >= 2
   uint64_t prefix = shr64(hi, shift);
   int remaining = need;
+  int passes = 0;
   while (true) {
     const int d = shift < DIGIT ? shift : DIGIT;
     shift -= d;
@@ -225,6 +243,10 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
     remaining = sc.need;
     const int bin_count = sc.bin_count;
     prefix = (prefix << d) | static_cast<uint64_t>(bin);
+    if (++passes == 1) mark(2, clock64());
+    mark(3, clock64());
+    mark(6, passes);
+    mark(7, bin_count);
     if (bin_count == remaining || shift == 0) return prefix << shift;
     if (bin_count <= LCAP) {
       // Gather the bin's members (the histogram is free now) and rank them directly.
@@ -246,6 +268,7 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
         }
       }
       __syncthreads();
+      mark(4, clock64());
       for (int e = tid; e < bin_count; e += THREADS) {
         const uint64_t x = list[e];
         int larger = 0;
@@ -253,6 +276,7 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
         if (larger == remaining - 1) sc.result = x;
       }
       __syncthreads();
+      mark(5, clock64());
       const uint64_t r = sc.result;
       __syncthreads();  // hist / sc may be reused by the caller right away
       return r;

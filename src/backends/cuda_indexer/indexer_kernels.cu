@@ -17,7 +17,6 @@
 #include "cuda/check.cuh"
 #include "indexer_launch.hpp"
 #include "latte/error.hpp"
-#include "fused_tau_kernel.cuh"
 #include "score_kernel.cuh"
 #include "topk_kernel.cuh"
 
@@ -96,7 +95,8 @@ void plan_layout(ScorePlan& pl, int topk) {
   pl.off_coef = pl.off_q + nt * (pl.math == kMathFp8 ? 1024 : 2048);
   pl.off_tok = pl.off_coef + nt * 4 * static_cast<int>(sizeof(float2));
   pl.off_misc = pl.off_tok + 2 * kMaxGroup * 4;
-  const int misc = pl.mode == kModeFused ? static_cast<int>(align_up(sizeof(FusedMisc), 16)) : 16;
+  // admit mode: sampled_threshold's 2 x 4 ints
+  const int misc = pl.mode == kModeFused ? static_cast<int>(align_up(sizeof(FusedMisc), 16)) : 32;
   pl.off_buf = pl.off_misc + misc;
   pl.smem = pl.off_buf;
   if (pl.mode == kModeAdmit) pl.smem += kAdmitBufBytes;  // warp buffers
@@ -205,20 +205,27 @@ ScorePlan one_token_plan(const IndexerProblem& p, int mode, int topk, const Devi
   return pl;
 }
 
-// The fused path's sample pass: each CTA scores a power-of-two share of a token's
-// kFusedSamples positions, from kFusedSampleChunk (16 CTAs per token) up to all of them, the
-// most CTAs that fit in one wave of the device (its CTAs are latency-bound: a second wave
-// doubled the pass; 16 CTAs of 128 at 32 tokens, two waves, took 14-15.6 us against 10-13 for
-// 8 CTAs of 256).
-ScorePlan plan_sample(const IndexerProblem& p, const DeviceTraits& dev) {
+// The fused path's sample pass: each CTA scores a power-of-two share of a token's sampled
+// positions, from kFusedSampleChunk (8 CTAs of 128 per token at 1024 samples) up to all of
+// them, the most CTAs that fit in one wave of the device (its CTAs are latency-bound: a second
+// wave doubled the pass; 16 CTAs of 128 at 32 tokens, two waves, took 14-15.6 us against 10-13
+// for 8 CTAs of 256). Counts that are not powers of two (3 CTAs of 768 at 128 tokens) measured
+// the same (interleaved A/B, session 5).
+ScorePlan plan_sample(const IndexerProblem& p, int samples, const DeviceTraits& dev) {
   ScorePlan pl = one_token_plan(p, kModeSample, 0, dev);
   const int64_t slots = static_cast<int64_t>(dev.sm_count) * score_ctas_per_sm(pl);
-  int per_token = kFusedSamples / kFusedSampleChunk;
+  int per_token = samples / kFusedSampleChunk;
   while (per_token > 1 && per_token * static_cast<int64_t>(p.tokens) > slots) per_token /= 2;
-  pl.chunk_len = kFusedSamples / per_token;
+  pl.chunk_len = samples / per_token;
   pl.num_chunks = per_token;
   return pl;
 }
+
+// Sampled positions per token: 1024 for rows of up to 131072 positions (the sample pass is
+// 1.6-3.5 % of the admission pass's bytes at 2048; 1024 measured 0-1.7 % faster end to end,
+// interleaved A/B on the H200, session 5); 2048 beyond, where 1024 would expect
+// 24 / 1024 * 262144 = 6144 candidates, too near the list capacity (8192).
+int fused_samples(const IndexerProblem& p) { return p.max_len() <= 131072 ? 1024 : kFusedSamples; }
 
 // The fused path's repair pass (the compaction kernel): chunks bounded so that each CTA's
 // candidate buffer stays small.
@@ -329,12 +336,20 @@ struct ScoreLaunch {
   }
 };
 
+unsigned long long* prof_buffer();
+
+// The span slot of a score pass (topk_kernel.cuh, spans_of).
+int span_slot(int mode) { return mode == kModeAdmit ? 2 : mode == kModeFused ? 3 : 0; }
+
 void dispatch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream, bool pdl = false) {
   if (pl.grid() <= 0) return;
   if (pl.grid() > 0x7fffffff) {
     throw Error(ErrorCode::unsupported, "cuda.indexer: the problem needs more than 2^31 CTAs; split the batch");
   }
-  with_score_kernel(pl.mode, pl.math, ScoreLaunch{a, pl, pdl, stream});
+  ScoreArgs b = a;
+  b.spans = prof_buffer() ? prof_buffer() + 32 : nullptr;
+  b.span = span_slot(pl.mode);
+  with_score_kernel(pl.mode, pl.math, ScoreLaunch{b, pl, pdl, stream});
 }
 
 
@@ -368,27 +383,33 @@ bool topk_direct_hist() {
   return v;
 }
 
-// LATTE_CUDA_TOPK_PROF=1 (measurements only: synchronizes): phase marks of row 0 printed to
-// stderr every 20th top-k call.
+// LATTE_CUDA_TOPK_PROF=1 (measurements only: synchronizes): phase marks of row 0 (32 entries)
+// and the kernel spans behind them (cuda/kernel_span.cuh), printed to stderr every 20th
+// indexer_topk or top-k call.
+constexpr int kProfWords = 32 + 4 * cuda::kSpanSlots;
 unsigned long long* prof_buffer() {
   static unsigned long long* buf = [] {
-    const char* e = std::getenv("LATTE_CUDA_TOPK_PROF");
     unsigned long long* b = nullptr;
-    if (e && std::strcmp(e, "1") == 0 && cudaMalloc(&b, 32 * sizeof(unsigned long long)) != cudaSuccess) b = nullptr;
+    if (env_is("LATTE_CUDA_TOPK_PROF", "1") && cudaMalloc(&b, kProfWords * sizeof(unsigned long long)) != cudaSuccess) b = nullptr;
     return b;
   }();
   return buf;
 }
 
+// Calls nest (indexer_topk around its top-k launch): the outermost pair clears and prints.
+int prof_depth = 0;
+
 void prof_begin(cudaStream_t stream) {
-  if (prof_buffer()) LATTE_CUDA_TRY(cudaMemsetAsync(prof_buffer(), 0, 32 * sizeof(unsigned long long), stream));
+  if (!prof_buffer() || prof_depth++ > 0) return;
+  LATTE_CUDA_TRY(cudaMemsetAsync(prof_buffer(), 0, kProfWords * sizeof(unsigned long long), stream));
+  LATTE_CUDA_TRY(cudaMemsetAsync(prof_buffer() + 32, 0xFF, cuda::kSpanSlots * sizeof(unsigned long long), stream));
 }
 
 void prof_end(const char* what, cudaStream_t stream) {
-  if (!prof_buffer()) return;
+  if (!prof_buffer() || --prof_depth > 0) return;
   static int calls = 0;
   if (++calls % 20 != 0) return;
-  unsigned long long h[32];
+  unsigned long long h[kProfWords];
   LATTE_CUDA_TRY(cudaStreamSynchronize(stream));
   LATTE_CUDA_TRY(cudaMemcpy(h, prof_buffer(), sizeof(h), cudaMemcpyDeviceToHost));
   const unsigned long long t0 = h[16] ? h[16] : h[0];
@@ -408,6 +429,31 @@ void prof_end(const char* what, cudaStream_t stream) {
           break;
         }
     }
+  }
+  // The candidate select of row 0 (block_select_threshold's marks): cycles per phase.
+  if (h[24] && h[25]) {
+    char buf[200];
+    auto d = [&](int i, int j) { return h[24 + i] && h[24 + j] ? static_cast<long long>(h[24 + j] - h[24 + i]) : -1ll; };
+    std::snprintf(buf, sizeof(buf), "\n  select cycles: minmax %lld pass1 %lld passes %lld (%llu) gather %lld (bin %llu) rank %lld",
+                  d(0, 1), d(1, 2), d(2, 3), h[30], d(3, 4), h[31], d(4, 5));
+    line += buf;
+  }
+  // Kernel spans, us from the first kernel's start: first CTA start - last CTA end, then the
+  // last CTA start and the longest CTA.
+  const unsigned long long* start = h + 32;
+  const unsigned long long* end = start + cuda::kSpanSlots;
+  const unsigned long long* last_start = end + cuda::kSpanSlots;
+  const unsigned long long* longest = last_start + cuda::kSpanSlots;
+  unsigned long long s0 = ~0ull;
+  for (int k = 0; k < cuda::kSpanSlots; ++k) s0 = std::min(s0, start[k]);
+  line += "\n  spans (us: first start-last end [last start, longest CTA]):";
+  const char* span_names[] = {"score", "tau", "admit", "repair", "topk", "collect", "final", ""};
+  for (int k = 0; k < cuda::kSpanSlots; ++k) {
+    if (start[k] == ~0ull) continue;
+    char buf[128];
+    std::snprintf(buf, sizeof(buf), " %s %.2f-%.2f [%.2f, %.2f]", span_names[k], (start[k] - s0) / 1000.0,
+                  end[k] ? (end[k] - s0) / 1000.0 : -1.0, (last_start[k] - s0) / 1000.0, longest[k] / 1000.0);
+    line += buf;
   }
   std::fprintf(stderr, "%s\n", line.c_str());
 }
@@ -573,12 +619,14 @@ TopkArgs topk_args(const IndexerProblem& p, const TopkOutput& out, const TopkPla
 // The fused path: sample, admit and select passes, and the repair pass behind them.
 struct FusedPlan {
   ScorePlan sample, admit, repair;
+  int samples = kFusedSamples;  // sampled positions per token
   int list_cap = 0;  // candidates per token: what the top-k kernel selects from in shared memory
 };
 
 FusedPlan plan_fused(const IndexerProblem& p, int topk, const DeviceTraits& dev) {
   FusedPlan f;
-  f.sample = plan_sample(p, dev);
+  f.samples = fused_samples(p);
+  f.sample = plan_sample(p, f.samples, dev);
   f.admit = plan_scores(p, kModeAdmit, p.max_len(), dev);
   f.repair = plan_repair(p, topk, dev);
   f.list_cap = plan_topk(p.max_len(), topk).cap;
@@ -752,6 +800,7 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
     return;
   }
   if (path == TopkPath::unfused) {
+    prof_begin(stream);
     const ScorePlan pl = plan_scores(p, kModeKeys, p.max_len(), dev);
     const TopkPlan tp = plan_topk(p.max_len(), out.topk);
     ScoreArgs a = score_args(p, pl);
@@ -766,6 +815,7 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
     const SplitPlan sp = plan_split(p.tokens, p.max_len(), tp.cap, dev);
     if (sp.on() && kb + sp.total <= workspace_bytes) launch_topk_split<kSrcKeys>(t, tp, sp, ws + kb, dev, stream);
     else launch_topk_kernel<kSrcKeys>(t, tp, stream);
+    prof_end("unfused", stream);
     return;
   }
   // Fused: sample pass, threshold pass (tau per token), admission pass (candidates >= tau
@@ -780,19 +830,20 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
   auto* list_keys = reinterpret_cast<uint32_t*>(ws + fw.list_keys);
   auto* list_pos = reinterpret_cast<int32_t*>(ws + fw.list_pos);
 
+  prof_begin(stream);
   ScoreArgs s = score_args(p, fp.sample);
   s.topk = out.topk;
   s.sample_keys = samples;
+  s.samples = fp.samples;
   s.row_total = count;
   dispatch_score(s, fp.sample, stream);
 
   const bool pdl = dev.arch >= 90 && topk_pdl_enabled();
-  s.row_tau = tau;
-  launch_ex(fused_tau_kernel, static_cast<unsigned>(p.tokens), kTauThreads, 0, pdl, stream, s);
 
   ScoreArgs a = score_args(p, fp.admit);
   a.topk = out.topk;
   a.sample_keys = samples;
+  a.samples = fp.samples;
   a.row_tau = tau;
   a.row_total = count;
   a.list_keys = list_keys;
@@ -831,6 +882,7 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
   u.repair_tau = tau;
   u.repair_cap = fp.list_cap;
   launch_fused_final(t, u, tp, pdl, stream);
+  prof_end("fused path", stream);
 }
 
 std::size_t rows_topk_workspace_bytes(int rows, int64_t n, int topk, const DeviceTraits& dev) {

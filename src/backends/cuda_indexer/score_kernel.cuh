@@ -27,6 +27,7 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/fp8_mma.cuh"
+#include "cuda/kernel_span.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
 #include "candidate_compaction.cuh"
@@ -97,12 +98,16 @@ struct ScoreArgs {
   int32_t* cand_pos;
   int repair;           // fused mode: only tokens whose admission pass failed (fused_needs_repair)
   // sample / admit modes (and the repair check)
-  uint32_t* sample_keys;  // [T, kFusedSamples]
+  uint32_t* sample_keys;  // [T, kFusedSamples], the first `samples` of each row used
+  int samples;            // sampled positions per token (fused_sample_rank)
   uint32_t* row_tau;      // [T]
   int* row_total;         // [T] candidates admitted
   uint32_t* list_keys;    // [T, list_cap]
   int32_t* list_pos;
   int list_cap;
+  // measurements (LATTE_CUDA_TOPK_PROF=1): kernel spans (cuda/kernel_span.cuh), else null
+  unsigned long long* spans;
+  int span;  // this pass's slot
 };
 
 // Shared bookkeeping of the fused mode.
@@ -118,7 +123,9 @@ constexpr int kCompactPer = 8;  // buffer entries per thread per compaction roun
 // Admit mode: candidates each warp gathers in shared memory before it reserves room in the
 // token's list (one global atomic per flush: an atomic's round trip per stage costs more).
 // 32 entries (one stage's worth of a warp): the shared memory of 128 per warp cost the 64-head
-// admission kernel its third CTA per SM on the H200 (914 vs 818 us at 128 x 128K).
+// admission kernel its third CTA per SM on the H200 (914 vs 818 us at 128 x 128K). Two halves
+// of 32, a half's atomic result used only when the other half filled (the warp not waiting for
+// the atomic), measured the same (interleaved A/B, B = 32 and 128 x 128K, session 5).
 constexpr int kAdmitWarpBuf = 32;
 constexpr int kAdmitBufBytes = kThreads / 32 * 2 * kAdmitWarpBuf * 4;
 
@@ -163,6 +170,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   const int64_t c0 = static_cast<int64_t>(chunk) * a.chunk_len;
   const int64_t c1 = c0 + a.chunk_len;
   const int bs = a.block_size;
+  const unsigned long long span_t0 = cuda::span_begin(a.spans, a.span);
 
   // Token rows and visible lengths. Row -1: no valid block_table row (nothing visible);
   // -2: past the last token.
@@ -190,7 +198,10 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   if (MODE == kModeFused && a.repair) {
     // The repair pass runs only for tokens whose admission pass failed (group == 1: uniform).
     cuda::pdl_wait();
-    if (t0 >= a.tokens || !fused_needs_repair(a.row_total[t0], a.row_tau[t0], a.list_cap, a.topk)) return;
+    if (t0 >= a.tokens || !fused_needs_repair(a.row_total[t0], a.row_tau[t0], a.list_cap, a.topk)) {
+      cuda::span_end(a.spans, a.span, span_t0);
+      return;
+    }
   }
 
   // Queries in fragment order. fp8: [nt][half][lane][16 B]; bf16 / f16: [nt][quarter][lane][16 B].
@@ -291,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     }
   }
 
-  // Admit mode: token t0's admission threshold, from the threshold pass (fused_tau_kernel.cuh).
+  // Admit mode: token t0's admission threshold (sampled_threshold, after the sample pass).
   uint32_t admit_tau = 1;
   // Admit mode: this warp's buffer and its flush into token t's list (room reserved by one
   // atomic; entries past the list's capacity are counted, not stored: the repair pass sees it).
@@ -313,14 +324,17 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     __syncwarp();
     wbuf_n = 0;
   };
-  // Admits (key, position s) of token t if key >= tau: every lane of the warp calls it.
-  auto admit_key = [&](uint32_t key, int64_t s, int t) {
-    const bool pass = key != 0u && key >= admit_tau;
+  // Admits the score of visible position s of token t if its key is >= tau, compared as
+  // floats (tau_floor; tau 1 admits every visible position, NaN included): the key is made
+  // only for the admitted. Every lane of the warp calls it.
+  float tau_floor = 0.0f;
+  auto admit_score = [&](float score, bool vis, int64_t s, int t) {
+    const bool pass = vis && (admit_tau <= 1u || score >= tau_floor);
     const unsigned m = __ballot_sync(0xffffffffu, pass);
     if (wbuf_n + __popc(m) > kAdmitWarpBuf) flush_admitted(t);
     if (pass) {
       const int at = wbuf_n + __popc(m & ((1u << lane) - 1u));
-      wbuf_keys[at] = key;
+      wbuf_keys[at] = cuda::score_key(score);
       wbuf_pos[at] = static_cast<int32_t>(s);
     }
     wbuf_n += __popc(m);
@@ -354,9 +368,10 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       }
     }
     // Sample mode: [s_begin, s_end) are sample indices, sample i reads position i * maxvis /
-    // kFusedSamples.
+    // samples.
     const int64_t s_begin = c0;
-    const int64_t s_end = MODE == kModeSample ? (maxvis > 0 ? c1 : c0) : (c1 < maxvis ? c1 : maxvis);
+    const int64_t s_end = MODE == kModeSample ? (maxvis > 0 ? (c1 < a.samples ? c1 : a.samples) : c0)
+                                              : (c1 < maxvis ? c1 : maxvis);
     const int nst = s_end > s_begin ? static_cast<int>((s_end - s_begin + kStageTokens - 1) / kStageTokens) : 0;
 
     if (nst > 0) {
@@ -411,9 +426,9 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       };
 
       // Sample mode: sample i = s_begin + 128 st + tid of stage st reads position
-      // i * maxvis / kFusedSamples, in block b at offset o.
+      // i * maxvis / samples, in block b at offset o.
       auto sample_at = [&](int st, int& b, int& o) {
-        const int64_t pos = (s_begin + static_cast<int64_t>(st) * kStageTokens + tid) * maxvis / kFusedSamples;
+        const int64_t pos = (s_begin + static_cast<int64_t>(st) * kStageTokens + tid) * maxvis / a.samples;
         const int64_t pb = pos / bs;
         o = static_cast<int>(pos - pb * bs);
         b = pb < a.max_blocks ? btrow[pb * a.bt_sc] : -1;
@@ -446,8 +461,14 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       if (!q_ready) {
         stage_q();  // overlaps the first stages' loads
         if (MODE == kModeAdmit) {
-          cuda::pdl_wait();  // the threshold pass's tau (and the sample pass's zeroed counts)
-          admit_tau = a.row_tau[t0];  // group == 1
+          cuda::pdl_wait();  // the sample pass's keys and zeroed counts
+          // Every CTA of the token computes the same tau from the token's samples (group == 1).
+          const int m = fused_sample_rank(stok[kMaxGroup], a.topk, a.debug, a.samples);
+          admit_tau = m == 0 ? 1u
+                             : sampled_threshold<kThreads>(a.sample_keys + static_cast<int64_t>(t0) * kFusedSamples,
+                                                           a.samples, m, reinterpret_cast<int*>(smem + a.off_misc));
+          if (chunk == 0 && tid == 0) a.row_tau[t0] = admit_tau;  // for the repair pass and the selection
+          tau_floor = cuda::key_floor(admit_tau);
         }
         __syncthreads();
         q_ready = true;
@@ -569,7 +590,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             a.sample_keys[static_cast<int64_t>(t) * kFusedSamples + my_s] = vis ? cuda::score_key(score) : 0u;
           } else if (MODE == kModeAdmit) {
             // Candidates at or above tau gather in the warp's buffer.
-            admit_key(vis ? cuda::score_key(score) : 0u, my_s, t);
+            admit_score(score, vis, my_s, t);
           } else if (MODE == kModeLogits) {
             if (my_s < a.logits_len)
               a.logits[static_cast<int64_t>(t) * a.lg_st + my_s * a.lg_ss] = vis ? score : -INFINITY;
@@ -641,6 +662,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       }
     }
   }
+  cuda::span_end(a.spans, a.span, span_t0);
 }
 
 }  // namespace latte::cuda_indexer

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "cuda/kernel_span.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
 #include "fused_threshold.cuh"
@@ -73,6 +74,12 @@ __device__ __forceinline__ void prof_mark(unsigned long long* prof, int row, int
     prof[2 * slot + 1] = static_cast<unsigned long long>(clock64());
   }
 }
+
+// Kernel spans (cuda/kernel_span.cuh) live behind the 32 phase marks of the prof buffer. Slots:
+// 0-3 the score passes (sample or keys, threshold, admission, repair), 4 the top-k kernel (or
+// the split histogram kernel), 5 the split collect kernel, 6 the split final kernel.
+constexpr int kSpanTopk = 4, kSpanCollect = 5, kSpanSplitFinal = 6;
+__device__ __forceinline__ unsigned long long* spans_of(unsigned long long* prof) { return prof ? prof + 32 : nullptr; }
 
 constexpr int kTopkDigit = 11;  // radix digit of the exact selects (2048 bins)
 
@@ -159,6 +166,26 @@ __device__ __forceinline__ void bitmap_set(uint32_t* bm, uint32_t p, int64_t npo
 
 // Pairs in row `row` (n), the positions they can take (npos) and the block_table row (brow).
 // kSrcCands without visible lengths: every position below max_len counts.
+// The positions row `row` sees (npos) and its block_table row (brow, -1: none); kSrcKeys and
+// kSrcCands sources.
+__device__ __forceinline__ void row_positions(const TopkArgs& a, int row, int64_t& npos, int& brow) {
+  npos = 0;
+  brow = a.tr ? a.tr[static_cast<int64_t>(row) * a.tr_s] : row;
+  if (brow >= 0 && brow < a.batch) {
+    if (a.vl) {
+      const int64_t v = a.vl[static_cast<int64_t>(row) * a.vl_s];
+      npos = v < 0 ? 0 : (v > a.max_len ? a.max_len : v);
+    } else {
+      npos = a.max_len;
+    }
+  }
+}
+
+// The candidate pairs of row `row` (kSrcCands).
+__device__ __forceinline__ int64_t cand_pairs(const TopkArgs& a, int row, int64_t npos) {
+  return npos > 0 ? (a.cand_count ? min(static_cast<int64_t>(a.cand_count[row]), a.ld) : a.n_fixed) : 0;
+}
+
 template <int SRC>
 __device__ __forceinline__ void row_extent(const TopkArgs& a, int row, int64_t& n, int64_t& npos, int& brow) {
   n = 0;
@@ -168,16 +195,8 @@ __device__ __forceinline__ void row_extent(const TopkArgs& a, int row, int64_t& 
     n = a.n_fixed;
     npos = n;
   } else {
-    brow = a.tr ? a.tr[static_cast<int64_t>(row) * a.tr_s] : row;
-    if (brow >= 0 && brow < a.batch) {
-      if (a.vl) {
-        const int64_t v = a.vl[static_cast<int64_t>(row) * a.vl_s];
-        npos = v < 0 ? 0 : (v > a.max_len ? a.max_len : v);
-      } else {
-        npos = a.max_len;
-      }
-    }
-    n = SRC == kSrcKeys ? npos : (npos > 0 ? (a.cand_count ? min(static_cast<int64_t>(a.cand_count[row]), a.ld) : a.n_fixed) : 0);
+    row_positions(a, row, npos, brow);
+    n = SRC == kSrcKeys ? npos : cand_pairs(a, row, npos);
   }
 }
 
@@ -187,8 +206,25 @@ __device__ __forceinline__ void row_extent(const TopkArgs& a, int row, int64_t& 
 // (warp_hist_add_direct).
 constexpr int kTopkLcap = 128;
 
+// The position bitmap of a row of npos positions cleared (and the shared counters): every thread.
+__device__ __forceinline__ void clear_row_state(const TopkArgs& a, int row, int64_t npos, uint8_t* smem) {
+  TopkShared& sh = *reinterpret_cast<TopkShared*>(smem);
+  uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem + ((sizeof(TopkShared) + 15) / 16) * 16);
+  prof_mark(a.prof, row, 0);
+  const int words = static_cast<int>((npos + 31) / 32);
+  for (int w = threadIdx.x; w < words; w += kTopkThreads) bitmap[w] = 0;
+  if (threadIdx.x == 0) {
+    sh.count = 0;
+    sh.flag = 0;
+  }
+  __syncthreads();
+  prof_mark(a.prof, row, 1);
+}
+
+// The selection of a row whose extent is known (n pairs over npos positions, block_table row
+// brow) and whose state is cleared (clear_row_state).
 template <int SRC, bool DH>
-__device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* smem) {
+__device__ __forceinline__ void topk_row_body(const TopkArgs& a, int row, uint8_t* smem, int64_t n, int64_t npos, int brow) {
   TopkShared& sh = *reinterpret_cast<TopkShared*>(smem);
   uint32_t* bitmap = reinterpret_cast<uint32_t*>(smem + ((sizeof(TopkShared) + 15) / 16) * 16);
   uint32_t* ckeys = bitmap + ((a.bitmap_words + 3) / 4) * 4;
@@ -197,19 +233,7 @@ __device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* sm
   const int tid = threadIdx.x, lane = tid & 31;
   const int64_t row_off = static_cast<int64_t>(row) * a.ld;
   int32_t* out = a.out + static_cast<int64_t>(row) * a.out_sr;
-
-  int64_t n = 0, npos = 0;
-  int brow = -1;
-  row_extent<SRC>(a, row, n, npos, brow);
-  prof_mark(a.prof, row, 0);
   const int words = static_cast<int>((npos + 31) / 32);
-  for (int w = tid; w < words; w += kTopkThreads) bitmap[w] = 0;
-  if (tid == 0) {
-    sh.count = 0;
-    sh.flag = 0;
-  }
-  __syncthreads();
-  prof_mark(a.prof, row, 1);
 
   if (SRC != kSrcCands && n > 0 && n <= a.topk) {
     // At most topk pairs: every valid one is chosen, no threshold or select is needed.
@@ -244,9 +268,26 @@ __device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* sm
     //    gives offsets and one atomic per warp reserves the slots. A dense candidate list that
     //    fits (tau == 1: every pair is kept) is copied as it is.
     if (SRC == kSrcCands && a.dense && n <= a.cap) {
-      for (int i = tid; i < n; i += kTopkThreads) {
-        ckeys[i] = a.keys[row_off + i];
-        cpos[i] = a.cpos[row_off + i];
+      // All loads of a round issued before its stores: one round trip to L2 per 8 entries
+      // per thread rather than one per entry.
+      constexpr int kCopyUnroll = 8;
+      for (int64_t base = 0; base < n; base += kCopyUnroll * kTopkThreads) {
+        uint32_t kk[kCopyUnroll];
+        int32_t pp[kCopyUnroll];
+#pragma unroll
+        for (int u = 0; u < kCopyUnroll; ++u) {
+          const int64_t i = base + u * kTopkThreads + tid;
+          kk[u] = i < n ? a.keys[row_off + i] : 0u;
+          pp[u] = i < n ? a.cpos[row_off + i] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < kCopyUnroll; ++u) {
+          const int64_t i = base + u * kTopkThreads + tid;
+          if (i < n) {
+            ckeys[i] = kk[u];
+            cpos[i] = pp[u];
+          }
+        }
       }
       if (tid == 0) sh.count = static_cast<int>(n);
     }
@@ -289,7 +330,8 @@ __device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* sm
     if (kept <= a.cap && (kept >= a.topk || tau == 1)) {
       const int need = kept < a.topk ? kept : a.topk;
       if (need > 0) {
-        const uint64_t thr = cuda::block_select_threshold<kTopkThreads, kTopkDigit, kTopkLcap, DH>(ckeys, cpos, kept, need, sh.sel, sh.hist);
+        const uint64_t thr = cuda::block_select_threshold<kTopkThreads, kTopkDigit, kTopkLcap, DH>(
+            ckeys, cpos, kept, need, sh.sel, sh.hist, a.prof && row == 0 ? a.prof + 24 : nullptr);
         for (int i = tid; i < kept; i += kTopkThreads) {
           const uint32_t p = static_cast<uint32_t>(cpos[i]);
           if (cuda::composite_key(ckeys[i], p) >= thr) bitmap_set(bitmap, p, npos);
@@ -428,10 +470,20 @@ __device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* sm
 }
 
 template <int SRC, bool DH>
+__device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* smem) {
+  int64_t n = 0, npos = 0;
+  int brow = -1;
+  row_extent<SRC>(a, row, n, npos, brow);
+  clear_row_state(a, row, npos, smem);
+  topk_row_body<SRC, DH>(a, row, smem, n, npos, brow);
+}
+
+template <int SRC, bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
-
+  const unsigned long long span_t0 = cuda::span_begin(spans_of(a.prof), kSpanTopk);
   topk_row<SRC, DH>(a, blockIdx.x, smem);
+  cuda::span_end(spans_of(a.prof), kSpanTopk, span_t0);
 }
 
 
@@ -488,6 +540,7 @@ template <int SRC, bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_split_hist_kernel(const TopkArgs a, const SplitArgs sp) {
   __shared__ int hist[kSplitBins];
   const int tid = threadIdx.x;
+  const unsigned long long span_t0 = cuda::span_begin(spans_of(a.prof), kSpanTopk);
   pdl_launch_dependents();  // the collect kernel waits for this whole grid before reading hist
   const int row = blockIdx.x / sp.slices, s = blockIdx.x % sp.slices;
   int64_t n = 0, npos = 0;
@@ -512,6 +565,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_split_hist_kernel(const Top
   int* dst = sp.hist + (static_cast<int64_t>(row) * sp.slices + s) * kSplitBins;
   for (int b = tid; b < kSplitBins; b += kTopkThreads) dst[b] = hist[b];
   prof_mark(a.prof, blockIdx.x, 9);
+  cuda::span_end(spans_of(a.prof), kSpanTopk, span_t0);
 }
 
 template <int SRC>
@@ -520,6 +574,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_split_collect_kernel(const 
   __shared__ int pick_bin, pick_count;
   static_assert(kSplitBins == 2 * kTopkThreads, "two bins per thread");
   const int tid = threadIdx.x;
+  const unsigned long long span_t0 = cuda::span_begin(spans_of(a.prof), kSpanCollect);
   const int row = blockIdx.x / sp.slices, s = blockIdx.x % sp.slices;
   int64_t n = 0, npos = 0;
   int brow = -1;
@@ -594,6 +649,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_split_collect_kernel(const 
   }
   if (s == 0 && tid == 0) sp.list_count[row] = count;
   prof_mark(a.prof, blockIdx.x, 11);
+  cuda::span_end(spans_of(a.prof), kSpanCollect, span_t0);
 }
 
 // `a`: the rows themselves (SRC); `c`: the candidate lists (kSrcCands with cand_count).
@@ -601,9 +657,11 @@ template <int SRC, bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_split_final_kernel(const TopkArgs a, const TopkArgs c) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int row = blockIdx.x;
+  const unsigned long long span_t0 = cuda::span_begin(spans_of(a.prof), kSpanSplitFinal);
   pdl_wait();  // the candidate lists and counts of the collect kernel
   if (c.cand_count[row] >= 0) topk_row<kSrcCands, DH>(c, row, smem);
   else topk_row<SRC, DH>(a, row, smem);
+  cuda::span_end(spans_of(a.prof), kSpanSplitFinal, span_t0);
 }
 
 // The fused path's last kernel, one CTA per row: the top-k of the row's admitted candidates
@@ -612,11 +670,21 @@ template <bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_fused_final_kernel(const TopkArgs list, const TopkArgs repair) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int row = blockIdx.x;
+  const unsigned long long span_t0 = cuda::span_begin(spans_of(list.prof), kSpanTopk);
+  // The row's positions (inputs of the call) and the cleared bitmap before the wait.
+  int64_t n = 0, npos = 0;
+  int brow = -1;
+  row_positions(list, row, npos, brow);
+  clear_row_state(list, row, npos, smem);
   pdl_wait();  // the lists (admission pass) and the repair candidates
-  if (fused_needs_repair(list.cand_count[row], repair.repair_tau[row], repair.repair_cap, list.topk))
-    topk_row<kSrcCands, DH>(repair, row, smem);
-  else
-    topk_row<kSrcCands, DH>(list, row, smem);
+  if (fused_needs_repair(list.cand_count[row], repair.repair_tau[row], repair.repair_cap, list.topk)) {
+    n = cand_pairs(repair, row, npos);
+    topk_row_body<kSrcCands, DH>(repair, row, smem, n, npos, brow);
+  } else {
+    n = cand_pairs(list, row, npos);
+    topk_row_body<kSrcCands, DH>(list, row, smem, n, npos, brow);
+  }
+  cuda::span_end(spans_of(list.prof), kSpanTopk, span_t0);
 }
 
 }  // namespace latte::cuda_indexer
