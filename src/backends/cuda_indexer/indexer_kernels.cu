@@ -736,15 +736,15 @@ std::size_t split_workspace_bound(int64_t tokens, int64_t max_len, int topk, con
 }
 
 TopkPath choose_topk_path(const IndexerProblem& p, int topk, std::size_t workspace_bytes, const DeviceTraits& dev) {
-  (void)topk;
-  (void)dev;
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
-  // Measured on the H200 (docs/performance.md): at 128K the fused path is within about 2 % of
-  // the unfused one either way (B = 1 / 32 / 128, 32 and 64 heads), and slower at shorter
-  // contexts and in prefill. So the unfused path runs, over as many tokens per pass as the
-  // workspace holds keys for; fused when asked for (LATTE_CUDA_INDEXER_PATH=fused) or when not
-  // even one row of keys fits.
+  // Measured on the H200 (docs/performance.md, session 5, the two paths timed interleaved):
+  // fused faster for one token at 8K, 32K and 128K (2-10 %) and for 1 to 32 tokens at 128K
+  // (2-7 %); unfused faster for 32 tokens at 8K-32K (1-5 %), for 128 tokens (4 % at 128K)
+  // and in prefill. Otherwise the unfused path runs, over as many tokens per pass as the
+  // workspace holds keys for; fused also when not even one row of keys fits.
+  const bool fused_faster = p.tokens == 1 || (p.tokens <= 32 && p.max_len() >= 131072);
+  if (fused_faster && fused_bytes(p, topk, dev) <= workspace_bytes) return TopkPath::fused;
   if (keys_ld(p) * 4 <= static_cast<int64_t>(workspace_bytes)) return TopkPath::unfused;
   return TopkPath::fused;
 }
