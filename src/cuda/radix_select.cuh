@@ -116,6 +116,37 @@ __device__ void block_min_max(uint64_t& lo, uint64_t& hi, uint64_t* scratch) {
   __syncthreads();
 }
 
+// Min and max of 32-bit keys over the block (every thread gets both); `scratch` holds >= 2 *
+// THREADS / 32 ints of shared memory. Warp reductions (redux.sync, sm_80+), then warp 0.
+// Every thread of the block must call it.
+template <int THREADS>
+__device__ void block_key_range(uint32_t& lo, uint32_t& hi, int* scratch) {
+  constexpr int kWarps = THREADS / 32;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  lo = __reduce_min_sync(0xffffffffu, lo);
+  hi = __reduce_max_sync(0xffffffffu, hi);
+  if (lane == 0) {
+    scratch[warp] = static_cast<int>(lo);
+    scratch[kWarps + warp] = static_cast<int>(hi);
+  }
+  __syncthreads();
+  if (warp == 0) {
+    uint32_t l = lane < kWarps ? static_cast<uint32_t>(scratch[lane]) : 0xFFFFFFFFu;
+    uint32_t h = lane < kWarps ? static_cast<uint32_t>(scratch[kWarps + lane]) : 0u;
+    l = __reduce_min_sync(0xffffffffu, l);
+    h = __reduce_max_sync(0xffffffffu, h);
+    __syncwarp();
+    if (lane == 0) {
+      scratch[0] = static_cast<int>(l);
+      scratch[1] = static_cast<int>(h);
+    }
+  }
+  __syncthreads();
+  lo = static_cast<uint32_t>(scratch[0]);
+  hi = static_cast<uint32_t>(scratch[1]);
+  __syncthreads();  // scratch may be reused right after
+}
+
 // Shared scratch of block_select_threshold (the histogram is passed separately).
 struct SelectScratch {
   uint64_t minmax[64];
@@ -183,18 +214,36 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
   auto comp = [&](int i) {
     return composite_key(keys[i], pos ? static_cast<uint32_t>(pos[i]) : static_cast<uint32_t>(i));
   };
-  uint64_t lo = ~uint64_t{0}, hi = 0;
+  // The keys' range first, with 32-bit warp reductions: when the keys differ, the composites'
+  // highest differing bit is the keys' (the composite min / max need not be known). Only when
+  // every key is equal (or need == n, whose answer is the minimum composite) the composites'
+  // range is reduced (64-bit, several times the cost).
+  uint32_t klo = 0xFFFFFFFFu, khi = 0u;
   for (int i = tid; i < n; i += THREADS) {
-    const uint64_t c = comp(i);
-    lo = c < lo ? c : lo;
-    hi = c > hi ? c : hi;
+    const uint32_t k = keys[i];
+    klo = k < klo ? k : klo;
+    khi = k > khi ? k : khi;
   }
-  block_min_max<THREADS>(lo, hi, sc.minmax);
+  block_key_range<THREADS>(klo, khi, reinterpret_cast<int*>(sc.minmax));
+  int shift = 0;
+  uint64_t prefix = 0;
+  if (klo != khi && need < n) {
+    shift = 64 - __clz(static_cast<int>(klo ^ khi));  // 33 .. 64
+    prefix = shift >= 64 ? 0u : khi >> (shift - 32);
+  } else {
+    uint64_t lo = ~uint64_t{0}, hi = 0;
+    for (int i = tid; i < n; i += THREADS) {
+      const uint64_t c = comp(i);
+      lo = c < lo ? c : lo;
+      hi = c > hi ? c : hi;
+    }
+    block_min_max<THREADS>(lo, hi, sc.minmax);
+    if (need >= n) return lo;
+    // Every pair shares the bits above the highest bit where lo and hi differ.
+    shift = 64 - __clzll(static_cast<long long>(lo ^ hi));  // lo != hi since n >= 2
+    prefix = shr64(hi, shift);
+  }
   mark(1, clock64());
-  if (need >= n) return lo;
-  // Every pair shares the bits above the highest bit where lo and hi differ.
-  int shift = 64 - __clzll(static_cast<long long>(lo ^ hi));  // lo != hi since n >= 2
-  uint64_t prefix = shr64(hi, shift);
   int remaining = need;
   int passes = 0;
   while (true) {

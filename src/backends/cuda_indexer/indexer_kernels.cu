@@ -447,7 +447,7 @@ void prof_end(const char* what, cudaStream_t stream) {
   unsigned long long s0 = ~0ull;
   for (int k = 0; k < cuda::kSpanSlots; ++k) s0 = std::min(s0, start[k]);
   line += "\n  spans (us: first start-last end [last start, longest CTA]):";
-  const char* span_names[] = {"score", "tau", "admit", "repair", "topk", "collect", "final", ""};
+  const char* span_names[] = {"score", "", "admit", "repair", "topk", "collect", "final", ""};
   for (int k = 0; k < cuda::kSpanSlots; ++k) {
     if (start[k] == ~0ull) continue;
     char buf[128];
