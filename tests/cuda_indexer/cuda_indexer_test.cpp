@@ -544,6 +544,30 @@ TEST_F(CudaIndexer, FusedListOverflowIsRepaired) {
   check_problem(p, 2048, 2e-3, traits_of(gpu()), false);
 }
 
+// A misspelt measurement switch is refused with its value and the accepted ones, not ignored.
+TEST_F(CudaIndexer, UnknownSwitchValuesAreRefused) {
+  std::mt19937 rng(5);
+  const Problem p = make_problem(rng, decode_tokens({900}, 1), 1, Options{});
+  const DeviceTraits dev = traits_of(gpu());
+  auto expect_refused = [&](TopkPath path, const char* needle) {
+    try {
+      (void)run_path(p, 64, path, dev);
+      ADD_FAILURE() << "no error for " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  {
+    const ScopedEnv bad("LATTE_CUDA_INDEXER_PATH", "fusd");
+    expect_refused(TopkPath::automatic, "LATTE_CUDA_INDEXER_PATH=fusd is not a top-k path; use fused, unfused or automatic");
+  }
+  if (dev.arch >= 89) {
+    const ScopedEnv bad("LATTE_CUDA_INDEXER_MATH", "fp4");
+    expect_refused(TopkPath::unfused, "LATTE_CUDA_INDEXER_MATH=fp4 is not a matrix path; use fp8, f16 or bf16");
+  }
+}
+
 TEST_F(CudaIndexer, LongChunksAreDeterministic) {
   // Few SMs make every CTA stream many stages (pipeline reuse of every slot, compactions).
   std::mt19937 rng(12);

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 
+#include "cuda/radix_select.cuh"
+
 namespace latte::cuda_indexer {
 
 constexpr int kFusedSamples = 2048;      // the most sampled positions per token (the workspace's row)
@@ -61,19 +63,7 @@ __device__ uint32_t sampled_threshold(const uint32_t* keys, int n, int m, int* r
       }
     }
   }
-  lo = __reduce_min_sync(0xffffffffu, lo);
-  hi = __reduce_max_sync(0xffffffffu, hi);
-  if (lane == 0) {
-    red[warp] = static_cast<int>(lo);
-    red[kWarps + warp] = static_cast<int>(hi);
-  }
-  __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    lo = min(lo, static_cast<uint32_t>(red[w]));
-    hi = max(hi, static_cast<uint32_t>(red[kWarps + w]));
-  }
-  __syncthreads();  // red is reused below
+  cuda::block_key_range<THREADS>(lo, hi, red);
   // Invariant: at least m keys are >= lo (lo is the minimum, m <= kFusedSamples); the answer
   // is the largest x in [lo, hi] with at least m keys >= x. Buffers alternate, so one barrier
   // per step suffices.

@@ -37,9 +37,13 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 int math_for(const IndexerProblem& p, const DeviceTraits& dev) {
   if (!p.q_fp8 || dev.arch < 89 || dev.force_bf16_math) return kMathBf16;
   const char* env = std::getenv("LATTE_CUDA_INDEXER_MATH");
-  if (env && std::strcmp(env, "bf16") == 0) return kMathBf16;
-  if (env && std::strcmp(env, "fp8") == 0) return kMathFp8;
-  if (env && std::strcmp(env, "f16") == 0) return kMathF16;
+  if (env && *env != '\0') {
+    if (std::strcmp(env, "bf16") == 0) return kMathBf16;
+    if (std::strcmp(env, "fp8") == 0) return kMathFp8;
+    if (std::strcmp(env, "f16") == 0) return kMathF16;
+    throw Error(ErrorCode::invalid_argument, std::string("cuda.indexer: LATTE_CUDA_INDEXER_MATH=") + env +
+                                                 " is not a matrix path; use fp8, f16 or bf16 (or unset it)");
+  }
   return (dev.arch == 90 || dev.arch == 100) ? kMathF16 : kMathFp8;
 }
 
@@ -671,10 +675,11 @@ std::size_t fused_bytes(const IndexerProblem& p, int topk, const DeviceTraits& d
 
 TopkPath env_path() {
   const char* v = std::getenv("LATTE_CUDA_INDEXER_PATH");
-  if (!v) return TopkPath::automatic;
+  if (!v || *v == '\0' || std::strcmp(v, "automatic") == 0) return TopkPath::automatic;
   if (std::strcmp(v, "fused") == 0) return TopkPath::fused;
   if (std::strcmp(v, "unfused") == 0) return TopkPath::unfused;
-  return TopkPath::automatic;
+  throw Error(ErrorCode::invalid_argument, std::string("cuda.indexer: LATTE_CUDA_INDEXER_PATH=") + v +
+                                               " is not a top-k path; use fused, unfused or automatic (or unset it)");
 }
 
 }  // namespace
