@@ -1,5 +1,6 @@
 // The fused path's admission rule (docs/kernels/indexer.md, "Fused path"): a token's scores at
-// kFusedSamples evenly spaced positions give a threshold tau expected to admit a few thousand
+// 1024 or 2048 evenly spaced positions (fused_samples in indexer_kernels.cu) give a threshold
+// tau, computed by each admission CTA (sampled_threshold), expected to admit a few thousand
 // candidates, never fewer than topk unless the sample is far off; the candidates above tau
 // are the exact top-k's superset when at least topk were admitted (or tau admits everything)
 // and none was dropped for lack of room. Rows where that fails are recomputed by the
@@ -30,7 +31,7 @@ __device__ __forceinline__ int fused_sample_rank(int64_t visible, int topk, int 
   return m >= samples ? 0 : static_cast<int>(m);
 }
 
-// The admission threshold of a token from its kFusedSamples sampled keys, computed by every
+// The admission threshold of a token from its n sampled keys, computed by every
 // thread of a CTA of THREADS threads (all must call it): the m-th largest sampled key with its
 // low 16 bits cleared, i.e. a key at most 2^-7 relative below it (a few more candidates, never
 // fewer). A binary search on the top 16 bits, each step counting the keys at or above the

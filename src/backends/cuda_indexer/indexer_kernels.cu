@@ -823,9 +823,9 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
     prof_end("unfused", stream);
     return;
   }
-  // Fused: sample pass, threshold pass (tau per token), admission pass (candidates >= tau
-  // into per-token lists), the top-k of each list; then the repair pass and its top-k, whose CTAs exit at once
-  // for every token whose list is complete (fused_threshold.cuh).
+  // Fused: sample pass, admission pass (tau per token from its samples, then candidates >= tau
+  // into per-token lists), the repair pass, whose CTAs exit at once for every token whose list
+  // is complete, and the top-k of each list or repair buffer (fused_threshold.cuh).
   const FusedPlan fp = plan_fused(p, out.topk, dev);
   const FusedWorkspace fw = fused_layout(fp, p.tokens, out.topk);
   const TopkPlan tp = plan_topk(p.max_len(), out.topk);

@@ -16,8 +16,8 @@
 //
 // Modes: logits (f32 out, -inf where not visible), keys (orderable u32 keys for the top-k
 // kernel, 0 where not visible), and the fused path's passes (fused_threshold.cuh): sample
-// (keys at kFusedSamples spread positions per token), admit (keys >= the token's threshold
-// into its candidate list) and fused = the repair pass (a running top-k candidate buffer per
+// (keys at evenly spread positions per token), admit (the token's threshold from those keys,
+// then the keys >= it into the token's candidate list) and fused = the repair pass (a running top-k candidate buffer per
 // CTA with compactions, for tokens whose admission failed; at most topk candidates per CTA).
 #pragma once
 
