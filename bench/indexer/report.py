@@ -23,17 +23,24 @@ def main():
     print("| top-k alone | latte | latte sync | torch.topk | target |\n|---|---|---|---|---|")
     print(f"| 2048 of 131072, 8 rows | {rt['us']:.1f} us | {rt.get('sync_us', float('nan')):.1f} us | "
           f"{topk_peer.get((8, 131072), float('nan')):.1f} us | <= 30 us |\n")
-    print("| H_i | B | context | logits us | GB/s (% copy) | logits sync us | unfused top-k us | fused top-k us | auto | "
-          "top-k of logits us | torch.topk us |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| H_i | B | context | logits us | GB/s (% copy) | logits sync us | unfused top-k us | fused top-k us | "
+          "fused / unfused | auto | top-k of logits us | torch.topk us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    slower_at_128k = []
     for r in ours:
         if r["kind"] != "decode":
             continue
         pct = 100.0 * r["logits_gbs"] / copy
         peer = topk_peer.get((r["B"], r["ctx"]), float("nan"))
+        ratio = r["fused_us"] / r["unfused_us"] if r["unfused_us"] > 0 else float("nan")
+        if r["ctx"] >= 131072 and not ratio < 1.0:
+            slower_at_128k.append(f"H_i {r['H']} B {r['B']} ({ratio:.2f})")
         print(f"| {r['H']} | {r['B']} | {r['ctx']} | {r['logits_us']:.1f} | {r['logits_gbs']:.0f} ({pct:.0f}%) | "
               f"{r.get('logits_sync_us', float('nan')):.1f} | "
-              f"{r['unfused_us']:.1f} | {r['fused_us']:.1f} | {r['auto']} | {r['rows_topk_us']:.1f} | {peer:.1f} |")
+              f"{r['unfused_us']:.1f} | {r['fused_us']:.1f} | {ratio:.2f} | {r['auto']} | {r['rows_topk_us']:.1f} | "
+              f"{peer:.1f} |")
+    print("\nFused faster than unfused at 128K: " +
+          ("met at every shape" if not slower_at_128k else "not at " + ", ".join(slower_at_128k)))
     print("\n| prefill | H_i | logits us | TFLOP/s | unfused top-k us | fused top-k us |\n|---|---|---|---|---|---|")
     for r in ours:
         if r["kind"] == "prefill":
