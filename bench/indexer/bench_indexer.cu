@@ -400,17 +400,19 @@ int main(int argc, char** argv) {
         if (const char* ab = std::getenv("LATTE_BENCH_AB")) {
           const std::string spec(ab);
           const std::size_t eq = spec.find('=');
-          if (eq != std::string::npos) {
-            const std::string var = spec.substr(0, eq), val = spec.substr(eq + 1);
-            const Call variant = [&](int i) {
-              setenv(var.c_str(), val.c_str(), 1);
-              fused_call(i);
-              unsetenv(var.c_str());
-            };
-            const std::pair<double, double> ab_us = interleaved_us(Call{fused_call}, variant);
-            std::fprintf(stderr, "ab %s: fused %.1f us, variant %.1f us (%.3f)\n", ab, ab_us.first, ab_us.second,
-                         ab_us.second / ab_us.first);
+          if (eq == std::string::npos || eq == 0) {
+            std::fprintf(stderr, "LATTE_BENCH_AB=%s: expected VAR=VALUE (e.g. LATTE_CUDA_INDEXER_MATH=fp8)\n", ab);
+            return 2;
           }
+          const std::string var = spec.substr(0, eq), val = spec.substr(eq + 1);
+          const Call variant = [&](int i) {
+            setenv(var.c_str(), val.c_str(), 1);
+            fused_call(i);
+            unsetenv(var.c_str());
+          };
+          const std::pair<double, double> ab_us = interleaved_us(Call{fused_call}, variant);
+          std::fprintf(stderr, "ab %s: fused %.1f us, variant %.1f us (%.3f)\n", ab, ab_us.first, ab_us.second,
+                       ab_us.second / ab_us.first);
         }
         const std::size_t ws_r = rows_topk_workspace_bytes(B, ctx, k, dev);
         uint8_t* wsr = dalloc<uint8_t>(ws_r);

@@ -164,10 +164,8 @@ __device__ __forceinline__ void bitmap_set(uint32_t* bm, uint32_t p, int64_t npo
   if (p < npos) atomicOr(&bm[p >> 5], 1u << (p & 31));
 }
 
-// Pairs in row `row` (n), the positions they can take (npos) and the block_table row (brow).
-// kSrcCands without visible lengths: every position below max_len counts.
 // The positions row `row` sees (npos) and its block_table row (brow, -1: none); kSrcKeys and
-// kSrcCands sources.
+// kSrcCands sources. Without visible lengths every position below max_len counts.
 __device__ __forceinline__ void row_positions(const TopkArgs& a, int row, int64_t& npos, int& brow) {
   npos = 0;
   brow = a.tr ? a.tr[static_cast<int64_t>(row) * a.tr_s] : row;
@@ -186,6 +184,7 @@ __device__ __forceinline__ int64_t cand_pairs(const TopkArgs& a, int row, int64_
   return npos > 0 ? (a.cand_count ? min(static_cast<int64_t>(a.cand_count[row]), a.ld) : a.n_fixed) : 0;
 }
 
+// Pairs in row `row` (n), the positions they can take (npos) and the block_table row (brow).
 template <int SRC>
 __device__ __forceinline__ void row_extent(const TopkArgs& a, int row, int64_t& n, int64_t& npos, int& brow) {
   n = 0;
