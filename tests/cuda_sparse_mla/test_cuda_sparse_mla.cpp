@@ -485,6 +485,10 @@ TEST_F(CudaSparseMla, PeakedSoftmax) {
   }
 }
 
+// Shared memory per SM of the H200 (228 KB) and of an A100 (164 KB), for the plans below.
+constexpr int64_t kH200SmemPerSm = 233472;
+constexpr int64_t kA100SmemPerSm = 167936;
+
 // The launch plan of a sparse call of T tokens (the backend's own rule and hooks).
 cuda_sparse_mla::MlaPlan sparse_plan(const SparseCase& c, int64_t T, int sm_count,
                                      std::size_t workspace) {
@@ -494,7 +498,7 @@ cuda_sparse_mla::MlaPlan sparse_plan(const SparseCase& c, int64_t T, int sm_coun
   p.heads = c.H;
   p.topk = c.topk;
   p.groups = static_cast<int>(T);
-  return cuda_sparse_mla::make_plan(p, sm_count, workspace, cuda_sparse_mla::tuning_from_env());
+  return cuda_sparse_mla::make_plan(p, {sm_count, kH200SmemPerSm}, workspace, cuda_sparse_mla::tuning_from_env());
 }
 
 TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
@@ -505,6 +509,7 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
       {CacheFormat::bf16, 128, 1000, 16, 40, IndexOpts{}},
       {CacheFormat::fp8_ds_mla, 8, 5000, 1, 64, IndexOpts{}},
       {CacheFormat::bf16, 40, 63, 64, 200, IndexOpts{}},
+      {CacheFormat::bf16, 8, 2048, 16, 40, IndexOpts{}},
   };
   for (const SparseCase& c : cases) {
     auto s = setup_sparse(c, 7);
@@ -519,11 +524,16 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
     const auto plan_1 = sparse_plan(c, 1, sm_count, k->workspace_bytes());
     EXPECT_EQ(plan_t.chunk, plan_1.chunk) << name_of(c);
     EXPECT_EQ(plan_t.nsplit, plan_1.nsplit) << name_of(c);
-    std::printf("  %-34s split %d x %d tokens; row tile T=%d: %d, T=1: %d\n", name_of(c).c_str(),
-                plan_t.nsplit, plan_t.chunk, c.T, plan_t.row_tile, plan_1.row_tile);
+    std::printf("  %-34s split %d x %d tokens; row tile / CTAs per SM T=%d: %d / %d, T=1: %d / %d\n",
+                name_of(c).c_str(), plan_t.nsplit, plan_t.chunk, c.T, plan_t.row_tile, plan_t.ctas_per_sm,
+                plan_1.row_tile, plan_1.ctas_per_sm);
     if (c.H > 16 && plan_t.nsplit > 1) {
       EXPECT_EQ(plan_t.row_tile, 32) << name_of(c);
       EXPECT_EQ(plan_1.row_tile, 16) << name_of(c);
+    }
+    if (c.H <= 16 && c.T * plan_t.nsplit > 2 * sm_count) {  // 3 CTAs per SM in the batch only
+      EXPECT_EQ(plan_t.ctas_per_sm, 3) << name_of(c);
+      EXPECT_EQ(plan_1.ctas_per_sm, 2) << name_of(c);
     }
     // a small workspace forces several launches (slabs): bitwise the same
     const std::size_t small = std::max<std::size_t>(k->workspace_bytes() / 7, 1);
@@ -720,10 +730,14 @@ TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
 // (forced through LATTE_CUDA_SPARSE_MLA_ROW_TILE), splits, padding, decode with s_q > 1.
 TEST_F(CudaSparseMla, SanitizerSmall) {
   Runner run;
-  for (const char* warps : {"4", "8"})
-  for (const char* tile : {"16", "32"}) {
+  struct Config {
+    const char *warps, *tile, *ctas;
+  };
+  for (const auto& [warps, tile, ctas] : {Config{"4", "16", "2"}, Config{"4", "16", "3"}, Config{"4", "32", "2"},
+                                          Config{"8", "16", "2"}, Config{"8", "16", "3"}, Config{"8", "32", "2"}}) {
     setenv("LATTE_CUDA_SPARSE_MLA_WARPS", warps, 1);
     setenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE", tile, 1);
+    setenv("LATTE_CUDA_SPARSE_MLA_CTAS", ctas, 1);
     IndexOpts padded;
     padded.empty = {1};
     for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 40, 700, 16, 3, padded},
@@ -733,7 +747,7 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
       auto k = run.make(s->spec);
       const std::size_t n = s->q.size() / 576;
       const Result r = run.run(*k, s->args, n * 512, n);
-      const std::string what = std::string("warps ") + warps + " tile " + tile + " " + name_of(c);
+      const std::string what = std::string("warps ") + warps + " tile " + tile + " ctas " + ctas + " " + name_of(c);
       expect_all_written(r, what);
       const auto ts = sample_tokens(c);
       std::vector<double> ref, ref_lse;
@@ -743,6 +757,32 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
   }
   unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE");
   unsetenv("LATTE_CUDA_SPARSE_MLA_WARPS");
+  unsetenv("LATTE_CUDA_SPARSE_MLA_CTAS");
+}
+
+// Host-only: 16-row tiles run 3 CTAs per SM when the grid is more than one wave of 2 and the
+// device holds 3 (the H200, not an A100), else 2; 32-row tiles always 2.
+TEST(CudaSparseMlaPlan, CtasPerSmRule) {
+  cuda_sparse_mla::MlaParams p;
+  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.topk = 2048;
+  p.heads = 8;
+  p.groups = 128;  // 128 x 8 splits = 1024 CTAs
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).ctas_per_sm, 3);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}).ctas_per_sm, 2);
+  p.format = cuda_sparse_mla::KvFormat::bf16;
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).ctas_per_sm, 3);
+  p.groups = 1;  // 8 CTAs: one wave
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).ctas_per_sm, 2);
+  p.heads = 64;
+  p.groups = 128;  // 32-row tiles
+  const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {});
+  EXPECT_EQ(plan.row_tile, 32);
+  EXPECT_EQ(plan.ctas_per_sm, 2);
+  for (int tile : {16, 32})
+    for (int ctas : {2, 3})
+      EXPECT_LE(cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::fp8_ds_mla, tile, ctas), 101376u);
+  EXPECT_LE(3 * (cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::bf16, 16, 3) + 1024), 233472u);
 }
 
 // Host-only: a sparse call's split (chunk, splits per token) depends on heads and topk, never

@@ -122,11 +122,15 @@ struct FusedMisc {
 constexpr int kCompactPer = 8;  // buffer entries per thread per compaction round
 // Admit mode: candidates each warp gathers in shared memory before it reserves room in the
 // token's list (one global atomic per flush: an atomic's round trip per stage costs more).
-// 32 entries (one stage's worth of a warp): the shared memory of 128 per warp cost the 64-head
-// admission kernel its third CTA per SM on the H200 (914 vs 818 us at 128 x 128K). Two halves
-// of 32, a half's atomic result used only when the other half filled (the warp not waiting for
-// the atomic), measured the same (interleaved A/B, B = 32 and 128 x 128K, session 5).
-constexpr int kAdmitWarpBuf = 32;
+// A stage adds at most 32 per warp (one token per CTA, one score per lane), so the buffer holds
+// two stages' worth and is flushed after a stage that leaves it more than half full: the
+// per-score path is one compare and one vote, the flush outside the score loop, half as many
+// atomics as a 32-entry buffer (measured: end to end within 1 %, session 6). 128 entries per
+// warp would cost the 64-head admission kernel its third CTA per SM on the H200 (914 vs
+// 818 us at 128 x 128K); 64 still fit three. Two
+// halves, a half's atomic result used only when the other half filled, measured the same
+// (interleaved A/B, B = 32 and 128 x 128K, session 5).
+constexpr int kAdmitWarpBuf = 64;
 constexpr int kAdmitBufBytes = kThreads / 32 * 2 * kAdmitWarpBuf * 4;
 
 
@@ -324,14 +328,14 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     __syncwarp();
     wbuf_n = 0;
   };
-  // Admits the score of visible position s of token t if its key is >= tau, compared as
+  // Admits the score of visible position s if its key is >= tau, compared as
   // floats (tau_floor; tau 1 admits every visible position, NaN included): the key is made
   // only for the admitted. Every lane of the warp calls it.
   float tau_floor = 0.0f;
-  auto admit_score = [&](float score, bool vis, int64_t s, int t) {
+  auto admit_score = [&](float score, bool vis, int64_t s) {
     const bool pass = vis && (admit_tau <= 1u || score >= tau_floor);
     const unsigned m = __ballot_sync(0xffffffffu, pass);
-    if (wbuf_n + __popc(m) > kAdmitWarpBuf) flush_admitted(t);
+    if (m == 0u) return;  // the common case (warp-uniform): nothing admitted
     if (pass) {
       const int at = wbuf_n + __popc(m & ((1u << lane) - 1u));
       wbuf_keys[at] = cuda::score_key(score);
@@ -590,7 +594,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             a.sample_keys[static_cast<int64_t>(t) * kFusedSamples + my_s] = vis ? cuda::score_key(score) : 0u;
           } else if (MODE == kModeAdmit) {
             // Candidates at or above tau gather in the warp's buffer.
-            admit_score(score, vis, my_s, t);
+            admit_score(score, vis, my_s);
           } else if (MODE == kModeLogits) {
             if (my_s < a.logits_len)
               a.logits[static_cast<int64_t>(t) * a.lg_st + my_s * a.lg_ss] = vis ? score : -INFINITY;
@@ -617,6 +621,8 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             }
           }
         }
+        // Room for the next stage's admissions (group == 1: token t0).
+        if (MODE == kModeAdmit && wbuf_n > kAdmitWarpBuf - 32) flush_admitted(t0);
         // Stage it + S reuses this slot; its offsets are read after the next barrier. The warp
         // barrier orders this stage's reads of the slot's mask before lane 0 rewrites it.
         __syncwarp();

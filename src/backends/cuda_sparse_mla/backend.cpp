@@ -53,7 +53,9 @@ int rows_of(const AttentionSpec& spec) {
 class CudaSparseMlaKernel final : public Kernel {
  public:
   CudaSparseMlaKernel(const AttentionSpec& spec, const DeviceInfo& device)
-      : spec_(spec), sm_count_(std::max(1, device.sm_count)), tuning_(tuning_from_env()) {
+      : spec_(spec),
+        device_{std::max(1, device.sm_count), device.max_smem_per_block + 1024},
+        tuning_(tuning_from_env()) {
     const bool decode = spec.op == Op::mla_decode;
     const int64_t tokens = spec.max_tokens > 0 ? spec.max_tokens : kMaxTokens;
     const int64_t groups = decode ? std::max<int64_t>(1, tokens / std::max(1, spec.s_q)) : tokens;
@@ -144,7 +146,7 @@ class CudaSparseMlaKernel final : public Kernel {
     if (prev != dev.index) LATTE_CUDA_TRY(cudaSetDevice(dev.index));
     try {
       const MlaPlan plan =
-          make_plan(p, sm_count_, ctx.workspace ? ctx.workspace_bytes : 0, tuning_);
+          make_plan(p, device_, ctx.workspace ? ctx.workspace_bytes : 0, tuning_);
       if (plan.nsplit > 1 && ctx.workspace == nullptr) {
         throw Error(ErrorCode::invalid_argument,
                     fmt::format("cuda.sparse_mla: this call splits each token's KV list in {} "
@@ -223,7 +225,7 @@ class CudaSparseMlaKernel final : public Kernel {
   }
 
   AttentionSpec spec_;
-  int sm_count_;
+  PlanDevice device_;  // SM count and shared memory per SM, for the launch plan
   Tuning tuning_;  // the environment's tuning hooks, read once here
   std::size_t workspace_ = 0;
 };

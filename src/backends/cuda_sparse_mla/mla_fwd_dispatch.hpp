@@ -1,5 +1,5 @@
 // Per-format entry points of the forward kernel (one translation unit per cache format, so the
-// eight kernel variants compile in parallel).
+// kernel variants compile in parallel).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,12 +13,21 @@ namespace latte::cuda_sparse_mla {
 
 struct LaunchArgs;
 
-// `device`: the current CUDA device; `warps`: 4 or 8 warps per CTA, 0 = the format's default
-// (bf16 4, fp8 8).
-void launch_fwd_bf16(int device, int row_tile, int warps, bool decode, int64_t grid, const MlaParams& p,
-                     const LaunchArgs& la, cudaStream_t stream);
-void launch_fwd_fp8(int device, int row_tile, int warps, bool decode, int64_t grid, const MlaParams& p,
-                    const LaunchArgs& la, cudaStream_t stream);
-std::size_t fwd_smem_bytes(bool fp8, int row_tile);
+// One launch configuration; none changes a result bit.
+struct FwdConfig {
+  int row_tile = 32;    // 16 or 32 rows per CTA
+  int warps = 0;        // 4 or 8 warps per CTA, 0 = the format's default (fwd_warps)
+  int ctas_per_sm = 2;  // 3: 16-row tiles only, 2 pipeline stages (MlaPlan::ctas_per_sm)
+  bool decode = false;
+};
+
+// Warps per CTA: `warps` when 4 or 8, else the format's default (bf16 4, fp8 8).
+constexpr int fwd_warps(bool fp8, int warps) { return warps == 4 || warps == 8 ? warps : fp8 ? 8 : 4; }
+
+// `device`: the current CUDA device.
+void launch_fwd_bf16(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                     cudaStream_t stream);
+void launch_fwd_fp8(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                    cudaStream_t stream);
 
 }  // namespace latte::cuda_sparse_mla

@@ -40,13 +40,17 @@ namespace latte::cuda_sparse_mla {
 inline constexpr int kQRowBytes = 576 * 2;  // one Q row in shared memory (bf16, swizzled)
 inline constexpr int kPartBytes = 512 * 2 + 4;  // one split's partial row: bf16 O/l + f32 lse2
 
-template <bool FP8, int R, int NW = 8>
+// CTAS: the CTAs per SM the configuration is built for (the launch bound, which caps the
+// registers); 3 (16-row tiles only) also takes the pipeline to 2 stages so that three fit in
+// the H200's 228 KB per SM.
+template <bool FP8, int R, int NW = 8, int CTAS = 2>
 struct KCfg {
+  static_assert(CTAS == 2 || (CTAS == 3 && R == 16), "3 CTAs per SM: 16-row tiles only");
   static constexpr int kWarps = NW;                  // 4 or 8 warps per CTA
   static constexpr int kThreads = NW * 32;
   static constexpr int BN = FP8 ? 32 : 16;           // KV tokens per tile
   static constexpr int ROWB = FP8 ? 656 : 1152;      // bytes per token in a stage
-  static constexpr int NSTAGE = FP8 ? (R == 32 ? 2 : 3) : (R == 32 ? 3 : 4);
+  static constexpr int NSTAGE = CTAS == 3 ? 2 : FP8 ? (R == 32 ? 2 : 3) : (R == 32 ? 3 : 4);
   static constexpr int PAD = (FP8 || R == 16) ? 8 : 0;
   static constexpr int PS = BN + PAD;                // partial / P row stride, floats
   static constexpr int MT = R / 16;                  // m16 tiles of rows
@@ -102,10 +106,10 @@ __device__ __forceinline__ float tree_sum(const float* v) {
   }
 }
 
-template <bool FP8, int R, bool DECODE, int NW>
-__global__ void __launch_bounds__(NW * 32, 2)
+template <bool FP8, int R, bool DECODE, int NW, int CTAS = 2>
+__global__ void __launch_bounds__(NW * 32, CTAS)
     mla_fwd_sm80_kernel(const MlaParams p, const LaunchArgs la) {
-  using C = KCfg<FP8, R, NW>;
+  using C = KCfg<FP8, R, NW, CTAS>;
   constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PS = C::PS, MT = C::MT,
                 NTW = C::NTW, DPW = C::DPW, NPV = C::NPV;
   constexpr int kThreads = C::kThreads, kWarps = C::kWarps;

@@ -61,22 +61,33 @@ struct MlaPlan {
   std::size_t part_bytes_per_group = 0;
   int warps = 0;        // warps per CTA (0: the format's default, 8 fp8 / 4 bf16); never
                         // changes a result bit
+  int ctas_per_sm = 2;  // 3: the 16-row tile's 3-CTA configuration (2 stages); never changes
+                        // a result bit
 };
 
 // Tuning hooks (environment variables), read once when a Kernel is made, not on every call:
 // LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> (split size), LATTE_CUDA_SPARSE_MLA_ROW_TILE=
-// 16|32 and LATTE_CUDA_SPARSE_MLA_WARPS=4|8 (0 = not set: the default rule).
+// 16|32, LATTE_CUDA_SPARSE_MLA_WARPS=4|8 and LATTE_CUDA_SPARSE_MLA_CTAS=2|3 (CTAs per SM of
+// 16-row tiles) (0 = not set: the default rule).
 struct Tuning {
   int chunk = 0;
   int row_tile = 0;
   int warps = 0;
+  int ctas = 0;
 };
 Tuning tuning_from_env();
 
 // Splitting rule and workspace. `topk_or_len` is what a decode request may span (only for the
 // workspace estimate); sparse uses topk.
 int chunk_tokens(bool decode, int rows, const Tuning& tuning);
-MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes,
+// What the plan needs of the device. smem_per_sm: shared memory per SM, estimated as the
+// per-block opt-in limit plus the 1 KB the hardware reserves per block (exact on sm_80 ...
+// sm_100; an underestimate on sm_120, where it changes no choice).
+struct PlanDevice {
+  int sm_count = 1;
+  int64_t smem_per_sm = 0;
+};
+MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t workspace_bytes,
                   const Tuning& tuning);
 std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
                                 int64_t max_groups, const Tuning& tuning);
@@ -90,6 +101,6 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
                 int device);
 
 // The kernels' shared memory per block for each configuration (for tests and docs).
-std::size_t smem_bytes(KvFormat format, int row_tile);
+std::size_t smem_bytes(KvFormat format, int row_tile, int ctas_per_sm = 2);
 
 }  // namespace latte::cuda_sparse_mla

@@ -25,13 +25,12 @@ std::size_t part_bytes(int rows, int nsplit) {
 
 }  // namespace
 
-std::size_t fwd_smem_bytes(bool fp8, int row_tile) {
-  if (fp8) return row_tile == 16 ? KCfg<true, 16>::SMEM : KCfg<true, 32>::SMEM;
-  return row_tile == 16 ? KCfg<false, 16>::SMEM : KCfg<false, 32>::SMEM;
-}
-
-std::size_t smem_bytes(KvFormat format, int row_tile) {
-  return fwd_smem_bytes(format == KvFormat::fp8_ds_mla, row_tile);
+std::size_t smem_bytes(KvFormat format, int row_tile, int ctas_per_sm) {
+  const bool lean = row_tile == 16 && ctas_per_sm == 3;
+  if (format == KvFormat::fp8_ds_mla) {
+    return row_tile == 32 ? KCfg<true, 32>::SMEM : lean ? KCfg<true, 16, 8, 3>::SMEM : KCfg<true, 16>::SMEM;
+  }
+  return row_tile == 32 ? KCfg<false, 32>::SMEM : lean ? KCfg<false, 16, 8, 3>::SMEM : KCfg<false, 16>::SMEM;
 }
 
 Tuning tuning_from_env() {
@@ -52,6 +51,11 @@ Tuning tuning_from_env() {
   if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_WARPS")) {
     const int v = std::atoi(env);
     if (v == 4 || v == 8) t.warps = v;
+  }
+  // LATTE_CUDA_SPARSE_MLA_CTAS=2|3: CTAs per SM of 16-row tiles (bitwise the same result).
+  if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_CTAS")) {
+    const int v = std::atoi(env);
+    if (v == 2 || v == 3) t.ctas = v;
   }
   return t;
 }
@@ -75,8 +79,9 @@ std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int 
   return std::max(per, std::min(want, kCap));
 }
 
-MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes,
+MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t workspace_bytes,
                   const Tuning& tuning) {
+  const int sm_count = std::max(1, device.sm_count);
   MlaPlan plan;
   plan.rows = p.s_q * p.heads;
   plan.chunk = chunk_tokens(p.decode, plan.rows, tuning);
@@ -95,6 +100,14 @@ MlaPlan make_plan(const MlaParams& p, int sm_count, std::size_t workspace_bytes,
     plan.row_tile = tuning.row_tile;
   }
   plan.row_tiles = (plan.rows + plan.row_tile - 1) / plan.row_tile;
+  // Occupancy of 16-row tiles: 3 CTAs per SM (2 pipeline stages, registers capped) when the
+  // grid is more than one wave of 2 per SM; a single wave keeps the deeper pipeline. H200,
+  // queued us: GLM-5 TP8 T=128 fp8 110.3 -> 104.6, bf16 114.6 -> 105.1; with 3 CTAs per SM
+  // at T=1 (one wave): fp8 H=64 38.9 -> 42.2 (session 6).
+  const int64_t grid_ctas = static_cast<int64_t>(p.groups) * plan.row_tiles * plan.nsplit;
+  const auto three_fit = static_cast<int64_t>(3 * (smem_bytes(p.format, 16, 3) + 1024)) <= device.smem_per_sm;
+  plan.ctas_per_sm = plan.row_tile == 16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
+  if (tuning.ctas != 0) plan.ctas_per_sm = plan.row_tile == 16 ? tuning.ctas : 2;  // test hook
   plan.part_bytes_per_group = part_bytes(plan.rows, plan.nsplit);
   if (plan.nsplit > 1) {
     const auto fit = static_cast<int64_t>(workspace_bytes / plan.part_bytes_per_group);
@@ -138,10 +151,11 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
       LATTE_CUDA_TRY(cudaMemsetAsync(la.counters, 0, ncnt * sizeof(int), stream));
     }
     const int64_t grid = n * plan.row_tiles * plan.nsplit;
+    const FwdConfig config{plan.row_tile, plan.warps, plan.ctas_per_sm, p.decode};
     if (fp8) {
-      launch_fwd_fp8(device, plan.row_tile, plan.warps, p.decode, grid, p, la, stream);
+      launch_fwd_fp8(device, config, grid, p, la, stream);
     } else {
-      launch_fwd_bf16(device, plan.row_tile, plan.warps, p.decode, grid, p, la, stream);
+      launch_fwd_bf16(device, config, grid, p, la, stream);
     }
   }
 }

@@ -1,0 +1,66 @@
+// The launch of the forward kernel for one cache format (FP8 or bf16), shared by the two
+// per-format translation units (mla_fwd_{bf16,fp8}_sm80.cu), which compile in parallel.
+// Configurations: row tile 16 / 32, 4 or 8 warps, sparse / decode, and for 16-row tiles a
+// second occupancy (3 CTAs per SM: 2 pipeline stages, registers capped by the launch bound).
+// Every configuration computes bitwise the same result.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "backends/cuda_sparse_mla/mla_fwd_dispatch.hpp"
+#include "backends/cuda_sparse_mla/mla_fwd_sm80.cuh"
+#include "cuda/check.cuh"
+
+namespace latte::cuda_sparse_mla::detail {
+
+template <bool FP8, int R, bool DECODE, int NW, int CTAS>
+void launch_config(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                   cudaStream_t stream) {
+  constexpr int smem = KCfg<FP8, R, NW, CTAS>::SMEM;
+  auto* kernel = &mla_fwd_sm80_kernel<FP8, R, DECODE, NW, CTAS>;
+  // the shared-memory attribute is set once per device (bit `device` of `done`; devices past
+  // 63 set it on every launch)
+  static std::atomic<uint64_t> done{0};
+  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
+  if (bit == 0 || (done.load(std::memory_order_acquire) & bit) == 0) {
+    LATTE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    done.fetch_or(bit, std::memory_order_acq_rel);
+  }
+  kernel<<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(p, la);
+  LATTE_CUDA_CHECK_LAUNCH("mla_fwd_sm80_kernel");
+}
+
+template <bool FP8, int NW, bool DECODE>
+void launch_decode(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                   cudaStream_t stream) {
+  if (c.row_tile == 32) {
+    launch_config<FP8, 32, DECODE, NW, 2>(device, grid, p, la, stream);
+  } else if (c.ctas_per_sm == 3) {
+    launch_config<FP8, 16, DECODE, NW, 3>(device, grid, p, la, stream);
+  } else {
+    launch_config<FP8, 16, DECODE, NW, 2>(device, grid, p, la, stream);
+  }
+}
+
+template <bool FP8, int NW>
+void launch_warps(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                  cudaStream_t stream) {
+  if (c.decode) {
+    launch_decode<FP8, NW, true>(device, c, grid, p, la, stream);
+  } else {
+    launch_decode<FP8, NW, false>(device, c, grid, p, la, stream);
+  }
+}
+
+template <bool FP8>
+void launch_fwd(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                cudaStream_t stream) {
+  if (fwd_warps(FP8, c.warps) == 4) {
+    launch_warps<FP8, 4>(device, c, grid, p, la, stream);
+  } else {
+    launch_warps<FP8, 8>(device, c, grid, p, la, stream);
+  }
+}
+
+}  // namespace latte::cuda_sparse_mla::detail
