@@ -202,10 +202,14 @@ template <int THREADS, int DIGIT, int LCAP, bool DIRECT_HIST = false>
 __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* pos, int n,
                                            int need, SelectScratch& sc, int* hist,
                                            unsigned long long* marks = nullptr) {
+  // The clock is read only when measuring (clock64 is a volatile read the compiler keeps).
+  auto stamp = [&](int i) {
+    if (marks != nullptr && threadIdx.x == 0) marks[i] = static_cast<unsigned long long>(clock64());
+  };
   auto mark = [&](int i, unsigned long long v) {
     if (marks != nullptr && threadIdx.x == 0) marks[i] = v;
   };
-  mark(0, clock64());
+  stamp(0);
   constexpr int kBins = 1 << DIGIT;
   constexpr int kPer = kBins / THREADS;
   static_assert(kBins % THREADS == 0, "at least one bin per thread");
@@ -243,7 +247,7 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
     shift = 64 - __clzll(static_cast<long long>(lo ^ hi));  // lo != hi since n >= 2
     prefix = shr64(hi, shift);
   }
-  mark(1, clock64());
+  stamp(1);
   int remaining = need;
   int passes = 0;
   while (true) {
@@ -292,8 +296,8 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
     remaining = sc.need;
     const int bin_count = sc.bin_count;
     prefix = (prefix << d) | static_cast<uint64_t>(bin);
-    if (++passes == 1) mark(2, clock64());
-    mark(3, clock64());
+    if (++passes == 1) stamp(2);
+    stamp(3);
     mark(6, passes);
     mark(7, bin_count);
     if (bin_count == remaining || shift == 0) return prefix << shift;
@@ -317,7 +321,7 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
         }
       }
       __syncthreads();
-      mark(4, clock64());
+      stamp(4);
       for (int e = tid; e < bin_count; e += THREADS) {
         const uint64_t x = list[e];
         int larger = 0;
@@ -325,7 +329,7 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
         if (larger == remaining - 1) sc.result = x;
       }
       __syncthreads();
-      mark(5, clock64());
+      stamp(5);
       const uint64_t r = sc.result;
       __syncthreads();  // hist / sc may be reused by the caller right away
       return r;

@@ -390,7 +390,7 @@ bool topk_direct_hist() {
 // LATTE_CUDA_TOPK_PROF=1 (measurements only: synchronizes): phase marks of row 0 (32 entries)
 // and the kernel spans behind them (cuda/kernel_span.cuh), printed to stderr every 20th
 // indexer_topk or top-k call.
-constexpr int kProfWords = 32 + 4 * cuda::kSpanSlots;
+constexpr int kProfWords = 32 + 5 * cuda::kSpanSlots;
 unsigned long long* prof_buffer() {
   static unsigned long long* buf = [] {
     unsigned long long* b = nullptr;
@@ -448,15 +448,17 @@ void prof_end(const char* what, cudaStream_t stream) {
   const unsigned long long* end = start + cuda::kSpanSlots;
   const unsigned long long* last_start = end + cuda::kSpanSlots;
   const unsigned long long* longest = last_start + cuda::kSpanSlots;
+  const unsigned long long* longest_cycles = longest + cuda::kSpanSlots;
   unsigned long long s0 = ~0ull;
   for (int k = 0; k < cuda::kSpanSlots; ++k) s0 = std::min(s0, start[k]);
-  line += "\n  spans (us: first start-last end [last start, longest CTA]):";
+  line += "\n  spans (us: first start-last end [last start, longest CTA @ its SM clock]):";
   const char* span_names[] = {"score", "", "admit", "repair", "topk", "collect", "final", ""};
   for (int k = 0; k < cuda::kSpanSlots; ++k) {
     if (start[k] == ~0ull) continue;
-    char buf[128];
-    std::snprintf(buf, sizeof(buf), " %s %.2f-%.2f [%.2f, %.2f]", span_names[k], (start[k] - s0) / 1000.0,
-                  end[k] ? (end[k] - s0) / 1000.0 : -1.0, (last_start[k] - s0) / 1000.0, longest[k] / 1000.0);
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), " %s %.2f-%.2f [%.2f, %.2f @ %.2f GHz]", span_names[k], (start[k] - s0) / 1000.0,
+                  end[k] ? (end[k] - s0) / 1000.0 : -1.0, (last_start[k] - s0) / 1000.0, longest[k] / 1000.0,
+                  longest[k] ? static_cast<double>(longest_cycles[k]) / static_cast<double>(longest[k]) : 0.0);
     line += buf;
   }
   std::fprintf(stderr, "%s\n", line.c_str());

@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   const int64_t c0 = static_cast<int64_t>(chunk) * a.chunk_len;
   const int64_t c1 = c0 + a.chunk_len;
   const int bs = a.block_size;
-  const unsigned long long span_t0 = cuda::span_begin(a.spans, a.span);
+  const cuda::SpanStart span_t0 = cuda::span_begin(a.spans, a.span);
 
   // Token rows and visible lengths. Row -1: no valid block_table row (nothing visible);
   // -2: past the last token.

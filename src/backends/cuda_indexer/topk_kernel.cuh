@@ -480,7 +480,7 @@ __device__ __forceinline__ void topk_row(const TopkArgs& a, int row, uint8_t* sm
 template <int SRC, bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_rows_kernel(const TopkArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
-  const unsigned long long span_t0 = cuda::span_begin(spans_of(a.prof), kSpanTopk);
+  const cuda::SpanStart span_t0 = cuda::span_begin(spans_of(a.prof), kSpanTopk);
   topk_row<SRC, DH>(a, blockIdx.x, smem);
   cuda::span_end(spans_of(a.prof), kSpanTopk, span_t0);
 }
@@ -539,7 +539,7 @@ template <int SRC, bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_split_hist_kernel(const TopkArgs a, const SplitArgs sp) {
   __shared__ int hist[kSplitBins];
   const int tid = threadIdx.x;
-  const unsigned long long span_t0 = cuda::span_begin(spans_of(a.prof), kSpanTopk);
+  const cuda::SpanStart span_t0 = cuda::span_begin(spans_of(a.prof), kSpanTopk);
   pdl_launch_dependents();  // the collect kernel waits for this whole grid before reading hist
   const int row = blockIdx.x / sp.slices, s = blockIdx.x % sp.slices;
   int64_t n = 0, npos = 0;
@@ -573,7 +573,7 @@ __global__ void __launch_bounds__(kTopkThreads) topk_split_collect_kernel(const 
   __shared__ int pick_bin, pick_count;
   static_assert(kSplitBins == 2 * kTopkThreads, "two bins per thread");
   const int tid = threadIdx.x;
-  const unsigned long long span_t0 = cuda::span_begin(spans_of(a.prof), kSpanCollect);
+  const cuda::SpanStart span_t0 = cuda::span_begin(spans_of(a.prof), kSpanCollect);
   const int row = blockIdx.x / sp.slices, s = blockIdx.x % sp.slices;
   int64_t n = 0, npos = 0;
   int brow = -1;
@@ -656,7 +656,7 @@ template <int SRC, bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_split_final_kernel(const TopkArgs a, const TopkArgs c) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int row = blockIdx.x;
-  const unsigned long long span_t0 = cuda::span_begin(spans_of(a.prof), kSpanSplitFinal);
+  const cuda::SpanStart span_t0 = cuda::span_begin(spans_of(a.prof), kSpanSplitFinal);
   pdl_wait();  // the candidate lists and counts of the collect kernel
   if (c.cand_count[row] >= 0) topk_row<kSrcCands, DH>(c, row, smem);
   else topk_row<SRC, DH>(a, row, smem);
@@ -669,7 +669,7 @@ template <bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_fused_final_kernel(const TopkArgs list, const TopkArgs repair) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int row = blockIdx.x;
-  const unsigned long long span_t0 = cuda::span_begin(spans_of(list.prof), kSpanTopk);
+  const cuda::SpanStart span_t0 = cuda::span_begin(spans_of(list.prof), kSpanTopk);
   // The row's positions (inputs of the call) and the cleared bitmap before the wait.
   int64_t n = 0, npos = 0;
   int brow = -1;
