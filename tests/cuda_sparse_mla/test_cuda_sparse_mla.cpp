@@ -16,7 +16,6 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda_sparse_mla/mla_fwd_dispatch.hpp"
 #include "backends/cuda_sparse_mla/mla_params.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/backend.hpp"
@@ -532,8 +531,7 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
       EXPECT_EQ(plan_t.row_tile, 32) << name_of(c);
       EXPECT_EQ(plan_1.row_tile, 16) << name_of(c);
     }
-    EXPECT_EQ(plan_t.n8, plan_1.n8) << name_of(c);  // the kernel depends on format and heads only
-    if (!plan_t.n8 && c.H <= 16 && c.T * plan_t.nsplit > 2 * sm_count) {  // 3 CTAs per SM in the batch only
+    if (c.H <= 16 && c.T * plan_t.nsplit > 2 * sm_count) {  // 3 CTAs per SM in the batch only
       EXPECT_EQ(plan_t.ctas_per_sm, 3) << name_of(c);
       EXPECT_EQ(plan_1.ctas_per_sm, 2) << name_of(c);
     }
@@ -578,8 +576,7 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
 TEST_F(CudaSparseMla, CudaGraphCaptureReplay) {
   Runner run;
   for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 64, 2048, 64, 4, IndexOpts{}},
-                              SparseCase{CacheFormat::bf16, 8, 100, 16, 16, IndexOpts{}},
-                              SparseCase{CacheFormat::fp8_ds_mla, 8, 700, 16, 8, IndexOpts{}}}) {
+                              SparseCase{CacheFormat::bf16, 8, 100, 16, 16, IndexOpts{}}}) {
     auto s = setup_sparse(c, 11);
     auto k = run.make(s->spec);
     const std::size_t n = s->q.size() / 576;
@@ -745,8 +742,7 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
     padded.empty = {1};
     for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 40, 700, 16, 3, padded},
                                 SparseCase{CacheFormat::bf16, 40, 700, 16, 3, padded},
-                                SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded},
-                                SparseCase{CacheFormat::fp8_ds_mla, 5, 300, 16, 3, padded}}) {
+                                SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded}}) {
       auto s = setup_sparse(c, 3);
       auto k = run.make(s->spec);
       const std::size_t n = s->q.size() / 576;
@@ -772,10 +768,8 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
   p.topk = 2048;
   p.heads = 8;
   p.groups = 128;  // 128 x 8 splits = 1024 CTAs
-  cuda_sparse_mla::Tuning row_tiles_only;
-  row_tiles_only.n8 = false;
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, row_tiles_only).ctas_per_sm, 3);
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, row_tiles_only).ctas_per_sm, 2);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).ctas_per_sm, 3);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}).ctas_per_sm, 2);
   p.format = cuda_sparse_mla::KvFormat::bf16;
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).ctas_per_sm, 3);
   p.groups = 1;  // 8 CTAs: one wave
@@ -789,31 +783,6 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
     for (int ctas : {2, 3})
       EXPECT_LE(cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::fp8_ds_mla, tile, ctas), 101376u);
   EXPECT_LE(3 * (cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::bf16, 16, 3) + 1024), 233472u);
-}
-
-// Host-only: the few-heads kernel serves fp8 sparse calls of at most 8 heads, at every T.
-TEST(CudaSparseMlaPlan, FewHeadsKernelRule) {
-  cuda_sparse_mla::MlaParams p;
-  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
-  p.topk = 2048;
-  for (int heads : {1, 5, 8, 9, 16})
-    for (int groups : {1, 4096}) {
-      p.heads = heads;
-      p.groups = groups;
-      const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {});
-      EXPECT_EQ(plan.n8, heads <= 8) << heads << " heads, " << groups << " groups";
-      if (plan.n8) EXPECT_EQ(plan.row_tiles, 1);
-    }
-  p.heads = 8;
-  p.format = cuda_sparse_mla::KvFormat::bf16;
-  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).n8);
-  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
-  p.decode = true;  // dense decode keeps the row-tile kernel
-  p.s_q = 1;
-  p.max_blocks = 64;
-  p.block_size = 64;
-  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).n8);
-  EXPECT_LE(cuda_sparse_mla::sparse_fp8_n8_smem_bytes(), 101376u);
 }
 
 // Host-only: a sparse call's split (chunk, splits per token) depends on heads and topk, never

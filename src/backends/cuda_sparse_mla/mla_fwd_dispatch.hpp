@@ -24,12 +24,6 @@ struct FwdConfig {
 // Warps per CTA: `warps` when 4 or 8, else the format's default (bf16 4, fp8 8).
 constexpr int fwd_warps(bool fp8, int warps) { return warps == 4 || warps == 8 ? warps : fp8 ? 8 : 4; }
 
-// The few-heads kernel (mla_sparse_fp8_n8_sm80.cu): sparse MLA over the fp8_ds_mla cache
-// for at most kN8MaxHeads heads, the heads on the mma's N dimension; one row tile per group.
-inline constexpr int kN8MaxHeads = 8;
-void launch_sparse_fp8_n8(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la, cudaStream_t stream);
-std::size_t sparse_fp8_n8_smem_bytes();
-
 // `device`: the current CUDA device.
 void launch_fwd_bf16(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                      cudaStream_t stream);

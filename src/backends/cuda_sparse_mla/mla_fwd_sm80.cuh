@@ -106,72 +106,6 @@ __device__ __forceinline__ float tree_sum(const float* v) {
   }
 }
 
-// The split combine: each split CTA has written its normalized partial rows (bf16 O/l,
-// 1024 B each) and their lse2 to the workspace; the last CTA of a (group, row tile) to finish
-// (found with a counter that is not part of any sum) combines them in split order and drops
-// the partials from L2 without a write-back. Rows [row0, row0 + tile_rows) of the group; every
-// thread of the CTA calls it after writing its partials.
-template <int kWarps>
-__device__ void combine_splits(const MlaParams& p, const LaunchArgs& la, int64_t g_local, int64_t grp, int rt,
-                               int row0, int tile_rows, int nsplit_g, int* sFlag) {
-  using namespace latte::cuda::sm80;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int rows = p.s_q * p.heads;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) {
-    const int done = atomicAdd(&la.counters[g_local * la.row_tiles + rt], 1);
-    *sFlag = done == nsplit_g - 1 ? 1 : 0;
-  }
-  __syncthreads();
-  if (*sFlag == 0) return;
-  __threadfence();
-  for (int r = warp; r < tile_rows; r += kWarps) {
-    const int row = row0 + r;
-    if (row >= rows) break;
-    const int64_t base = (g_local * rows + row) * la.nsplit;
-    float mx = -INFINITY;
-#pragma unroll 8
-    for (int s2 = 0; s2 < nsplit_g; ++s2) mx = fmaxf(mx, __ldcg(la.part_lse + base + s2));
-    float accv[16];
-#pragma unroll
-    for (int d = 0; d < 16; ++d) accv[d] = 0.f;
-    float wsum = 0.f;
-    if (mx != -INFINITY) {
-#pragma unroll 4
-      for (int s2 = 0; s2 < nsplit_g; ++s2) {
-        const float w = exp2f(__ldcg(la.part_lse + base + s2) - mx);
-        wsum += w;
-        const uint4* src = reinterpret_cast<const uint4*>(la.part_o + (base + s2) * 512 + lane * 16);
-        const uint4 v0 = __ldcg(src), v1 = __ldcg(src + 1);
-        const uint32_t u[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-        for (int d = 0; d < 8; ++d) {
-          accv[2 * d] += w * __uint_as_float(u[d] << 16);
-          accv[2 * d + 1] += w * __uint_as_float(u[d] & 0xFFFF0000u);
-        }
-      }
-    }
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-    const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
-    __nv_bfloat16* const dst = p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh + lane * 16;
-    uint32_t o[8];
-#pragma unroll
-    for (int d = 0; d < 8; ++d) o[d] = pack_bf16x2(accv[2 * d] * inv, accv[2 * d + 1] * inv);
-    reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
-    reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
-    if (lane == 0 && p.lse != nullptr) {
-      p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] =
-          mx == -INFINITY ? -INFINITY : (mx + log2f(wsum)) * 0.6931471805599453f;
-    }
-    // the partials of this row are consumed: drop them from L2 without a write-back
-    __syncwarp();
-    const int lines = nsplit_g * 8;  // 1024 B per split = 8 lines of 128 B
-    for (int ln = lane; ln < lines; ln += 32)
-      discard_l2_line(reinterpret_cast<const uint8_t*>(la.part_o + base * 512) + ln * 128);
-  }
-}
-
 template <bool FP8, int R, bool DECODE, int NW, int CTAS = 2>
 __global__ void __launch_bounds__(NW * 32, CTAS)
     mla_fwd_sm80_kernel(const MlaParams p, const LaunchArgs la) {
@@ -786,7 +720,60 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   }
   if (direct) return;
 
-  combine_splits<kWarps>(p, la, g_local, grp, rt, row0, R, nsplit_g, sFlag);
+  // ---------------- split combine by the last CTA of this (group, row tile) ----------------
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int done = atomicAdd(&la.counters[g_local * la.row_tiles + rt], 1);
+    *sFlag = done == nsplit_g - 1 ? 1 : 0;
+  }
+  __syncthreads();
+  if (*sFlag == 0) return;
+  __threadfence();
+  for (int r = warp; r < R; r += kWarps) {
+    const int row = row0 + r;
+    if (row >= rows) break;
+    const int64_t base = (g_local * rows + row) * la.nsplit;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int s2 = 0; s2 < nsplit_g; ++s2) mx = fmaxf(mx, __ldcg(la.part_lse + base + s2));
+    float accv[16];
+#pragma unroll
+    for (int d = 0; d < 16; ++d) accv[d] = 0.f;
+    float wsum = 0.f;
+    if (mx != -INFINITY) {
+#pragma unroll 4
+      for (int s2 = 0; s2 < nsplit_g; ++s2) {
+        const float w = exp2f(__ldcg(la.part_lse + base + s2) - mx);
+        wsum += w;
+        const uint4* src = reinterpret_cast<const uint4*>(la.part_o + (base + s2) * 512 + lane * 16);
+        const uint4 v0 = __ldcg(src), v1 = __ldcg(src + 1);
+        const uint32_t u[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+        for (int d = 0; d < 8; ++d) {
+          accv[2 * d] += w * __uint_as_float(u[d] << 16);
+          accv[2 * d + 1] += w * __uint_as_float(u[d] & 0xFFFF0000u);
+        }
+      }
+    }
+    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+    const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
+    __nv_bfloat16* const dst = p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh + lane * 16;
+    uint32_t o[8];
+#pragma unroll
+    for (int d = 0; d < 8; ++d) o[d] = pack_bf16x2(accv[2 * d] * inv, accv[2 * d + 1] * inv);
+    reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
+    reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
+    if (lane == 0 && p.lse != nullptr) {
+      p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] =
+          mx == -INFINITY ? -INFINITY : (mx + log2f(wsum)) * 0.6931471805599453f;
+    }
+    // the partials of this row are consumed: drop them from L2 without a write-back
+    __syncwarp();
+    const int lines = nsplit_g * 8;  // 1024 B per split = 8 lines of 128 B
+    for (int ln = lane; ln < lines; ln += 32)
+      discard_l2_line(reinterpret_cast<const uint8_t*>(la.part_o + base * 512) + ln * 128);
+  }
 }
 
 }  // namespace latte::cuda_sparse_mla

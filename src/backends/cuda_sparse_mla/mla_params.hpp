@@ -63,21 +63,17 @@ struct MlaPlan {
                         // changes a result bit
   int ctas_per_sm = 2;  // 3: the 16-row tile's 3-CTA configuration (2 stages); never changes
                         // a result bit
-  bool n8 = false;      // the few-heads kernel (fp8 sparse, heads <= 8 on the mma's N
-                        // dimension; row_tiles 1); chosen by format and heads only
 };
 
 // Tuning hooks (environment variables), read once when a Kernel is made, not on every call:
 // LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> (split size), LATTE_CUDA_SPARSE_MLA_ROW_TILE=
-// 16|32, LATTE_CUDA_SPARSE_MLA_WARPS=4|8, LATTE_CUDA_SPARSE_MLA_CTAS=2|3 (CTAs per SM of
-// 16-row tiles) (0 = not set: the default rule) and LATTE_CUDA_SPARSE_MLA_N8=0 (no few-heads
-// kernel: fp8 calls with <= 8 heads take the row-tile kernel, for comparisons).
+// 16|32, LATTE_CUDA_SPARSE_MLA_WARPS=4|8 and LATTE_CUDA_SPARSE_MLA_CTAS=2|3 (CTAs per SM of
+// 16-row tiles) (0 = not set: the default rule).
 struct Tuning {
   int chunk = 0;
   int row_tile = 0;
   int warps = 0;
   int ctas = 0;
-  bool n8 = true;
 };
 Tuning tuning_from_env();
 

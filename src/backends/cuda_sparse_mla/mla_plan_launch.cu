@@ -57,8 +57,6 @@ Tuning tuning_from_env() {
     const int v = std::atoi(env);
     if (v == 2 || v == 3) t.ctas = v;
   }
-  // LATTE_CUDA_SPARSE_MLA_N8=0: no few-heads kernel.
-  if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_N8")) t.n8 = std::atoi(env) != 0;
   return t;
 }
 
@@ -102,18 +100,14 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
     plan.row_tile = tuning.row_tile;
   }
   plan.row_tiles = (plan.rows + plan.row_tile - 1) / plan.row_tile;
-  // Few heads over the fp8 cache: the kernel with the heads on the mma's N dimension (no padded
-  // head computed). A function of format and heads only, like the split: batch invariant.
-  plan.n8 = tuning.n8 && p.format == KvFormat::fp8_ds_mla && !p.decode && plan.rows <= kN8MaxHeads;
-  if (plan.n8) plan.row_tiles = 1;
   // Occupancy of 16-row tiles: 3 CTAs per SM (2 pipeline stages, registers capped) when the
   // grid is more than one wave of 2 per SM; a single wave keeps the deeper pipeline. H200,
   // queued us: GLM-5 TP8 T=128 fp8 110.3 -> 104.6, bf16 114.6 -> 105.1; with 3 CTAs per SM
   // at T=1 (one wave): fp8 H=64 38.9 -> 42.2 (session 6).
   const int64_t grid_ctas = static_cast<int64_t>(p.groups) * plan.row_tiles * plan.nsplit;
   const auto three_fit = static_cast<int64_t>(3 * (smem_bytes(p.format, 16, 3) + 1024)) <= device.smem_per_sm;
-  plan.ctas_per_sm = !plan.n8 && plan.row_tile == 16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
-  if (tuning.ctas != 0 && !plan.n8) plan.ctas_per_sm = plan.row_tile == 16 ? tuning.ctas : 2;  // test hook
+  plan.ctas_per_sm = plan.row_tile == 16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
+  if (tuning.ctas != 0) plan.ctas_per_sm = plan.row_tile == 16 ? tuning.ctas : 2;  // test hook
   plan.part_bytes_per_group = part_bytes(plan.rows, plan.nsplit);
   if (plan.nsplit > 1) {
     const auto fit = static_cast<int64_t>(workspace_bytes / plan.part_bytes_per_group);
@@ -158,9 +152,7 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
     }
     const int64_t grid = n * plan.row_tiles * plan.nsplit;
     const FwdConfig config{plan.row_tile, plan.warps, plan.ctas_per_sm, p.decode};
-    if (plan.n8) {
-      launch_sparse_fp8_n8(device, grid, p, la, stream);
-    } else if (fp8) {
+    if (fp8) {
       launch_fwd_fp8(device, config, grid, p, la, stream);
     } else {
       launch_fwd_bf16(device, config, grid, p, la, stream);
