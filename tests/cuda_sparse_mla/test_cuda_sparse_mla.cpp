@@ -576,7 +576,8 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
 TEST_F(CudaSparseMla, CudaGraphCaptureReplay) {
   Runner run;
   for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 64, 2048, 64, 4, IndexOpts{}},
-                              SparseCase{CacheFormat::bf16, 8, 100, 16, 16, IndexOpts{}}}) {
+                              SparseCase{CacheFormat::bf16, 8, 100, 16, 16, IndexOpts{}},
+                              SparseCase{CacheFormat::fp8_ds_mla, 8, 700, 16, 8, IndexOpts{}}}) {
     auto s = setup_sparse(c, 11);
     auto k = run.make(s->spec);
     const std::size_t n = s->q.size() / 576;
@@ -742,7 +743,8 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
     padded.empty = {1};
     for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 40, 700, 16, 3, padded},
                                 SparseCase{CacheFormat::bf16, 40, 700, 16, 3, padded},
-                                SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded}}) {
+                                SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded},
+                                SparseCase{CacheFormat::fp8_ds_mla, 5, 300, 16, 3, padded}}) {
       auto s = setup_sparse(c, 3);
       auto k = run.make(s->spec);
       const std::size_t n = s->q.size() / 576;
