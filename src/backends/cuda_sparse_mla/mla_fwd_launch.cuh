@@ -32,7 +32,7 @@ void launch_config(int device, int64_t grid, const MlaParams& p, const LaunchArg
 }
 
 template <bool FP8, int NW, bool DECODE>
-void launch_decode(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+void launch_tile(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                    cudaStream_t stream) {
   if (c.row_tile == 32) {
     launch_config<FP8, 32, DECODE, NW, 2>(device, grid, p, la, stream);
@@ -47,9 +47,9 @@ template <bool FP8, int NW>
 void launch_warps(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                   cudaStream_t stream) {
   if (c.decode) {
-    launch_decode<FP8, NW, true>(device, c, grid, p, la, stream);
+    launch_tile<FP8, NW, true>(device, c, grid, p, la, stream);
   } else {
-    launch_decode<FP8, NW, false>(device, c, grid, p, la, stream);
+    launch_tile<FP8, NW, false>(device, c, grid, p, la, stream);
   }
 }
 
