@@ -1,5 +1,6 @@
-// Warp-level tensor-core and shared-memory fragment primitives for sm_80 and later (portable
-// to sm_86, sm_89, sm_90, sm_100, sm_120: no sm_90a instructions). Header-only.
+// Shared-memory fragment loads (ldmatrix) and small helpers of the mma.sync kernels, sm_80 and
+// later (portable to sm_86, sm_89, sm_90, sm_100, sm_120: no sm_90a instructions). Header-only.
+// The mma.sync wrappers themselves are in cuda/fp8_mma.cuh.
 //
 // Fragment layouts of mma.m16n8k16 (PTX ISA), g = lane / 4, t = lane % 4:
 //   A (16x16, row): a0 = (row g, k 2t..2t+1), a1 = (row g+8, k 2t..), a2 = (row g, k 8+2t..),
@@ -17,16 +18,6 @@ namespace latte::cuda::sm80 {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// D += A * B, bf16 inputs, f32 accumulators.
-__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                               uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 // Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8.

@@ -32,6 +32,7 @@
 
 #include "backends/cuda_sparse_mla/mla_params.hpp"
 #include "cuda/e4m3_bf16_bits.cuh"
+#include "cuda/fp8_mma.cuh"
 #include "cuda/sm80_cp_async.cuh"
 #include "cuda/sm80_mma.cuh"
 
@@ -120,6 +121,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   constexpr bool kPCopies = FP8 && MT == 1;
   using namespace latte::cuda::sm80;
   using latte::cuda::e4m3x4_even_to_bf16x2;
+  using latte::cuda::mma_bf16_m16n8k16;
   using latte::cuda::e4m3x4_odd_to_bf16x2;
 
   extern __shared__ __align__(16) uint8_t smem[];
@@ -395,8 +397,8 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
                              o1 = e4m3x4_odd_to_bf16x2(b[2 * h + 1]);
 #pragma unroll
               for (int m = 0; m < MT; ++m) {
-                mma_bf16_16816(acc[m][n], a0[m], e0, o0);
-                mma_bf16_16816(acc[m][n], a1[m], e1, o1);
+                mma_bf16_m16n8k16(acc[m][n], a0[m], e0, o0);
+                mma_bf16_m16n8k16(acc[m][n], a1[m], e1, o1);
               }
             }
           }
@@ -433,8 +435,8 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
             ldmatrix_x4(b, st_u32 + tok * ROWB + 528 + kq * 32 + half * 16);
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-              mma_bf16_16816(acc[m][2 * np], a[m], b[0], b[1]);
-              mma_bf16_16816(acc[m][2 * np + 1], a[m], b[2], b[3]);
+              mma_bf16_m16n8k16(acc[m][2 * np], a[m], b[0], b[1]);
+              mma_bf16_m16n8k16(acc[m][2 * np + 1], a[m], b[2], b[3]);
             }
           }
         }
@@ -451,7 +453,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
             uint32_t b[2];
             ldmatrix_x2(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
 #pragma unroll
-            for (int m = 0; m < MT; ++m) mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
+            for (int m = 0; m < MT; ++m) mma_bf16_m16n8k16(acc[m][0], a[m], b[0], b[1]);
           } else {
             const int tok = tok0 + (lane & 7) + ((lane >> 4) << 3);
             const int c = blk16 * 2 + ((lane >> 3) & 1);
@@ -459,8 +461,8 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
             ldmatrix_x4(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-              mma_bf16_16816(acc[m][0], a[m], b[0], b[1]);
-              mma_bf16_16816(acc[m][1], a[m], b[2], b[3]);
+              mma_bf16_m16n8k16(acc[m][0], a[m], b[0], b[1]);
+              mma_bf16_m16n8k16(acc[m][1], a[m], b[2], b[3]);
             }
           }
         }
@@ -642,8 +644,8 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
                              co = e4m3x4_odd_to_bf16x2(r[2 * h + 1]);
 #pragma unroll
               for (int m = 0; m < MT; ++m) {
-                mma_bf16_16816(O[m][2 * seg], a[m], be, ce);      // dims 16seg + 2g
-                mma_bf16_16816(O[m][2 * seg + 1], a[m], bo, co);  // dims 16seg + 2g + 1
+                mma_bf16_m16n8k16(O[m][2 * seg], a[m], be, ce);      // dims 16seg + 2g
+                mma_bf16_m16n8k16(O[m][2 * seg + 1], a[m], bo, co);  // dims 16seg + 2g + 1
               }
             }
           }
@@ -656,8 +658,8 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
             ldmatrix_x4_trans(b, st_u32 + tok * ROWB + ((chn ^ (tok & 7)) << 4));
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-              mma_bf16_16816(O[m][c], a[m], b[0], b[1]);
-              mma_bf16_16816(O[m][c + 1], a[m], b[2], b[3]);
+              mma_bf16_m16n8k16(O[m][c], a[m], b[0], b[1]);
+              mma_bf16_m16n8k16(O[m][c + 1], a[m], b[2], b[3]);
             }
           }
         }
