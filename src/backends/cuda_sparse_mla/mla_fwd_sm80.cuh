@@ -31,9 +31,9 @@
 #include <cstdint>
 
 #include "backends/cuda_sparse_mla/mla_params.hpp"
+#include "cuda/async_copy.cuh"
 #include "cuda/e4m3_bf16_bits.cuh"
 #include "cuda/fp8_mma.cuh"
-#include "cuda/sm80_cp_async.cuh"
 #include "cuda/sm80_mma.cuh"
 
 namespace latte::cuda_sparse_mla {
@@ -79,12 +79,6 @@ struct KCfg {
   static_assert(ST_OFF % 16 == 0 && PART_OFF % 16 == 0 && VALID_OFF % 16 == 0, "alignment");
   static_assert(CPL >= 1 && (CPL & (CPL - 1)) == 0, "softmax layout");
 };
-
-// 4-byte cp.async (through L1, .ca: the only kind that takes 4 bytes); completion is tracked
-// by the same commit groups as the KV tile copies.
-__device__ __forceinline__ void cp_async_4(uint32_t dst_smem, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst_smem), "l"(src) : "memory");
-}
 
 struct LaunchArgs {
   int row_tiles;
@@ -202,12 +196,12 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
     } else {
       src = p.indices + grp * p.idx_s + k;
     }
-    cp_async_4(smem_u32(sIdx + (tile % NSTAGE) * BN + ld_tok), src);
+    cuda::cp_async_4(sIdx + (tile % NSTAGE) * BN + ld_tok, src, true);  // completes with the tile copies' groups
   };
   constexpr int NCH = ROWB / 16;                 // 16-byte chunks per token row
   constexpr int CPT = (NCH + TPT - 1) / TPT;      // chunks per thread
   const uint32_t ld_dst0 =
-      smem_u32(sST) + ld_tok * ROWB + (FP8 ? ld_sub : (ld_sub ^ (ld_tok & 7))) * 16;
+      cuda::smem_addr(sST) + ld_tok * ROWB + (FP8 ? ld_sub : (ld_sub ^ (ld_tok & 7))) * 16;
   auto issue_tile = [&](int tile, int stage, int raw) {
     const int k = k_begin + tile * BN + ld_tok;
     bool valid = false;
@@ -234,7 +228,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
 #pragma unroll
     for (int i = 0; i < CPT; ++i) {
       if (ld_sub + i * TPT < NCH)
-        cp_async_16_zfill(dst + i * TPT * 16, valid ? src + i * TPT * 16 : p.kv, valid);
+        cuda::cp_async_16_s(dst + i * TPT * 16, valid ? src + i * TPT * 16 : p.kv, valid);
     }
     if (ld_sub == 0) sValid[stage * BN + ld_tok] = valid ? 1 : 0;
   };
@@ -258,7 +252,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
       const bool ok = row < rows;
       const void* src = ok ? static_cast<const void*>(q_row_ptr(row) + ch * 8)
                            : static_cast<const void*>(p.q);
-      cp_async_16_zfill(smem_u32(sQ + r * kQRowBytes + ((ch ^ (r & 7)) << 4)), src, ok);
+      cuda::cp_async_16_s(cuda::smem_addr(sQ + r * kQRowBytes + ((ch ^ (r & 7)) << 4)), src, ok);
     }
   } else {
     for (int r = warp; r < R; r += kWarps) {
@@ -305,7 +299,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
 #pragma unroll
   for (int st = 0; st < NSTAGE - 1; ++st) {
     if (st < n_tiles) issue_tile(st, st, raw_pro[st]);
-    cp_async_commit_group();
+    cuda::cp_async_commit();
   }
   int raw_next = kIdxRing ? -1 : raw_pro[NSTAGE - 1];  // no ring: index of tile j + NSTAGE - 1
 
@@ -329,11 +323,11 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
 #pragma unroll
       for (int e = 0; e < 4; ++e) O[m][n][e] = 0.f;
 
-  const uint32_t q_base = smem_u32(sQ);
+  const uint32_t q_base = cuda::smem_addr(sQ);
   const int kq = warp & 3, nh = warp >> 2;  // nh = 0 with 4 warps
 
   for (int j = 0; j < n_tiles; ++j) {
-    cp_async_wait_group<NSTAGE - 2>();
+    cuda::cp_async_wait<NSTAGE - 2>();
     __syncthreads();
     {
       const int jn = j + NSTAGE - 1;
@@ -344,16 +338,16 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
           issue_tile(jn, jn % NSTAGE, k < k_end ? sIdx[(jn % NSTAGE) * BN + ld_tok] : -1);
         }
         prefetch_index(jn + NSTAGE - 1);  // overwrites tile jn-1's entry, read before the barrier
-        cp_async_commit_group();
+        cuda::cp_async_commit();
       } else {
         if (jn < n_tiles) issue_tile(jn, jn % NSTAGE, raw_next);
-        cp_async_commit_group();
+        cuda::cp_async_commit();
         raw_next = fetch_index(jn + 1);  // consumed next tile: its latency overlaps this one
       }
     }
     const int stage = j % NSTAGE;
     const uint8_t* const st = sST + stage * BN * ROWB;
-    const uint32_t st_u32 = smem_u32(st);
+    const uint32_t st_u32 = cuda::smem_addr(st);
 
     // ---------------- QK: partial S over this warp's dims and token half ----------------
     {
@@ -595,7 +589,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
       uint32_t pa_base = 0;
       if constexpr (kPCopies) {
         const int r = lane & 15;
-        pa_base = smem_u32(sPart) + (((DPW * warp) >> 7) * R + r) * (PS * 4) + 16 * ((r >> 2) & 1) +
+        pa_base = cuda::smem_addr(sPart) + (((DPW * warp) >> 7) * R + r) * (PS * 4) + 16 * ((r >> 2) & 1) +
                   (lane >> 4) * 16;
       }
 #pragma unroll
