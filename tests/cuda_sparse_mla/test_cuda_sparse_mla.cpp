@@ -802,6 +802,41 @@ TEST(CudaSparseMlaPlan, SplitIndependentOfT) {
     }
 }
 
+// Host-only: the tuning variables take the values they document and refuse any other with an
+// error that names the variable, its value and the accepted ones.
+TEST(CudaSparseMlaPlan, TuningVariablesRefuseWhatTheyDoNotAccept) {
+  struct Var {
+    const char* name;
+    std::vector<const char*> good, bad;
+  };
+  const std::vector<Var> vars = {
+      {"LATTE_CUDA_SPARSE_MLA_CHUNK", {"32", "512"}, {"0", "48", "-64", "abc", "64x", ""}},
+      {"LATTE_CUDA_SPARSE_MLA_ROW_TILE", {"16", "32"}, {"8", "64", "sixteen"}},
+      {"LATTE_CUDA_SPARSE_MLA_WARPS", {"4", "8"}, {"2", "16", "8.0"}},
+      {"LATTE_CUDA_SPARSE_MLA_CTAS", {"2", "3"}, {"1", "4", " 3"}},
+  };
+  for (const auto& v : vars) {
+    for (const char* good : v.good) {
+      setenv(v.name, good, 1);
+      const auto t = cuda_sparse_mla::tuning_from_env();
+      EXPECT_EQ(t.chunk + t.row_tile + t.warps + t.ctas, std::atoi(good)) << v.name << "=" << good;
+    }
+    for (const char* bad : v.bad) {
+      setenv(v.name, bad, 1);
+      try {
+        (void)cuda_sparse_mla::tuning_from_env();
+        ADD_FAILURE() << v.name << "=" << bad << " was accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find(std::string(v.name) + "=" + bad), std::string::npos) << e.what();
+      }
+    }
+    unsetenv(v.name);
+  }
+  const auto unset = cuda_sparse_mla::tuning_from_env();
+  EXPECT_EQ(unset.chunk + unset.row_tile + unset.warps + unset.ctas, 0);
+}
+
 // The kernels' shared memory fits sm_86 / sm_89 / sm_120 (101376 bytes per block); the declared
 // capabilities accept the shapes on every described arch and refuse sm_75.
 TEST(CudaSparseMlaCaps, DeclaredCapabilities) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -740,7 +741,12 @@ std::size_t split_workspace_bound(int64_t tokens, int64_t max_len, int topk, con
   return b;
 }
 
-TopkPath choose_topk_path(const IndexerProblem& p, int topk, std::size_t workspace_bytes, const DeviceTraits& dev) {
+namespace {
+
+// The automatic rule. When it sizes the fused path's plan, the plan is left in `fused` so that
+// the launch does not plan it again.
+TopkPath pick_topk_path(const IndexerProblem& p, int topk, std::size_t workspace_bytes, const DeviceTraits& dev,
+                        std::optional<FusedPlan>& fused) {
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
   // Measured on the H200 (docs/performance.md, session 5, the two paths timed interleaved):
@@ -749,9 +755,19 @@ TopkPath choose_topk_path(const IndexerProblem& p, int topk, std::size_t workspa
   // and in prefill. Otherwise the unfused path runs, over as many tokens per pass as the
   // workspace holds keys for; fused also when not even one row of keys fits.
   const bool fused_faster = p.tokens == 1 || (p.tokens <= 32 && p.max_len() >= 131072);
-  if (fused_faster && fused_bytes(p, topk, dev) <= workspace_bytes) return TopkPath::fused;
+  if (fused_faster) {
+    fused = plan_fused(p, topk, dev);
+    if (fused_layout(*fused, p.tokens, topk).total <= workspace_bytes) return TopkPath::fused;
+  }
   if (keys_ld(p) * 4 <= static_cast<int64_t>(workspace_bytes)) return TopkPath::unfused;
   return TopkPath::fused;
+}
+
+}  // namespace
+
+TopkPath choose_topk_path(const IndexerProblem& p, int topk, std::size_t workspace_bytes, const DeviceTraits& dev) {
+  std::optional<FusedPlan> unused;
+  return pick_topk_path(p, topk, workspace_bytes, dev, unused);
 }
 
 namespace {
@@ -781,10 +797,14 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
                          std::size_t workspace_bytes, const DeviceTraits& dev, void* stream_ptr) {
   if (p.tokens <= 0 || out.topk <= 0) return;
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
-  if (path == TopkPath::automatic) path = choose_topk_path(p, out.topk, workspace_bytes, dev);
+  std::optional<FusedPlan> fused;  // planned once: it sizes the workspace and drives the launch
+  if (path == TopkPath::automatic) path = pick_topk_path(p, out.topk, workspace_bytes, dev, fused);
+  if (path == TopkPath::fused && !fused) fused = plan_fused(p, out.topk, dev);
+  const std::optional<FusedWorkspace> fw =
+      fused ? std::optional<FusedWorkspace>(fused_layout(*fused, p.tokens, out.topk)) : std::nullopt;
   const std::size_t need = path == TopkPath::unfused
                                ? static_cast<std::size_t>(keys_ld(p) * 4)  // one token per pass at least
-                               : topk_workspace_bytes(p, out.topk, path, dev);
+                               : fw->total;
   if (need > workspace_bytes || (need > 0 && workspace == nullptr)) {
     throw Error(ErrorCode::invalid_argument,
                 "cuda.indexer: indexer_topk (" + std::string(path == TopkPath::fused ? "fused" : "unfused") +
@@ -826,14 +846,13 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
   // Fused: sample pass, admission pass (tau per token from its samples, then candidates >= tau
   // into per-token lists), the repair pass, whose CTAs exit at once for every token whose list
   // is complete, and the top-k of each list or repair buffer (fused_threshold.cuh).
-  const FusedPlan fp = plan_fused(p, out.topk, dev);
-  const FusedWorkspace fw = fused_layout(fp, p.tokens, out.topk);
+  const FusedPlan& fp = *fused;
   const TopkPlan tp = plan_topk(p.max_len(), out.topk);
-  auto* samples = reinterpret_cast<uint32_t*>(ws + fw.samples);
-  auto* tau = reinterpret_cast<uint32_t*>(ws + fw.tau);
-  auto* count = reinterpret_cast<int*>(ws + fw.count);
-  auto* list_keys = reinterpret_cast<uint32_t*>(ws + fw.list_keys);
-  auto* list_pos = reinterpret_cast<int32_t*>(ws + fw.list_pos);
+  auto* samples = reinterpret_cast<uint32_t*>(ws + fw->samples);
+  auto* tau = reinterpret_cast<uint32_t*>(ws + fw->tau);
+  auto* count = reinterpret_cast<int*>(ws + fw->count);
+  auto* list_keys = reinterpret_cast<uint32_t*>(ws + fw->list_keys);
+  auto* list_pos = reinterpret_cast<int32_t*>(ws + fw->list_pos);
 
   prof_begin(stream);
   ScoreArgs s = score_args(p, fp.sample);
@@ -862,11 +881,11 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
   r.row_tau = tau;
   r.row_total = count;
   r.list_cap = fp.list_cap;
-  r.cand_keys = reinterpret_cast<uint32_t*>(ws + fw.cand_keys);
-  r.cand_pos = reinterpret_cast<int32_t*>(ws + fw.cand_pos);
+  r.cand_keys = reinterpret_cast<uint32_t*>(ws + fw->cand_keys);
+  r.cand_pos = reinterpret_cast<int32_t*>(ws + fw->cand_pos);
   if (fp.repair.gbuf) {
-    r.gbuf_keys = reinterpret_cast<uint32_t*>(ws + fw.gbuf_keys);
-    r.gbuf_pos = reinterpret_cast<int32_t*>(ws + fw.gbuf_pos);
+    r.gbuf_keys = reinterpret_cast<uint32_t*>(ws + fw->gbuf_keys);
+    r.gbuf_pos = reinterpret_cast<int32_t*>(ws + fw->gbuf_pos);
   }
   dispatch_score(r, fp.repair, stream, pdl);
 

@@ -18,10 +18,12 @@
 // splits in split order and discards the partials from L2 without writing them back.
 // fp8_ds_mla: the KV tile stays e4m3 in shared memory (656 B / token); ldmatrix (plain for QK,
 // .trans for PV, which pairs two tokens' bytes the way the B fragment wants them) reads the
-// e4m3 bytes and bit moves widen them to bf16 (e4m3_bf16_bits.cuh, value * 2^-120). The per-token group scale is
-// applied to the QK partial (warp w's latent dims are exactly group w) and folded into P for
-// PV (warp w's output dims are group w); Q's latent part is stored times 2^(120-E_row), E_row
-// the exponent of the row's largest |q|, so all products stay in range.
+// e4m3 bytes; bit moves widen them to bf16 (e4m3_bf16_bits.cuh, value * 2^-120), except QK's
+// latent part on sm_89+, which uses the hardware e4m3 -> f16 conversion and f16 mma.sync. The
+// per-token group scale is applied to the QK partial (warp w's latent dims are exactly group w)
+// and folded into P for PV (warp w's output dims are group w); Q's latent part is stored times
+// 2^(120-E_row) (bf16) or 2^(14-E_row) (f16), E_row the exponent of the row's largest |q|, so
+// all products stay in range.
 // No atomics; every reduction has a fixed order, so results are bitwise deterministic and do
 // not depend on the row tile (16 or 32) or on the other groups of the call.
 #pragma once
@@ -113,9 +115,25 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   // longer softmax phase of 4 rows per warp outweighs the PV saving), so R = 32 keeps the
   // per-warp conversion. Both give bitwise the same P.
   constexpr bool kPCopies = FP8 && MT == 1;
+  // fp8 QK on sm_89+: the latent e4m3 bytes become f16 by the hardware conversion (one
+  // instruction per f16x2, exact) and meet an f16 Q in f16 mma.sync; sm_80 / sm_86 have no such
+  // conversion and widen to bf16 by bit moves (e4m3_bf16_bits.cuh, about 2.5 instructions per
+  // bf16x2). The rope part and PV stay bf16 on every architecture.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  constexpr bool kF16QK = FP8;
+#else
+  constexpr bool kF16QK = false;
+#endif
+  // Q's latent part is stored times 2^(kQExp - E_row): its largest |value| below 2^(kQExp+1),
+  // inside f16's range (65504) for the f16 path; bf16 products with the 2^-120 widened bytes.
+  constexpr int kQExp = kF16QK ? 14 : 120;
+  constexpr int kKExp = kF16QK ? 0 : 120;  // the widened K bytes are the e4m3 values times 2^-kKExp
   using namespace latte::cuda::sm80;
   using latte::cuda::e4m3x4_even_to_bf16x2;
+  using latte::cuda::e4m3x2_hi_to_f16x2;
+  using latte::cuda::e4m3x2_to_f16x2;
   using latte::cuda::mma_bf16_m16n8k16;
+  using latte::cuda::mma_f16_m16n8k16;
   using latte::cuda::e4m3x4_odd_to_bf16x2;
 
   extern __shared__ __align__(16) uint8_t smem[];
@@ -278,12 +296,19 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
         for (int off = 16; off >= 1; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
         const int ebits = static_cast<int>((__float_as_uint(mx) >> 23) & 0xFF);
         const int E = ebits == 0 ? -126 : (ebits > 254 ? 127 : ebits - 127);
-        rowm = ldexpf(1.f, E);
+        rowm = ldexpf(1.f, E - kQExp + kKExp);  // the partial's factor back to q * k
         uint32_t e[4], o[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-          e[i] = pack_bf16x2(ldexpf(f[4 * i], 120 - E), ldexpf(f[4 * i + 2], 120 - E));
-          o[i] = pack_bf16x2(ldexpf(f[4 * i + 1], 120 - E), ldexpf(f[4 * i + 3], 120 - E));
+          if constexpr (kF16QK) {
+            // chunk 2*lane: dims 4i, 4i+1 (the low e4m3 pair of a 4-byte word); 2*lane+1: 4i+2, 4i+3
+            e[i] = pack_f16x2(ldexpf(f[4 * i], kQExp - E), ldexpf(f[4 * i + 1], kQExp - E));
+            o[i] = pack_f16x2(ldexpf(f[4 * i + 2], kQExp - E), ldexpf(f[4 * i + 3], kQExp - E));
+          } else {
+            // chunk 2*lane: even dims (even bytes of a word); 2*lane+1: odd dims
+            e[i] = pack_bf16x2(ldexpf(f[4 * i], kQExp - E), ldexpf(f[4 * i + 2], kQExp - E));
+            o[i] = pack_bf16x2(ldexpf(f[4 * i + 1], kQExp - E), ldexpf(f[4 * i + 3], kQExp - E));
+          }
         }
         ev = make_uint4(e[0], e[1], e[2], e[3]);
         od = make_uint4(o[0], o[1], o[2], o[3]);
@@ -386,13 +411,24 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
               const int n = 2 * np + h;
-              const uint32_t e0 = e4m3x4_even_to_bf16x2(b[2 * h]), o0 = e4m3x4_odd_to_bf16x2(b[2 * h]);
-              const uint32_t e1 = e4m3x4_even_to_bf16x2(b[2 * h + 1]),
-                             o1 = e4m3x4_odd_to_bf16x2(b[2 * h + 1]);
+              if constexpr (kF16QK) {
+                // the two B registers of a k16 step: bytes 0-1 and 2-3 of the lane's word
+                const uint32_t e0 = e4m3x2_to_f16x2(b[2 * h]), o0 = e4m3x2_hi_to_f16x2(b[2 * h]);
+                const uint32_t e1 = e4m3x2_to_f16x2(b[2 * h + 1]), o1 = e4m3x2_hi_to_f16x2(b[2 * h + 1]);
 #pragma unroll
-              for (int m = 0; m < MT; ++m) {
-                mma_bf16_m16n8k16(acc[m][n], a0[m], e0, o0);
-                mma_bf16_m16n8k16(acc[m][n], a1[m], e1, o1);
+                for (int m = 0; m < MT; ++m) {
+                  mma_f16_m16n8k16(acc[m][n], a0[m], e0, o0);
+                  mma_f16_m16n8k16(acc[m][n], a1[m], e1, o1);
+                }
+              } else {
+                const uint32_t e0 = e4m3x4_even_to_bf16x2(b[2 * h]), o0 = e4m3x4_odd_to_bf16x2(b[2 * h]);
+                const uint32_t e1 = e4m3x4_even_to_bf16x2(b[2 * h + 1]),
+                               o1 = e4m3x4_odd_to_bf16x2(b[2 * h + 1]);
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                  mma_bf16_m16n8k16(acc[m][n], a0[m], e0, o0);
+                  mma_bf16_m16n8k16(acc[m][n], a1[m], e1, o1);
+                }
               }
             }
           }

@@ -68,7 +68,7 @@ struct MlaPlan {
 // Tuning hooks (environment variables), read once when a Kernel is made, not on every call:
 // LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> (split size), LATTE_CUDA_SPARSE_MLA_ROW_TILE=
 // 16|32, LATTE_CUDA_SPARSE_MLA_WARPS=4|8 and LATTE_CUDA_SPARSE_MLA_CTAS=2|3 (CTAs per SM of
-// 16-row tiles) (0 = not set: the default rule).
+// 16-row tiles) (0 = not set: the default rule). Any other value throws invalid_argument.
 struct Tuning {
   int chunk = 0;
   int row_tile = 0;

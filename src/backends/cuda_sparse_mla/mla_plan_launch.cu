@@ -1,6 +1,7 @@
 // Host side of cuda.sparse_mla: the split rule, the launch plan (row tile, splits, slabs) and
 // the launch sequence (counter reset + forward kernel, which combines splits itself).
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -33,30 +34,36 @@ std::size_t smem_bytes(KvFormat format, int row_tile, int ctas_per_sm) {
   return row_tile == 32 ? KCfg<false, 32>::SMEM : lean ? KCfg<false, 16, 8, 3>::SMEM : KCfg<false, 16>::SMEM;
 }
 
+namespace {
+
+// The value of tuning variable `name`, or 0 when unset; a value `accepts` refuses is an error
+// naming the accepted ones (a typo must not silently fall back to the default rule).
+int tuning_var(const char* name, bool (*accepts)(int), const char* accepted) {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  const bool number = std::isdigit(static_cast<unsigned char>(env[0])) && *end == '\0' && v <= (1L << 30);
+  if (!number || !accepts(static_cast<int>(v))) {
+    throw Error(ErrorCode::invalid_argument, std::string("cuda.sparse_mla: ") + name + "=" + env +
+                                                 " is not accepted (" + accepted +
+                                                 "); unset it for the default rule");
+  }
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
 Tuning tuning_from_env() {
   Tuning t;
-  // LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> overrides the split size (it changes every
-  // group's split the same way, so results stay batch invariant).
-  if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_CHUNK")) {
-    const int c = std::atoi(env);
-    if (c >= 32 && c % 32 == 0) t.chunk = c;
-  }
-  // LATTE_CUDA_SPARSE_MLA_ROW_TILE=16|32 forces the row tile (results are bitwise the same
-  // either way; the tests use it to cover both paths on small problems).
-  if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE")) {
-    const int v = std::atoi(env);
-    if (v == 16 || v == 32) t.row_tile = v;
-  }
-  // LATTE_CUDA_SPARSE_MLA_WARPS=4|8 (bitwise the same result either way).
-  if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_WARPS")) {
-    const int v = std::atoi(env);
-    if (v == 4 || v == 8) t.warps = v;
-  }
-  // LATTE_CUDA_SPARSE_MLA_CTAS=2|3: CTAs per SM of 16-row tiles (bitwise the same result).
-  if (const char* env = std::getenv("LATTE_CUDA_SPARSE_MLA_CTAS")) {
-    const int v = std::atoi(env);
-    if (v == 2 || v == 3) t.ctas = v;
-  }
+  // The chunk changes every group's split the same way, so results stay batch invariant; the
+  // other three never change a result bit (the tests use them to cover every configuration).
+  t.chunk = tuning_var("LATTE_CUDA_SPARSE_MLA_CHUNK", [](int v) { return v >= 32 && v % 32 == 0; },
+                       "a positive multiple of 32");
+  t.row_tile = tuning_var("LATTE_CUDA_SPARSE_MLA_ROW_TILE", [](int v) { return v == 16 || v == 32; },
+                          "16 or 32");
+  t.warps = tuning_var("LATTE_CUDA_SPARSE_MLA_WARPS", [](int v) { return v == 4 || v == 8; }, "4 or 8");
+  t.ctas = tuning_var("LATTE_CUDA_SPARSE_MLA_CTAS", [](int v) { return v == 2 || v == 3; }, "2 or 3");
   return t;
 }
 
