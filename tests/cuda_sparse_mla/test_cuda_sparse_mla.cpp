@@ -524,9 +524,13 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
     const auto plan_1 = sparse_plan(c, 1, sm_count, k->workspace_bytes());
     EXPECT_EQ(plan_t.chunk, plan_1.chunk) << name_of(c);
     EXPECT_EQ(plan_t.nsplit, plan_1.nsplit) << name_of(c);
-    std::printf("  %-34s split %d x %d tokens; row tile / CTAs per SM T=%d: %d / %d, T=1: %d / %d\n",
+    std::printf("  %-34s split %d x %d tokens; row tile / CTAs per SM / dim split T=%d: %d / %d / %d, "
+                "T=1: %d / %d / %d\n",
                 name_of(c).c_str(), plan_t.nsplit, plan_t.chunk, c.T, plan_t.row_tile, plan_t.ctas_per_sm,
-                plan_1.row_tile, plan_1.ctas_per_sm);
+                plan_t.dim_split, plan_1.row_tile, plan_1.ctas_per_sm, plan_1.dim_split);
+    // a token alone is far below one wave: its output dims split over two CTAs (every case here)
+    EXPECT_EQ(plan_1.dim_split, 2) << name_of(c);
+    EXPECT_EQ(plan_t.dim_split, 1) << name_of(c);
     if (c.H > 16 && plan_t.nsplit > 1) {
       EXPECT_EQ(plan_t.row_tile, 32) << name_of(c);
       EXPECT_EQ(plan_1.row_tile, 16) << name_of(c);
@@ -727,18 +731,21 @@ TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
   }
 }
 
-// Small problems for compute-sanitizer (memcheck, racecheck): both formats, both row tiles
-// (forced through LATTE_CUDA_SPARSE_MLA_ROW_TILE), splits, padding, decode with s_q > 1.
+// Small problems for compute-sanitizer (memcheck, racecheck): both formats, every configuration
+// (forced through the LATTE_CUDA_SPARSE_MLA_* tuning variables), splits, padding.
 TEST_F(CudaSparseMla, SanitizerSmall) {
   Runner run;
   struct Config {
-    const char *warps, *tile, *ctas;
+    const char *warps, *tile, *ctas, *dims;
   };
-  for (const auto& [warps, tile, ctas] : {Config{"4", "16", "2"}, Config{"4", "16", "3"}, Config{"4", "32", "2"},
-                                          Config{"8", "16", "2"}, Config{"8", "16", "3"}, Config{"8", "32", "2"}}) {
+  for (const auto& [warps, tile, ctas, dims] :
+       {Config{"4", "16", "2", "1"}, Config{"4", "16", "2", "2"}, Config{"4", "16", "3", "1"},
+        Config{"4", "32", "2", "1"}, Config{"8", "16", "2", "1"}, Config{"8", "16", "2", "2"},
+        Config{"8", "16", "3", "1"}, Config{"8", "32", "2", "1"}}) {
     setenv("LATTE_CUDA_SPARSE_MLA_WARPS", warps, 1);
     setenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE", tile, 1);
     setenv("LATTE_CUDA_SPARSE_MLA_CTAS", ctas, 1);
+    setenv("LATTE_CUDA_SPARSE_MLA_DIM_SPLIT", dims, 1);
     IndexOpts padded;
     padded.empty = {1};
     for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 40, 700, 16, 3, padded},
@@ -749,7 +756,8 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
       auto k = run.make(s->spec);
       const std::size_t n = s->q.size() / 576;
       const Result r = run.run(*k, s->args, n * 512, n);
-      const std::string what = std::string("warps ") + warps + " tile " + tile + " ctas " + ctas + " " + name_of(c);
+      const std::string what =
+          std::string("warps ") + warps + " tile " + tile + " ctas " + ctas + " dims " + dims + " " + name_of(c);
       expect_all_written(r, what);
       const auto ts = sample_tokens(c);
       std::vector<double> ref, ref_lse;
@@ -760,6 +768,7 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
   unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE");
   unsetenv("LATTE_CUDA_SPARSE_MLA_WARPS");
   unsetenv("LATTE_CUDA_SPARSE_MLA_CTAS");
+  unsetenv("LATTE_CUDA_SPARSE_MLA_DIM_SPLIT");
 }
 
 // Host-only: 16-row tiles run 3 CTAs per SM when the grid is more than one wave of 2 and the
@@ -785,6 +794,31 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
     for (int ctas : {2, 3})
       EXPECT_LE(cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::fp8_ds_mla, tile, ctas), 101376u);
   EXPECT_LE(3 * (cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::bf16, 16, 3) + 1024), 233472u);
+}
+
+// Host-only: the output dims split over two CTAs when the doubled grid has at most one CTA per
+// SM (16-row tiles at 2 CTAs per SM only), never for calls that fill the device.
+TEST(CudaSparseMlaPlan, DimSplitRule) {
+  cuda_sparse_mla::MlaParams p;
+  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.topk = 2048;
+  p.heads = 64;  // 4 row tiles of 16 x 4 splits of 512 = 16 CTAs per token
+  for (const auto& [groups, want] : {std::pair{1, 2}, std::pair{4, 2}, std::pair{8, 1}, std::pair{128, 1}}) {
+    p.groups = groups;
+    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {});
+    EXPECT_EQ(plan.dim_split, want) << groups << " tokens";
+    if (plan.dim_split == 2) {
+      EXPECT_EQ(plan.row_tile, 16);
+      EXPECT_EQ(plan.ctas_per_sm, 2);
+    }
+  }
+  p.format = cuda_sparse_mla::KvFormat::bf16;
+  p.heads = 8;
+  p.groups = 1;
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).dim_split, 2);
+  cuda_sparse_mla::Tuning forced;
+  forced.dim_split = 1;
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, forced).dim_split, 1);
 }
 
 // Host-only: a sparse call's split (chunk, splits per token) depends on heads and topk, never
@@ -814,12 +848,13 @@ TEST(CudaSparseMlaPlan, TuningVariablesRefuseWhatTheyDoNotAccept) {
       {"LATTE_CUDA_SPARSE_MLA_ROW_TILE", {"16", "32"}, {"8", "64", "sixteen"}},
       {"LATTE_CUDA_SPARSE_MLA_WARPS", {"4", "8"}, {"2", "16", "8.0"}},
       {"LATTE_CUDA_SPARSE_MLA_CTAS", {"2", "3"}, {"1", "4", " 3"}},
+      {"LATTE_CUDA_SPARSE_MLA_DIM_SPLIT", {"1", "2"}, {"0", "4", "two"}},
   };
   for (const auto& v : vars) {
     for (const char* good : v.good) {
       setenv(v.name, good, 1);
       const auto t = cuda_sparse_mla::tuning_from_env();
-      EXPECT_EQ(t.chunk + t.row_tile + t.warps + t.ctas, std::atoi(good)) << v.name << "=" << good;
+      EXPECT_EQ(t.chunk + t.row_tile + t.warps + t.ctas + t.dim_split, std::atoi(good)) << v.name << "=" << good;
     }
     for (const char* bad : v.bad) {
       setenv(v.name, bad, 1);
@@ -834,7 +869,7 @@ TEST(CudaSparseMlaPlan, TuningVariablesRefuseWhatTheyDoNotAccept) {
     unsetenv(v.name);
   }
   const auto unset = cuda_sparse_mla::tuning_from_env();
-  EXPECT_EQ(unset.chunk + unset.row_tile + unset.warps + unset.ctas, 0);
+  EXPECT_EQ(unset.chunk + unset.row_tile + unset.warps + unset.ctas + unset.dim_split, 0);
 }
 
 // The kernels' shared memory fits sm_86 / sm_89 / sm_120 (101376 bytes per block); the declared

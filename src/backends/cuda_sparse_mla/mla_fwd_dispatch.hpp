@@ -18,12 +18,14 @@ struct FwdConfig {
   int row_tile = 32;    // 16 or 32 rows per CTA
   int warps = 0;        // 4 or 8 warps per CTA, 0 = the format's default (fwd_warps)
   int ctas_per_sm = 2;  // 3: 16-row tiles only, 2 pipeline stages (MlaPlan::ctas_per_sm)
+  int dim_split = 1;    // 2: 16-row tiles at 2 CTAs per SM only (MlaPlan::dim_split)
   bool decode = false;
 };
 
 // Warps per CTA: `warps` when 4 or 8, else the format's default (bf16 4, fp8 8).
 constexpr int fwd_warps(bool fp8, int warps) { return warps == 4 || warps == 8 ? warps : fp8 ? 8 : 4; }
 
+// `grid`: the CTAs of one dim part, (groups of the launch) x row tiles x splits.
 // `device`: the current CUDA device.
 void launch_fwd_bf16(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                      cudaStream_t stream);

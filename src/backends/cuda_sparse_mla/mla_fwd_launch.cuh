@@ -1,8 +1,9 @@
 // The launch of the forward kernel for one cache format (FP8 or bf16), shared by the two
 // per-format translation units (mla_fwd_{bf16,fp8}_sm80.cu), which compile in parallel.
 // Configurations: row tile 16 / 32, 4 or 8 warps, sparse / decode, and for 16-row tiles a
-// second occupancy (3 CTAs per SM: 2 pipeline stages, registers capped by the launch bound).
-// Every configuration computes bitwise the same result.
+// second occupancy (3 CTAs per SM: 2 pipeline stages, registers capped by the launch bound) and
+// for 16-row tiles at 2 CTAs per SM the output dims split over two CTAs (calls far below one
+// wave). Every configuration computes bitwise the same result.
 #pragma once
 
 #include <atomic>
@@ -14,11 +15,11 @@
 
 namespace latte::cuda_sparse_mla::detail {
 
-template <bool FP8, int R, bool DECODE, int NW, int CTAS>
+template <bool FP8, int R, bool DECODE, int NW, int CTAS, int DS = 1>
 void launch_config(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                    cudaStream_t stream) {
-  constexpr int smem = KCfg<FP8, R, NW, CTAS>::SMEM;
-  auto* kernel = &mla_fwd_sm80_kernel<FP8, R, DECODE, NW, CTAS>;
+  constexpr int smem = KCfg<FP8, R, NW, CTAS, DS>::SMEM;
+  auto* kernel = &mla_fwd_sm80_kernel<FP8, R, DECODE, NW, CTAS, DS>;
   // the shared-memory attribute is set once per device (bit `device` of `done`; devices past
   // 63 set it on every launch)
   static std::atomic<uint64_t> done{0};
@@ -27,7 +28,7 @@ void launch_config(int device, int64_t grid, const MlaParams& p, const LaunchArg
     LATTE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     done.fetch_or(bit, std::memory_order_acq_rel);
   }
-  kernel<<<static_cast<unsigned>(grid), NW * 32, smem, stream>>>(p, la);
+  kernel<<<static_cast<unsigned>(grid * DS), NW * 32, smem, stream>>>(p, la);
   LATTE_CUDA_CHECK_LAUNCH("mla_fwd_sm80_kernel");
 }
 
@@ -38,6 +39,8 @@ void launch_tile(int device, const FwdConfig& c, int64_t grid, const MlaParams& 
     launch_config<FP8, 32, DECODE, NW, 2>(device, grid, p, la, stream);
   } else if (c.ctas_per_sm == 3) {
     launch_config<FP8, 16, DECODE, NW, 3>(device, grid, p, la, stream);
+  } else if (c.dim_split == 2) {
+    launch_config<FP8, 16, DECODE, NW, 2, 2>(device, grid, p, la, stream);
   } else {
     launch_config<FP8, 16, DECODE, NW, 2>(device, grid, p, la, stream);
   }

@@ -45,10 +45,13 @@ inline constexpr int kPartBytes = 512 * 2 + 4;  // one split's partial row: bf16
 
 // CTAS: the CTAs per SM the configuration is built for (the launch bound, which caps the
 // registers); 3 (16-row tiles only) also takes the pipeline to 2 stages so that three fit in
-// the H200's 228 KB per SM.
-template <bool FP8, int R, int NW = 8, int CTAS = 2>
+// the H200's 228 KB per SM. DS: the CTAs sharing one (group, row tile, split), each computing
+// all scores but only 512 / DS of the output dims (a call too small to fill the device: the
+// PV phase of each tile, on the critical path, is DS times shorter; no arithmetic changes).
+template <bool FP8, int R, int NW = 8, int CTAS = 2, int DS = 1>
 struct KCfg {
   static_assert(CTAS == 2 || (CTAS == 3 && R == 16), "3 CTAs per SM: 16-row tiles only");
+  static_assert(DS == 1 || DS == 2, "output dims split in one or two");
   static constexpr int kWarps = NW;                  // 4 or 8 warps per CTA
   static constexpr int kThreads = NW * 32;
   static constexpr int BN = FP8 ? 32 : 16;           // KV tokens per tile
@@ -72,7 +75,9 @@ struct KCfg {
   static constexpr int SMEM = FLAG_OFF + 16;
   // softmax layout: each warp owns RW rows, LPR lanes per row, CPL columns per lane
   static constexpr int NTW = NT / (NW / 4);          // n8 tiles per QK warp
-  static constexpr int DPW = 512 / NW;               // output dims per PV warp
+  static constexpr int DPC = 512 / DS;               // output dims per CTA
+  static constexpr int DPW = DPC / NW;               // output dims per PV warp
+  static_assert(!FP8 || DPW % 32 == 0, "fp8 PV: 32 dims per V load");
   static constexpr int NPV = DPW / 8;                // n8 tiles per PV warp
   static constexpr int RW = R / kWarps;
   static constexpr int LPR = 32 / RW;
@@ -103,10 +108,10 @@ __device__ __forceinline__ float tree_sum(const float* v) {
   }
 }
 
-template <bool FP8, int R, bool DECODE, int NW, int CTAS = 2>
+template <bool FP8, int R, bool DECODE, int NW, int CTAS = 2, int DS = 1>
 __global__ void __launch_bounds__(NW * 32, CTAS)
     mla_fwd_sm80_kernel(const MlaParams p, const LaunchArgs la) {
-  using C = KCfg<FP8, R, NW, CTAS>;
+  using C = KCfg<FP8, R, NW, CTAS, DS>;
   constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PS = C::PS, MT = C::MT,
                 NTW = C::NTW, DPW = C::DPW, NPV = C::NPV;
   constexpr int kThreads = C::kThreads, kWarps = C::kWarps;
@@ -152,6 +157,8 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   const int gq = lane >> 2, tq = lane & 3;
 
   int64_t bid = blockIdx.x;
+  const int dim_part = DS == 1 ? 0 : static_cast<int>(bid % DS);  // adjacent: the same KV rows
+  bid /= DS;
   const int split = static_cast<int>(bid % la.nsplit);
   bid /= la.nsplit;
   const int rt = static_cast<int>(bid % la.row_tiles);
@@ -159,6 +166,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   const int64_t grp = la.group_begin + g_local;
   const int rows = p.s_q * p.heads;
   const int row0 = rt * R;
+  const int dim0 = C::DPC * dim_part + DPW * warp;  // this warp's first output dim (PV, epilogue)
 
   int n_items;
   int seq_len = 0;
@@ -567,19 +575,36 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
         uint8_t* const prow = reinterpret_cast<uint8_t*>(sPart) + srow * (PS * 4) +
                               16 * ((srow >> 2) & 1) + 2 * c0;
         static_assert(CPL % 2 == 0, "fp8 softmax: an even number of columns per lane");
-        uint32_t pk[4][CPL / 2];
+        constexpr int kGroups = 4 / DS;  // the scale groups of this CTA's output dims
+        const int g0 = kGroups * dim_part;
+        uint32_t pk[kGroups][CPL / 2];
+        // the kGroups scales of a token, in one 16- or 8-byte load
+        auto group_scales = [&](int tok, float (&sc)[kGroups]) {
+          const uint8_t* const at = st + tok * ROWB + 512 + 4 * g0;
+          if constexpr (kGroups == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(at);
+            sc[0] = v.x;
+            sc[1] = v.y;
+            sc[2] = v.z;
+            sc[3] = v.w;
+          } else {
+            const float2 v = *reinterpret_cast<const float2*>(at);
+            sc[0] = v.x;
+            sc[1] = v.y;
+          }
+        };
 #pragma unroll
         for (int c = 0; c < CPL; c += 2) {
-          const float4 s0 = *reinterpret_cast<const float4*>(st + (c0 + c) * ROWB + 512);
-          const float4 s1 = *reinterpret_cast<const float4*>(st + (c0 + c + 1) * ROWB + 512);
-          pk[0][c / 2] = pack_bf16x2(x[c] * (s0.x * 0x1p112f), x[c + 1] * (s1.x * 0x1p112f));
-          pk[1][c / 2] = pack_bf16x2(x[c] * (s0.y * 0x1p112f), x[c + 1] * (s1.y * 0x1p112f));
-          pk[2][c / 2] = pack_bf16x2(x[c] * (s0.z * 0x1p112f), x[c + 1] * (s1.z * 0x1p112f));
-          pk[3][c / 2] = pack_bf16x2(x[c] * (s0.w * 0x1p112f), x[c + 1] * (s1.w * 0x1p112f));
+          float s0[kGroups], s1[kGroups];
+          group_scales(c0 + c, s0);
+          group_scales(c0 + c + 1, s1);
+#pragma unroll
+          for (int g = 0; g < kGroups; ++g)
+            pk[g][c / 2] = pack_bf16x2(x[c] * (s0[g] * 0x1p112f), x[c + 1] * (s1[g] * 0x1p112f));
         }
 #pragma unroll
-        for (int g = 0; g < 4; ++g) {
-          uint8_t* const dst = prow + g * (R * PS * 4);
+        for (int g = 0; g < kGroups; ++g) {
+          uint8_t* const dst = prow + (g0 + g) * (R * PS * 4);
           if constexpr (CPL == 2) {
             *reinterpret_cast<uint32_t*>(dst) = pk[g][0];
           } else {
@@ -621,11 +646,11 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
           }
       }
       const float* const sP = sPart;  // P aliases partial 0
-      // kPCopies: this warp's bf16 copy of P (scale group (DPW * warp) >> 7), A via ldmatrix
+      // kPCopies: this warp's bf16 copy of P (scale group dim0 >> 7), A via ldmatrix
       uint32_t pa_base = 0;
       if constexpr (kPCopies) {
         const int r = lane & 15;
-        pa_base = cuda::smem_addr(sPart) + (((DPW * warp) >> 7) * R + r) * (PS * 4) + 16 * ((r >> 2) & 1) +
+        pa_base = cuda::smem_addr(sPart) + ((dim0 >> 7) * R + r) * (PS * 4) + 16 * ((r >> 2) & 1) +
                   (lane >> 4) * 16;
       }
 #pragma unroll
@@ -638,7 +663,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
           const int ka = 16 * i + 2 * tq;  // tokens ka, ka+1, ka+8, ka+9
           float sc[4] = {1.f, 1.f, 1.f, 1.f};
           if constexpr (FP8) {
-            const int so = 512 + 4 * ((DPW * warp) >> 7);  // the group of this warp's dims
+            const int so = 512 + 4 * (dim0 >> 7);  // the group of this warp's dims
             sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + so) * 0x1p112f;
             sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + so) * 0x1p112f;
             sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + so) * 0x1p112f;
@@ -661,7 +686,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
           // V^T via ldmatrix.trans of 8 tokens x 16 e4m3: lane (g, t) gets tokens 2t, 2t+1 at
           // bytes 2g, 2g+1 of a 16-byte segment, already paired for the B fragment.
           const uint32_t v_base = st_u32 + (16 * i + (lane & 7) + (((lane >> 3) & 1) << 3)) * ROWB +
-                                  DPW * warp + (lane >> 4) * 16;
+                                  dim0 + (lane >> 4) * 16;
 #pragma unroll
           for (int q2 = 0; q2 < DPW / 32; ++q2) {
             uint32_t r[4];  // (seg 2q2: tokens 0-7, 8-15), (seg 2q2+1: tokens 0-7, 8-15)
@@ -683,7 +708,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
 #pragma unroll
           for (int c = 0; c < NPV; c += 2) {
             const int tok = 16 * i + (lane & 7) + (((lane >> 3) & 1) << 3);
-            const int chn = NPV * warp + c + (lane >> 4);
+            const int chn = dim0 / 8 + c + (lane >> 4);
             uint32_t b[4];
             ldmatrix_x4_trans(b, st_u32 + tok * ROWB + ((chn ^ (tok & 7)) << 4));
 #pragma unroll
@@ -731,16 +756,16 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
           const uint32_t lo = pack_bf16x2(O[m][2 * seg][2 * hr] * inv, O[m][2 * seg + 1][2 * hr] * inv);
           const uint32_t hi =
               pack_bf16x2(O[m][2 * seg][2 * hr + 1] * inv, O[m][2 * seg + 1][2 * hr + 1] * inv);
-          *reinterpret_cast<uint2*>(dst + DPW * warp + 16 * seg + 4 * tq) = make_uint2(lo, hi);
+          *reinterpret_cast<uint2*>(dst + dim0 + 16 * seg + 4 * tq) = make_uint2(lo, hi);
         }
       } else {
 #pragma unroll
         for (int n = 0; n < NPV; ++n) {
-          *reinterpret_cast<uint32_t*>(dst + DPW * warp + 8 * n + 2 * tq) =
+          *reinterpret_cast<uint32_t*>(dst + dim0 + 8 * n + 2 * tq) =
               pack_bf16x2(O[m][n][2 * hr] * inv, O[m][n][2 * hr + 1] * inv);
         }
       }
-      if (warp == 0 && tq == 0) {
+      if (warp == 0 && tq == 0 && dim_part == 0) {
         if (direct) {
           if (p.lse != nullptr)
             p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] = lse2 * 0.6931471805599453f;
@@ -757,7 +782,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   __syncthreads();
   if (tid == 0) {
     const int done = atomicAdd(&la.counters[g_local * la.row_tiles + rt], 1);
-    *sFlag = done == nsplit_g - 1 ? 1 : 0;
+    *sFlag = done == nsplit_g * DS - 1 ? 1 : 0;  // every split's every dim part is written
   }
   __syncthreads();
   if (*sFlag == 0) return;

@@ -63,17 +63,22 @@ struct MlaPlan {
                         // changes a result bit
   int ctas_per_sm = 2;  // 3: the 16-row tile's 3-CTA configuration (2 stages); never changes
                         // a result bit
+  int dim_split = 1;    // 2: two CTAs per (group, row tile, split), each writing 256 output
+                        // dims (16-row tiles at 2 CTAs per SM); never changes a result bit
 };
 
 // Tuning hooks (environment variables), read once when a Kernel is made, not on every call:
 // LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> (split size), LATTE_CUDA_SPARSE_MLA_ROW_TILE=
-// 16|32, LATTE_CUDA_SPARSE_MLA_WARPS=4|8 and LATTE_CUDA_SPARSE_MLA_CTAS=2|3 (CTAs per SM of
-// 16-row tiles) (0 = not set: the default rule). Any other value throws invalid_argument.
+// 16|32, LATTE_CUDA_SPARSE_MLA_WARPS=4|8, LATTE_CUDA_SPARSE_MLA_CTAS=2|3 (CTAs per SM of
+// 16-row tiles) and LATTE_CUDA_SPARSE_MLA_DIM_SPLIT=1|2 (output dims over 1 or 2 CTAs; 16-row
+// tiles at 2 CTAs per SM) (0 = not set: the default rule). Any other value throws
+// invalid_argument.
 struct Tuning {
   int chunk = 0;
   int row_tile = 0;
   int warps = 0;
   int ctas = 0;
+  int dim_split = 0;
 };
 Tuning tuning_from_env();
 

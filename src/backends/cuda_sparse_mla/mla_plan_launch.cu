@@ -57,13 +57,14 @@ int tuning_var(const char* name, bool (*accepts)(int), const char* accepted) {
 Tuning tuning_from_env() {
   Tuning t;
   // The chunk changes every group's split the same way, so results stay batch invariant; the
-  // other three never change a result bit (the tests use them to cover every configuration).
+  // others never change a result bit (the tests use them to cover every configuration).
   t.chunk = tuning_var("LATTE_CUDA_SPARSE_MLA_CHUNK", [](int v) { return v >= 32 && v % 32 == 0; },
                        "a positive multiple of 32");
   t.row_tile = tuning_var("LATTE_CUDA_SPARSE_MLA_ROW_TILE", [](int v) { return v == 16 || v == 32; },
                           "16 or 32");
   t.warps = tuning_var("LATTE_CUDA_SPARSE_MLA_WARPS", [](int v) { return v == 4 || v == 8; }, "4 or 8");
   t.ctas = tuning_var("LATTE_CUDA_SPARSE_MLA_CTAS", [](int v) { return v == 2 || v == 3; }, "2 or 3");
+  t.dim_split = tuning_var("LATTE_CUDA_SPARSE_MLA_DIM_SPLIT", [](int v) { return v == 1 || v == 2; }, "1 or 2");
   return t;
 }
 
@@ -115,6 +116,12 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   const auto three_fit = static_cast<int64_t>(3 * (smem_bytes(p.format, 16, 3) + 1024)) <= device.smem_per_sm;
   plan.ctas_per_sm = plan.row_tile == 16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
   if (tuning.ctas != 0) plan.ctas_per_sm = plan.row_tile == 16 ? tuning.ctas : 2;  // test hook
+  // Far below one wave, a lone CTA per SM runs a chain of dependent phases per KV tile; two
+  // CTAs per (group, row tile, split), each writing half of the output dims, halve its PV
+  // phase (both compute every score) when the doubled grid still has one CTA per SM or fewer.
+  const bool can_split_dims = plan.row_tile == 16 && plan.ctas_per_sm == 2;
+  plan.dim_split = can_split_dims && 2 * grid_ctas <= static_cast<int64_t>(sm_count) ? 2 : 1;
+  if (tuning.dim_split != 0) plan.dim_split = can_split_dims ? tuning.dim_split : 1;  // test hook
   plan.part_bytes_per_group = part_bytes(plan.rows, plan.nsplit);
   if (plan.nsplit > 1) {
     const auto fit = static_cast<int64_t>(workspace_bytes / plan.part_bytes_per_group);
@@ -158,7 +165,7 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
       LATTE_CUDA_TRY(cudaMemsetAsync(la.counters, 0, ncnt * sizeof(int), stream));
     }
     const int64_t grid = n * plan.row_tiles * plan.nsplit;
-    const FwdConfig config{plan.row_tile, plan.warps, plan.ctas_per_sm, p.decode};
+    const FwdConfig config{plan.row_tile, plan.warps, plan.ctas_per_sm, plan.dim_split, p.decode};
     if (fp8) {
       launch_fwd_fp8(device, config, grid, p, la, stream);
     } else {
