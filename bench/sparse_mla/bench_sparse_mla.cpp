@@ -372,10 +372,25 @@ int main(int argc, char** argv) {
   std::printf("{\"ceilings\":true,\"copy_gbs\":%.1f,\"mm_tflops\":%.1f}\n", c.copy_gbs, c.mm_tflops);
   std::fflush(stdout);
   const float glm = 0.0625f, ds = 0.13523f;
+  // LATTE_BENCH_TOKENS=a,b,...: the decode token counts (default 1,32,128), for plan sweeps.
+  std::vector<int> decode_tokens = {1, 32, 128};
+  if (const char* env = std::getenv("LATTE_BENCH_TOKENS")) {
+    decode_tokens.clear();
+    for (const char* at = env; *at != '\0';) {
+      char* end = nullptr;
+      const long t = std::strtol(at, &end, 10);
+      if (end == at || t < 1 || (*end != ',' && *end != '\0')) {
+        std::fprintf(stderr, "LATTE_BENCH_TOKENS=%s: expected positive integers separated by commas\n", env);
+        return 2;
+      }
+      decode_tokens.push_back(static_cast<int>(t));
+      at = *end == ',' ? end + 1 : end;
+    }
+  }
   std::vector<Shape> shapes;
   for (CacheFormat f : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
     const std::string fs = f == CacheFormat::bf16 ? "bf16" : "fp8";
-    for (int T : {1, 32, 128}) {
+    for (int T : decode_tokens) {
       shapes.push_back({"glm5-tp8 decode " + fs + " T=" + std::to_string(T), false, f, 8, T, 2048, 32768, glm});
       shapes.push_back({"glm5-tp1 decode " + fs + " T=" + std::to_string(T), false, f, 64, T, 2048, 32768, glm});
       shapes.push_back({"dsv32 decode " + fs + " T=" + std::to_string(T), false, f, 128, T, 2048, 32768, ds});

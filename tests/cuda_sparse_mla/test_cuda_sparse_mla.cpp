@@ -506,7 +506,7 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
   const int sm_count = cuda0().sm_count;
   const std::vector<SparseCase> cases = {
       {CacheFormat::fp8_ds_mla, 64, 2048, 64, 96, IndexOpts{}},
-      {CacheFormat::bf16, 128, 1000, 16, 40, IndexOpts{}},
+      {CacheFormat::bf16, 128, 1000, 16, 64, IndexOpts{}},
       {CacheFormat::fp8_ds_mla, 8, 5000, 1, 64, IndexOpts{}},
       {CacheFormat::bf16, 40, 63, 64, 200, IndexOpts{}},
       {CacheFormat::bf16, 8, 2048, 16, 40, IndexOpts{}},
@@ -794,6 +794,34 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
     for (int ctas : {2, 3})
       EXPECT_LE(cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::fp8_ds_mla, tile, ctas), 101376u);
   EXPECT_LE(3 * (cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::bf16, 16, 3) + 1024), 233472u);
+}
+
+// Host-only: the row tile rule at the H200 sweep's points (docs/performance.md, session 7):
+// 16 rows while their grid has at most one CTA per SM; then 32 for fp8, and for bf16 when 32
+// rows need fewer waves.
+TEST(CudaSparseMlaPlan, RowTileRule) {
+  cuda_sparse_mla::MlaParams p;
+  p.topk = 2048;
+  struct Point {
+    cuda_sparse_mla::KvFormat format;
+    int heads, tokens, row_tile;
+  };
+  using cuda_sparse_mla::KvFormat;
+  for (const Point& pt : {Point{KvFormat::fp8_ds_mla, 64, 1, 16}, Point{KvFormat::fp8_ds_mla, 64, 8, 16},
+                          Point{KvFormat::fp8_ds_mla, 64, 12, 32}, Point{KvFormat::fp8_ds_mla, 64, 32, 32},
+                          Point{KvFormat::fp8_ds_mla, 128, 4, 16}, Point{KvFormat::fp8_ds_mla, 128, 8, 32},
+                          Point{KvFormat::fp8_ds_mla, 8, 128, 16}, Point{KvFormat::bf16, 64, 8, 16},
+                          Point{KvFormat::bf16, 64, 24, 16}, Point{KvFormat::bf16, 64, 32, 32},
+                          Point{KvFormat::bf16, 64, 48, 16}, Point{KvFormat::bf16, 64, 64, 32},
+                          Point{KvFormat::bf16, 128, 16, 32}, Point{KvFormat::bf16, 128, 24, 16},
+                          Point{KvFormat::bf16, 64, 4096, 32}}) {
+    p.format = pt.format;
+    p.heads = pt.heads;
+    p.groups = pt.tokens;
+    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {});
+    EXPECT_EQ(plan.row_tile, pt.row_tile) << (pt.format == KvFormat::bf16 ? "bf16" : "fp8") << " H=" << pt.heads
+                                          << " T=" << pt.tokens;
+  }
 }
 
 // Host-only: the output dims split over two CTAs when the doubled grid has at most one CTA per

@@ -87,6 +87,18 @@ std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int 
   return std::max(per, std::min(want, kCap));
 }
 
+namespace {
+
+// CTAs of a configuration (built for `ctas` per SM) that the device's shared memory holds per
+// SM (1 KB per CTA reserved by the driver); `ctas` when the device's figure is not known.
+int resident_ctas(KvFormat format, int row_tile, int ctas, const PlanDevice& device) {
+  if (device.smem_per_sm <= 0) return ctas;
+  const int64_t fit = device.smem_per_sm / static_cast<int64_t>(smem_bytes(format, row_tile, ctas) + 1024);
+  return static_cast<int>(std::clamp<int64_t>(fit, 1, ctas));
+}
+
+}  // namespace
+
 MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t workspace_bytes,
                   const Tuning& tuning) {
   const int sm_count = std::max(1, device.sm_count);
@@ -96,12 +108,28 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   plan.warps = tuning.warps;
   int64_t items = p.decode ? static_cast<int64_t>(p.max_blocks) * p.block_size : p.topk;
   plan.nsplit = static_cast<int>(std::max<int64_t>(1, (items + plan.chunk - 1) / plan.chunk));
-  // Row tile: 32 rows reuse each gathered tile twice as often; 16 gives twice the CTAs when a
-  // call is too small to fill the device. Either gives bitwise the same rows.
-  plan.row_tile = plan.rows <= 16 ? 16 : 32;
-  if (plan.row_tile == 32) {
-    const int64_t ctas = static_cast<int64_t>(p.groups) * ((plan.rows + 31) / 32) * plan.nsplit;
-    if (ctas < 2 * static_cast<int64_t>(sm_count)) plan.row_tile = 16;
+  // Row tile (either gives bitwise the same rows). 16-row tiles give twice the CTAs, each with
+  // a shorter chain of phases per KV tile; 32-row tiles reuse each gathered (and, fp8, widened)
+  // KV byte twice as often. H200 sweep over T = 1..128 (docs/performance.md, session 7): 16
+  // rows win while their grid has at most one CTA per SM; beyond that 32 rows win for fp8,
+  // and for bf16 when they need fewer waves (a bf16 wave of 32-row tiles at 2 CTAs per SM
+  // does about as much work per microsecond as one of 16-row tiles at 3, so waves decide).
+  const bool three_fit = static_cast<int64_t>(3 * (smem_bytes(p.format, 16, 3) + 1024)) <= device.smem_per_sm;
+  plan.row_tile = 16;
+  if (plan.rows > 16) {
+    const int64_t sms = sm_count;
+    const int64_t grid16 = static_cast<int64_t>(p.groups) * ((plan.rows + 15) / 16) * plan.nsplit;
+    const int64_t grid32 = static_cast<int64_t>(p.groups) * ((plan.rows + 31) / 32) * plan.nsplit;
+    if (grid16 > sms) {
+      if (p.format == KvFormat::fp8_ds_mla) {
+        plan.row_tile = 32;
+      } else {
+        const int per_sm16 = resident_ctas(p.format, 16, three_fit && grid16 > 2 * sms ? 3 : 2, device);
+        const int per_sm32 = resident_ctas(p.format, 32, 2, device);
+        const auto waves = [&](int64_t grid, int per_sm) { return (grid + per_sm * sms - 1) / (per_sm * sms); };
+        if (waves(grid32, per_sm32) < waves(grid16, per_sm16)) plan.row_tile = 32;
+      }
+    }
   }
   // Test hook (Tuning::row_tile): force the row tile.
   if (tuning.row_tile == 16 || (tuning.row_tile == 32 && plan.rows > 16)) {
@@ -113,7 +141,6 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   // queued us: GLM-5 TP8 T=128 fp8 110.3 -> 104.6, bf16 114.6 -> 105.1; with 3 CTAs per SM
   // at T=1 (one wave): fp8 H=64 38.9 -> 42.2 (session 6).
   const int64_t grid_ctas = static_cast<int64_t>(p.groups) * plan.row_tiles * plan.nsplit;
-  const auto three_fit = static_cast<int64_t>(3 * (smem_bytes(p.format, 16, 3) + 1024)) <= device.smem_per_sm;
   plan.ctas_per_sm = plan.row_tile == 16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
   if (tuning.ctas != 0) plan.ctas_per_sm = plan.row_tile == 16 ? tuning.ctas : 2;  // test hook
   // Far below one wave, a lone CTA per SM runs a chain of dependent phases per KV tile; two
