@@ -14,6 +14,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backends/cuda_sparse_mla/mla_params.hpp"
@@ -488,8 +489,11 @@ TEST_F(CudaSparseMla, PeakedSoftmax) {
 // Shared memory per SM of the H200 (228 KB) and of an A100 (164 KB), for the plans below.
 constexpr int64_t kH200SmemPerSm = 233472;
 constexpr int64_t kA100SmemPerSm = 167936;
+// A kernel made for calls of up to 4096 groups (the plans' normal split size).
+constexpr int64_t kLargeCalls = 4096;
 
-// The launch plan of a sparse call of T tokens (the backend's own rule and hooks).
+// The launch plan of a sparse call of T tokens by a kernel made for c.T tokens per call (the
+// backend's own rule and hooks).
 cuda_sparse_mla::MlaPlan sparse_plan(const SparseCase& c, int64_t T, int sm_count,
                                      std::size_t workspace) {
   cuda_sparse_mla::MlaParams p;
@@ -498,7 +502,8 @@ cuda_sparse_mla::MlaPlan sparse_plan(const SparseCase& c, int64_t T, int sm_coun
   p.heads = c.H;
   p.topk = c.topk;
   p.groups = static_cast<int>(T);
-  return cuda_sparse_mla::make_plan(p, {sm_count, kH200SmemPerSm}, workspace, cuda_sparse_mla::tuning_from_env());
+  return cuda_sparse_mla::make_plan(p, {sm_count, kH200SmemPerSm}, workspace, cuda_sparse_mla::tuning_from_env(),
+                                    c.T);
 }
 
 TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
@@ -779,15 +784,15 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
   p.topk = 2048;
   p.heads = 8;
   p.groups = 128;  // 128 x 8 splits = 1024 CTAs
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).ctas_per_sm, 3);
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}).ctas_per_sm, 2);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 3);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 2);
   p.format = cuda_sparse_mla::KvFormat::bf16;
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).ctas_per_sm, 3);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 3);
   p.groups = 1;  // 8 CTAs: one wave
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).ctas_per_sm, 2);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 2);
   p.heads = 64;
   p.groups = 128;  // 32-row tiles
-  const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {});
+  const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls);
   EXPECT_EQ(plan.row_tile, 32);
   EXPECT_EQ(plan.ctas_per_sm, 2);
   for (int tile : {16, 32})
@@ -818,10 +823,36 @@ TEST(CudaSparseMlaPlan, RowTileRule) {
     p.format = pt.format;
     p.heads = pt.heads;
     p.groups = pt.tokens;
-    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {});
+    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls);
     EXPECT_EQ(plan.row_tile, pt.row_tile) << (pt.format == KvFormat::bf16 ? "bf16" : "fp8") << " H=" << pt.heads
                                           << " T=" << pt.tokens;
   }
+}
+
+// Host-only: the split size is a function of the rows and of the kernel's largest call, never of
+// a call's group count; kernels made for one group or at most 8 groups per call get smaller ones.
+TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
+  cuda_sparse_mla::MlaParams p;
+  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.topk = 2048;
+  for (const auto& [heads, max_groups, chunk] :
+       {std::tuple{64, 1, 128}, std::tuple{64, 2, 256}, std::tuple{64, 8, 256}, std::tuple{64, 9, 512},
+        std::tuple{128, 4096, 512},
+        std::tuple{8, 1, 128}, std::tuple{8, 4096, 256}}) {
+    p.heads = heads;
+    for (int groups : {1, 8}) {
+      if (groups > max_groups) continue;
+      p.groups = groups;
+      const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, max_groups);
+      EXPECT_EQ(plan.chunk, chunk) << "H " << heads << " kernel for " << max_groups << ", call of " << groups;
+    }
+  }
+  p.decode = true;
+  p.heads = 128;
+  p.max_blocks = 512;
+  p.block_size = 64;
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 1).chunk, 1024);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 32).chunk, 2048);
 }
 
 // Host-only: the output dims split over two CTAs when the doubled grid has at most one CTA per
@@ -833,7 +864,7 @@ TEST(CudaSparseMlaPlan, DimSplitRule) {
   p.heads = 64;  // 4 row tiles of 16 x 4 splits of 512 = 16 CTAs per token
   for (const auto& [groups, want] : {std::pair{1, 2}, std::pair{4, 2}, std::pair{8, 1}, std::pair{128, 1}}) {
     p.groups = groups;
-    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {});
+    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls);
     EXPECT_EQ(plan.dim_split, want) << groups << " tokens";
     if (plan.dim_split == 2) {
       EXPECT_EQ(plan.row_tile, 16);
@@ -843,10 +874,10 @@ TEST(CudaSparseMlaPlan, DimSplitRule) {
   p.format = cuda_sparse_mla::KvFormat::bf16;
   p.heads = 8;
   p.groups = 1;
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}).dim_split, 2);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).dim_split, 2);
   cuda_sparse_mla::Tuning forced;
   forced.dim_split = 1;
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, forced).dim_split, 1);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, forced, kLargeCalls).dim_split, 1);
 }
 
 // Host-only: a sparse call's split (chunk, splits per token) depends on heads and topk, never

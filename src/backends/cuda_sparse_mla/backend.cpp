@@ -62,6 +62,7 @@ class CudaSparseMlaKernel final : public Kernel {
     const int work = decode ? kWorkspaceContext : std::max(1, spec.topk);
     const KvFormat fmt =
         spec.kv_cache == CacheFormat::fp8_ds_mla ? KvFormat::fp8_ds_mla : KvFormat::bf16;
+    max_groups_ = groups;
     workspace_ = workspace_bytes_for(decode, fmt, rows_of(spec), work, groups, tuning_);
   }
 
@@ -146,7 +147,7 @@ class CudaSparseMlaKernel final : public Kernel {
     if (prev != dev.index) LATTE_CUDA_TRY(cudaSetDevice(dev.index));
     try {
       const MlaPlan plan =
-          make_plan(p, device_, ctx.workspace ? ctx.workspace_bytes : 0, tuning_);
+          make_plan(p, device_, ctx.workspace ? ctx.workspace_bytes : 0, tuning_, max_groups_);
       if (plan.nsplit > 1 && ctx.workspace == nullptr) {
         throw Error(ErrorCode::invalid_argument,
                     fmt::format("cuda.sparse_mla: this call splits each token's KV list in {} "
@@ -227,6 +228,7 @@ class CudaSparseMlaKernel final : public Kernel {
   AttentionSpec spec_;
   PlanDevice device_;  // SM count and shared memory per SM, for the launch plan
   Tuning tuning_;  // the environment's tuning hooks, read once here
+  int64_t max_groups_ = 0;  // groups of the largest call (spec.max_tokens): the split size
   std::size_t workspace_ = 0;
 };
 

@@ -82,9 +82,12 @@ struct Tuning {
 };
 Tuning tuning_from_env();
 
-// Splitting rule and workspace. `topk_or_len` is what a decode request may span (only for the
-// workspace estimate); sparse uses topk.
-int chunk_tokens(bool decode, int rows, const Tuning& tuning);
+// Splitting rule and workspace. `max_groups`: the most groups a call of the kernel may have
+// (spec.max_tokens, or its requests for decode); kernels made for single-token calls or for at
+// most kSmallCallGroups groups get smaller chunks (more splits: latency). `topk_or_len` is what a decode request may span (only
+// for the workspace estimate); sparse uses topk.
+inline constexpr int64_t kSmallCallGroups = 8;
+int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning);
 // What the plan needs of the device. smem_per_sm: shared memory per SM, estimated as the
 // per-block opt-in limit plus the 1 KB the hardware reserves per block (exact on sm_80 ...
 // sm_100; an underestimate on sm_120, where it changes no choice).
@@ -93,7 +96,7 @@ struct PlanDevice {
   int64_t smem_per_sm = 0;
 };
 MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t workspace_bytes,
-                  const Tuning& tuning);
+                  const Tuning& tuning, int64_t max_groups);
 std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
                                 int64_t max_groups, const Tuning& tuning);
 

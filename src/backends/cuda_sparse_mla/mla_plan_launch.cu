@@ -68,17 +68,26 @@ Tuning tuning_from_env() {
   return t;
 }
 
-// KV tokens per split. A function of the op and the rows per group only: every group of a
-// call (and of any other call with the same heads) is cut the same way.
-int chunk_tokens(bool decode, int rows, const Tuning& tuning) {
+// KV tokens per split. A function of the op, the rows per group and the kernel's largest call
+// only, never of a call's group count: every group of every call of one kernel is cut the same
+// way. Smaller chunks give small calls more CTAs and large calls more partials to combine.
+// H200, GLM-5 TP1 fp8 (docs/performance.md, session 7), chunk 128 / 256 / 512: T=1 21.3 /
+// 23.8 / 35.2 us, T=4 32.5 / 26.2 / 36.2, T=8 45.5 / 35.2 / 39.1; T=32 256 / 512: 93 / 76,
+// T=128 294 / 268. TP8 (16 rows) 128 / 256: T=1 16.6 / 20.9, T=8 18.1 / 21.6. Dense decode
+// 1024 / 2048: B=1 120 / 157, B=32 2034 / 1934. So the chunk follows the kernel's largest call
+// (spec.max_tokens): single-token kernels, kernels for at most kSmallCallGroups groups, others
+// (dense decode with at most 16 rows: not measured, one size).
+int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning) {
   if (tuning.chunk > 0) return tuning.chunk;
-  if (decode) return rows <= 16 ? 1024 : 2048;
-  return rows <= 16 ? 256 : 512;
+  const bool small_calls = max_groups <= kSmallCallGroups;
+  if (decode) return rows <= 16 ? 1024 : (small_calls ? 1024 : 2048);
+  if (rows <= 16) return small_calls ? 128 : 256;
+  return max_groups <= 1 ? 128 : (small_calls ? 256 : 512);
 }
 
 std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int topk_or_len,
                                 int64_t max_groups, const Tuning& tuning) {
-  const int chunk = chunk_tokens(decode, rows, tuning);
+  const int chunk = chunk_tokens(decode, rows, max_groups, tuning);
   const int nsplit = std::max(1, (topk_or_len + chunk - 1) / chunk);
   const std::size_t per = part_bytes(rows, nsplit);
   if (per == 0) return 0;
@@ -100,11 +109,11 @@ int resident_ctas(KvFormat format, int row_tile, int ctas, const PlanDevice& dev
 }  // namespace
 
 MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t workspace_bytes,
-                  const Tuning& tuning) {
+                  const Tuning& tuning, int64_t max_groups) {
   const int sm_count = std::max(1, device.sm_count);
   MlaPlan plan;
   plan.rows = p.s_q * p.heads;
-  plan.chunk = chunk_tokens(p.decode, plan.rows, tuning);
+  plan.chunk = chunk_tokens(p.decode, plan.rows, max_groups, tuning);
   plan.warps = tuning.warps;
   int64_t items = p.decode ? static_cast<int64_t>(p.max_blocks) * p.block_size : p.topk;
   plan.nsplit = static_cast<int>(std::max<int64_t>(1, (items + plan.chunk - 1) / plan.chunk));
