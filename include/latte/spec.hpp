@@ -70,7 +70,10 @@ struct AttentionSpec {
   int block_size = 64;
   int topk = 0;              // sparse_mla / indexer_topk; 0 otherwise
   int s_q = 1;               // mla_decode query tokens per request
-  int64_t max_tokens = 0;    // most tokens per call the kernel is made for (0 = unknown)
+  // Most tokens per call the kernel is made for (0 = unknown). Kernels size their workspace by
+  // it and may tune to it: cuda.sparse_mla picks its KV split size from it (1, <= 8 or more
+  // tokens), so its results are bitwise batch invariant among the calls of one kernel.
+  int64_t max_tokens = 0;
   float scale = 0.0f;
   // The tensor-parallel size num_heads was divided by (1 = not split or not known). Used by
   // explanations ("8 (64 heads / tp 8)") and to suggest other TP sizes; backends ignore it.
