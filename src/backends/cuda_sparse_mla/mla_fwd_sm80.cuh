@@ -12,7 +12,8 @@
 //       16kq..16kq+15) and stores it to shared memory;
 //   SM  warp w owns rows [w*R/NW, (w+1)*R/NW): sums the 4 partials in a fixed order, masks,
 //       runs the online softmax (log2 domain), writes P and the row rescale factor;
-//   PV  warp w owns output dims [w*512/NW, (w+1)*512/NW) for all R rows: O = O*alpha + P V.
+//   PV  warp w owns output dims [w*512/NW, (w+1)*512/NW) for all R rows: O = O*alpha + P V
+//       (with the output-dim split, CTA part d owns [256d, 256d + 256) and its warps 256/NW each).
 // Split groups: each split CTA writes its normalized partial (bf16) and lse to the workspace;
 // the last CTA of a (group, row tile) to finish (a counter, not part of any sum) combines the
 // splits in split order and discards the partials from L2 without writing them back.
@@ -25,7 +26,9 @@
 // 2^(120-E_row) (bf16) or 2^(14-E_row) (f16), E_row the exponent of the row's largest |q|, so
 // all products stay in range.
 // No atomics; every reduction has a fixed order, so results are bitwise deterministic and do
-// not depend on the row tile (16 or 32) or on the other groups of the call.
+// not depend on the row tile (16 or 32), the CTAs per SM, the output-dim split (DS: two CTAs
+// per split, each writing half of the dims, for calls far below one wave) or on the other
+// groups of the call.
 #pragma once
 
 #include <cuda_bf16.h>

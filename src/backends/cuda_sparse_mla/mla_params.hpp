@@ -84,8 +84,8 @@ Tuning tuning_from_env();
 
 // Splitting rule and workspace. `max_groups`: the most groups a call of the kernel may have
 // (spec.max_tokens, or its requests for decode); kernels made for single-token calls or for at
-// most kSmallCallGroups groups get smaller chunks (more splits: latency). `topk_or_len` is what a decode request may span (only
-// for the workspace estimate); sparse uses topk.
+// most kSmallCallGroups groups get smaller chunks (more splits: latency). `topk_or_len` is what
+// a decode request may span (only for the workspace estimate); sparse uses topk.
 inline constexpr int64_t kSmallCallGroups = 8;
 int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning);
 // What the plan needs of the device. smem_per_sm: shared memory per SM, estimated as the
