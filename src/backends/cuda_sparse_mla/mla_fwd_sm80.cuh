@@ -136,6 +136,10 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   // inside f16's range (65504) for the f16 path; bf16 products with the 2^-120 widened bytes.
   constexpr int kQExp = kF16QK ? 14 : 120;
   constexpr int kKExp = kF16QK ? 0 : 120;  // the widened K bytes are the e4m3 values times 2^-kKExp
+  // fp8 PV: P times the token's group scale times kPScale meets V widened to value * 2^-120;
+  // with P < 2^kLazyRescale the product stays inside bf16's range for group scales below 2^15.
+  constexpr float kPScale = 0x1p104f;
+  constexpr float kLazyRescale = 8.f;
   using namespace latte::cuda::sm80;
   using latte::cuda::e4m3x4_even_to_bf16x2;
   using latte::cuda::e4m3x2_hi_to_f16x2;
@@ -557,19 +561,25 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
 #pragma unroll
       for (int off = 1; off < LPR; off <<= 1)
         tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, off));
+      // Lazy rescaling: the row's reference max moves only when the tile's max exceeds it by
+      // more than kLazyRescale (log2 units), so P stays below 2^kLazyRescale and most tiles need
+      // no O rescale (alpha exactly 1, which the PV warps skip). The decision is the row's own,
+      // from its own scores in tile order: deterministic and independent of the batch.
       const float m_new = fmaxf(m_run, tmax);
-      const float m_use = m_new == -INFINITY ? 0.f : m_new;
-      const float alpha = fast_exp2(m_run - m_use);
+      const bool bump = m_run == -INFINITY || m_new > m_run + kLazyRescale;
+      const float m_next = bump ? m_new : m_run;
+      const float m_use = m_next == -INFINITY ? 0.f : m_next;
+      const float alpha = bump ? fast_exp2(m_run - m_use) : 1.f;
 #pragma unroll
       for (int c = 0; c < CPL; ++c) x[c] = fast_exp2(x[c] - m_use);
       float sum = tree_sum<CPL>(x);
 #pragma unroll
       for (int off = 1; off < LPR; off <<= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
       l_run = l_run * alpha + sum;
-      m_run = m_new;
+      m_run = m_next;
       if constexpr (kPCopies) {
         // P for PV, once per (row, token) instead of once per PV warp: four bf16 copies, copy g
-        // times token scale g * 2^112 (PV warp w's dims lie in scale group (512/NW * w) / 128),
+        // times token scale g * kPScale (PV warp w's dims lie in scale group (512/NW * w) / 128),
         // in row r's own partial slot g (read above by this row's lanes only): sPart slot
         // (g*R + r), bf16 at byte 16*((r>>2)&1) + 2*token (ldmatrix without bank conflicts).
         // The same fp32 products and roundings as the per-warp conversion below, so both give
@@ -603,7 +613,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
           group_scales(c0 + c + 1, s1);
 #pragma unroll
           for (int g = 0; g < kGroups; ++g)
-            pk[g][c / 2] = pack_bf16x2(x[c] * (s0[g] * 0x1p112f), x[c + 1] * (s1[g] * 0x1p112f));
+            pk[g][c / 2] = pack_bf16x2(x[c] * (s0[g] * kPScale), x[c + 1] * (s1[g] * kPScale));
         }
 #pragma unroll
         for (int g = 0; g < kGroups; ++g) {
@@ -667,10 +677,10 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
           float sc[4] = {1.f, 1.f, 1.f, 1.f};
           if constexpr (FP8) {
             const int so = 512 + 4 * (dim0 >> 7);  // the group of this warp's dims
-            sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + so) * 0x1p112f;
-            sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + so) * 0x1p112f;
-            sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + so) * 0x1p112f;
-            sc[3] = *reinterpret_cast<const float*>(st + (ka + 9) * ROWB + so) * 0x1p112f;
+            sc[0] = *reinterpret_cast<const float*>(st + ka * ROWB + so) * kPScale;
+            sc[1] = *reinterpret_cast<const float*>(st + (ka + 1) * ROWB + so) * kPScale;
+            sc[2] = *reinterpret_cast<const float*>(st + (ka + 8) * ROWB + so) * kPScale;
+            sc[3] = *reinterpret_cast<const float*>(st + (ka + 9) * ROWB + so) * kPScale;
           }
 #pragma unroll
           for (int m = 0; m < MT; ++m) {
@@ -733,7 +743,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   __syncthreads();
 
   const bool direct = nsplit_g == 1;
-  constexpr float kOutFactor = FP8 ? 256.f : 1.f;  // P carried 2^112, V 2^-120
+  constexpr float kOutFactor = FP8 ? 1.f / (kPScale * 0x1p-120f) : 1.f;  // P carried kPScale, V 2^-120
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
