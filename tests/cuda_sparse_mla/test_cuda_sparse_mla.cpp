@@ -486,6 +486,53 @@ TEST_F(CudaSparseMla, PeakedSoftmax) {
   }
 }
 
+// Scores that rise along each token's KV list (the list sorted by head 0's score, invalid
+// entries first): the running max grows tile after tile, so the lazy rescaling both keeps a
+// stale reference max (P up to 2^8) and moves it several times within a split; the result
+// still matches the oracle.
+TEST_F(CudaSparseMla, RisingScores) {
+  Runner run;
+  for (CacheFormat f : {CacheFormat::bf16, CacheFormat::fp8_ds_mla}) {
+    SparseCase c{f, 64, 2048, 16, 16, IndexOpts{}, 10.f};  // a kernel for 16 tokens: 4 splits of 512
+    auto s = setup_sparse(c, 5);
+    const int64_t slots = s->cache.slots();
+    double top_split_span = 0;  // head 0, log2 units, over the last 512 entries of token 0
+    for (int64_t t = 0; t < c.T; ++t) {
+      double qd[576];
+      for (int d = 0; d < 576; ++d) qd[d] = bf16_to_float(s->q[static_cast<std::size_t>(t) * c.H * 576 + d]);
+      int32_t* row = &s->idx[static_cast<std::size_t>(t) * c.topk];
+      std::vector<std::pair<double, int32_t>> keyed;
+      std::vector<int32_t> invalid;
+      for (int k = 0; k < c.topk; ++k) {
+        if (row[k] < 0 || row[k] >= slots) {
+          invalid.push_back(row[k]);
+          continue;
+        }
+        double kv[576];
+        s->cache.decode(row[k], kv);
+        double dot = 0;
+        for (int d = 0; d < 576; ++d) dot += qd[d] * kv[d];
+        keyed.emplace_back(kGlmScale * dot * 1.4426950408889634, row[k]);
+      }
+      std::sort(keyed.begin(), keyed.end());
+      std::copy(invalid.begin(), invalid.end(), row);
+      for (std::size_t k = 0; k < keyed.size(); ++k) row[invalid.size() + k] = keyed[k].second;
+      if (t == 0) top_split_span = keyed.back().first - keyed[keyed.size() - 512].first;
+    }
+    // the data must exercise both paths: the top split's scores rise by well over 2^8
+    ASSERT_GT(top_split_span, 16.0) << "test data: head 0's scores span only " << top_split_span << " (log2)";
+    s->d.idx.upload(s->idx.data(), s->idx.size() * 4);
+    auto k = run.make(s->spec);
+    const Result r = run.run(*k, s->args, s->q.size() / 576 * 512, s->q.size() / 576);
+    expect_all_written(r, "rising " + name_of(c));
+    const auto ts = sample_tokens(c);
+    std::vector<double> ref, ref_lse;
+    oracle_sparse(*s, ts, ref, ref_lse);
+    std::printf("  head 0's scores rise by %.1f (log2) over token 0's last split\n", top_split_span);
+    compare(r, ts, c.H, ref, ref_lse, "rising " + name_of(c));
+  }
+}
+
 // Shared memory per SM of the H200 (228 KB) and of an A100 (164 KB), for the plans below.
 constexpr int64_t kH200SmemPerSm = 233472;
 constexpr int64_t kA100SmemPerSm = 167936;
