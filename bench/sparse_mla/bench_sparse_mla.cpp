@@ -386,6 +386,10 @@ int main(int argc, char** argv) {
       decode_tokens.push_back(static_cast<int>(t));
       at = *end == ',' ? end + 1 : end;
     }
+    if (decode_tokens.empty()) {
+      std::fprintf(stderr, "LATTE_BENCH_TOKENS is empty: expected positive integers separated by commas\n");
+      return 2;
+    }
   }
   std::vector<Shape> shapes;
   for (CacheFormat f : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
