@@ -402,6 +402,20 @@ bool bitwise_equal(const Result& a, const Result& b) {
   return a.out == b.out && std::memcmp(a.lse.data(), b.lse.data(), a.lse.size() * 4) == 0;
 }
 
+// Runs a kernel made for `s` over all its tokens and checks the sampled tokens against the
+// oracle (every element written, relative error and lse within tolerance).
+Result run_vs_oracle(Runner& run, const SparseSetup& s, const std::string& what) {
+  auto k = run.make(s.spec);
+  const std::size_t n = s.q.size() / 576;
+  const Result r = run.run(*k, s.args, n * 512, n);
+  expect_all_written(r, what);
+  const auto ts = sample_tokens(s.c);
+  std::vector<double> ref, ref_lse;
+  oracle_sparse(s, ts, ref, ref_lse);
+  compare(r, ts, s.c.H, ref, ref_lse, what);
+  return r;
+}
+
 // ---------------------------------------------------------------- tests
 class CudaSparseMla : public ::testing::Test {
  protected:
@@ -451,13 +465,7 @@ TEST_F(CudaSparseMla, AccuracyVsOracle) {
               Registry::global().find("cpu.reference") ? "cpu.reference" : "float64 loop (test)");
   for (const SparseCase& c : accuracy_cases()) {
     auto s = setup_sparse(c, seed++);
-    auto k = run.make(s->spec);
-    const Result r = run.run(*k, s->args, s->q.size() / 576 * 512, s->q.size() / 576);
-    expect_all_written(r, name_of(c));
-    const auto ts = sample_tokens(c);
-    std::vector<double> ref, ref_lse;
-    oracle_sparse(*s, ts, ref, ref_lse);
-    compare(r, ts, c.H, ref, ref_lse, name_of(c));
+    const Result r = run_vs_oracle(run, *s, name_of(c));
     // empty rows: out exactly 0, lse -inf
     for (int e : c.opts.empty) {
       if (e >= c.T) continue;
@@ -476,13 +484,7 @@ TEST_F(CudaSparseMla, PeakedSoftmax) {
   for (CacheFormat f : {CacheFormat::bf16, CacheFormat::fp8_ds_mla}) {
     SparseCase c{f, 16, 300, 16, 4, IndexOpts{}, 40.f};
     auto s = setup_sparse(c, 99);
-    auto k = run.make(s->spec);
-    const Result r = run.run(*k, s->args, s->q.size() / 576 * 512, s->q.size() / 576);
-    expect_all_written(r, "peaked " + name_of(c));
-    const auto ts = sample_tokens(c);
-    std::vector<double> ref, ref_lse;
-    oracle_sparse(*s, ts, ref, ref_lse);
-    compare(r, ts, c.H, ref, ref_lse, "peaked " + name_of(c));
+    run_vs_oracle(run, *s, "peaked " + name_of(c));
   }
 }
 
@@ -522,14 +524,8 @@ TEST_F(CudaSparseMla, RisingScores) {
     // the data must exercise both paths: the top split's scores rise by well over 2^8
     ASSERT_GT(top_split_span, 16.0) << "test data: head 0's scores span only " << top_split_span << " (log2)";
     s->d.idx.upload(s->idx.data(), s->idx.size() * 4);
-    auto k = run.make(s->spec);
-    const Result r = run.run(*k, s->args, s->q.size() / 576 * 512, s->q.size() / 576);
-    expect_all_written(r, "rising " + name_of(c));
-    const auto ts = sample_tokens(c);
-    std::vector<double> ref, ref_lse;
-    oracle_sparse(*s, ts, ref, ref_lse);
     std::printf("  head 0's scores rise by %.1f (log2) over token 0's last split\n", top_split_span);
-    compare(r, ts, c.H, ref, ref_lse, "rising " + name_of(c));
+    run_vs_oracle(run, *s, "rising " + name_of(c));
   }
 }
 
@@ -805,16 +801,9 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
                                 SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded},
                                 SparseCase{CacheFormat::fp8_ds_mla, 5, 300, 16, 3, padded}}) {
       auto s = setup_sparse(c, 3);
-      auto k = run.make(s->spec);
-      const std::size_t n = s->q.size() / 576;
-      const Result r = run.run(*k, s->args, n * 512, n);
-      const std::string what =
-          std::string("warps ") + warps + " tile " + tile + " ctas " + ctas + " dims " + dims + " " + name_of(c);
-      expect_all_written(r, what);
-      const auto ts = sample_tokens(c);
-      std::vector<double> ref, ref_lse;
-      oracle_sparse(*s, ts, ref, ref_lse);
-      compare(r, ts, c.H, ref, ref_lse, what);
+      run_vs_oracle(run, *s,
+                    std::string("warps ") + warps + " tile " + tile + " ctas " + ctas + " dims " + dims + " " +
+                        name_of(c));
     }
   }
   unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE");
