@@ -6,7 +6,8 @@
 #   bench/sparse_mla/device_check.sh [tests] [memcheck] [racecheck] [bench] [bench-filter=S]
 #        [env:VAR=VALUE (bench again without the peer, with VAR set)]
 #        [lib:DIR (bench again without the peer, with the liblatte.so of DIR, e.g. a base build)]
-#        [sass] [ncu=FILTER_WORD]      (in filters, '_' stands for a space)
+#        [sass] [ncu=FILTER_WORD] [ncu-src=FILTER_WORD (executed instructions per SASS line, csv)]
+#        (in filters, '_' stands for a space)
 set -u
 export LD_LIBRARY_PATH=$PWD/.gpu/attn:$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
 cublas_dir=$(python3 -c "import nvidia.cublas,os;print(os.path.dirname(nvidia.cublas.__file__)+'/lib')" 2>/dev/null || true)
@@ -57,6 +58,18 @@ for step in $steps; do
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum" \
       "$B" "$f" 5 > "$OUT/ncu_$n.log" 2>&1
     grep -E "Duration|SM Frequency|Throughput|Warp Cycles|Achieved Occupancy|Theoretical Occ|Block Limit|Registers Per|stalled_[a-z_]*_per_issue_active.ratio +[a-z]* +[0-9.]*[1-9]|Issue Slots|No Eligible|inst_executed|L2 Hit|Mem Busy|Max Bandwidth|L1/TEX Hit|Bank" "$OUT/ncu_$n.log" | head -60
+    ;;
+  ncu-src=*)
+    f=$(echo "${step#ncu-src=}" | tr '_' ' ')
+    n=$(echo "$f" | tr -c 'A-Za-z0-9' '_')
+    echo "== ncu source counters '$f'"
+    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_fwd --launch-skip 3 --launch-count 1 \
+      --section SourceCounters --section SpeedOfLight --import-source no -f -o "$OUT/src_$n" "$B" "$f" 5 \
+      > "$OUT/ncu_src_$n.log" 2>&1
+    tail -3 "$OUT/ncu_src_$n.log"
+    ncu -i "$OUT/src_$n.ncu-rep" --page source --csv --print-source sass > "$OUT/src_$n.csv" 2> "$OUT/src_$n.err"
+    echo "source page rc=$? lines $(wc -l < "$OUT/src_$n.csv")"; head -c 600 "$OUT/src_$n.err"
+    head -c 400 "$OUT/src_$n.csv"; echo
     ;;
   sass)
     echo "== sass opcode histogram (fp8, 32 rows, sparse)"

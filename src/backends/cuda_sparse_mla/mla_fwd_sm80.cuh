@@ -34,6 +34,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda_sparse_mla/mla_params.hpp"
 #include "cuda/async_copy.cuh"
@@ -201,14 +202,16 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
 
   // ---- KV tile gather: this thread's token of a tile, its raw index fetched a tile early ----
   constexpr int TPT = kThreads / BN;  // threads per token
-  const int ld_tok = tid / TPT, ld_sub = tid - (tid / TPT) * TPT;
+  const int ld_tok = tid / TPT, ld_sub = tid & (TPT - 1);
+  // sparse: this thread's entry of the group's slot list, tile by tile
+  const int32_t* const idx_tok = DECODE ? nullptr : p.indices + grp * p.idx_s + k_begin + ld_tok;
   auto fetch_index = [&](int tile) -> int {
     const int k = k_begin + tile * BN + ld_tok;
     if (tile >= n_tiles || k >= k_end) return -1;
     if constexpr (DECODE) {
       return p.block_table[grp * p.bt_s + k / p.block_size];
     } else {
-      return p.indices[grp * p.idx_s + k];
+      return idx_tok[tile * BN];
     }
   };
   // block_size a power of two (the usual 1 / 16 / 64): shifts instead of a division
@@ -227,41 +230,47 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
     if constexpr (DECODE) {
       src = p.block_table + grp * p.bt_s + (bs_shift >= 0 ? (k >> bs_shift) : k / p.block_size);
     } else {
-      src = p.indices + grp * p.idx_s + k;
+      src = idx_tok + tile * BN;
     }
     cuda::cp_async_4(sIdx + (tile % NSTAGE) * BN + ld_tok, src, true);  // completes with the tile copies' groups
   };
-  constexpr int NCH = ROWB / 16;                 // 16-byte chunks per token row
-  constexpr int CPT = (NCH + TPT - 1) / TPT;      // chunks per thread
+  constexpr int NCH = ROWB / 16;     // 16-byte chunks per token row
+  constexpr int FULL = NCH / TPT;    // chunks every thread of a token copies
+  constexpr int TAIL = NCH % TPT;    // threads ld_sub < TAIL copy one more
+  static_assert((TPT & (TPT - 1)) == 0, "threads per token: a power of two");
   const uint32_t ld_dst0 =
       cuda::smem_addr(sST) + ld_tok * ROWB + (FP8 ? ld_sub : (ld_sub ^ (ld_tok & 7))) * 16;
+  // A cache whose blocks are contiguous (block stride = block_size x token stride, as latte's
+  // caches are) addresses a slot as slot x token stride: no block / offset split per token.
+  const bool linear_slots = p.kv_sblock == static_cast<int64_t>(p.block_size) * p.kv_stok;
+  // Every copy's source is this thread's chunk of its token row, or of the cache's first row
+  // when the token is invalid (zero-filled, nothing read): one base pointer, immediate offsets.
   auto issue_tile = [&](int tile, int stage, int raw) {
     const int k = k_begin + tile * BN + ld_tok;
     bool valid = false;
-    const uint8_t* src = p.kv;
+    int64_t row_off = 0;
     if (k < k_end) {
-      int64_t blk = 0, off = 0;
       if constexpr (DECODE) {
         valid = raw >= 0 && raw < p.num_blocks;
-        blk = raw;
-        off = bs_shift >= 0 ? (k & bs_mask) : k % p.block_size;
+        const int off = bs_shift >= 0 ? (k & bs_mask) : k % p.block_size;
+        row_off = raw * p.kv_sblock + off * p.kv_stok;
       } else {
         valid = raw >= 0 && raw < num_slots;
-        if (bs_shift >= 0) {
-          blk = raw >> bs_shift;
-          off = raw & bs_mask;
+        if (linear_slots) {
+          row_off = raw * p.kv_stok;
+        } else if (bs_shift >= 0) {
+          row_off = (raw >> bs_shift) * p.kv_sblock + (raw & bs_mask) * p.kv_stok;
         } else {
-          blk = raw / p.block_size;
-          off = raw - blk * p.block_size;
+          row_off = (raw / p.block_size) * p.kv_sblock + (raw % p.block_size) * p.kv_stok;
         }
       }
-      if (valid) src = p.kv + blk * p.kv_sblock + off * p.kv_stok + ld_sub * 16;
     }
+    const uint8_t* const src = p.kv + (valid ? row_off : 0) + ld_sub * 16;
     const uint32_t dst = ld_dst0 + stage * BN * ROWB;
 #pragma unroll
-    for (int i = 0; i < CPT; ++i) {
-      if (ld_sub + i * TPT < NCH)
-        cuda::cp_async_16_s(dst + i * TPT * 16, valid ? src + i * TPT * 16 : p.kv, valid);
+    for (int i = 0; i < FULL; ++i) cuda::cp_async_16_s(dst + i * TPT * 16, src + i * TPT * 16, valid);
+    if constexpr (TAIL != 0) {
+      if (ld_sub < TAIL) cuda::cp_async_16_s(dst + FULL * TPT * 16, src + FULL * TPT * 16, valid);
     }
     if (ld_sub == 0) sValid[stage * BN + ld_tok] = valid ? 1 : 0;
   };
@@ -278,26 +287,35 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   }
 
   // ---- Q -> shared memory (rows past `rows` are zero) ----
-  if constexpr (!FP8) {
-    for (int c = tid; c < R * 72; c += kThreads) {
-      const int r = c / 72, ch = c - (c / 72) * 72;
-      const int row = row0 + r;
-      const bool ok = row < rows;
-      const void* src = ok ? static_cast<const void*>(q_row_ptr(row) + ch * 8)
-                           : static_cast<const void*>(p.q);
-      cuda::cp_async_16_s(cuda::smem_addr(sQ + r * kQRowBytes + ((ch ^ (r & 7)) << 4)), src, ok);
-    }
-  } else {
-    for (int r = warp; r < R; r += kWarps) {
-      const int row = row0 + r;
-      uint8_t* const qrow = sQ + r * kQRowBytes;
-      uint4 ev = make_uint4(0, 0, 0, 0), od = make_uint4(0, 0, 0, 0), rope = make_uint4(0, 0, 0, 0);
-      float rowm = 1.f;
+  // fp8: a warp's rows (up to four at a time) are loaded into registers together, one round
+  // trip instead of one per row, before the prologue tiles are issued, and converted while
+  // those tiles are in flight.
+  constexpr int kQRows = R / kWarps;                // rows per warp: warp, warp + kWarps, ...
+  constexpr int kQBatch = kQRows < 4 ? kQRows : 4;  // rows loaded together
+  uint4 q_lat[kQBatch][2], q_rope[kQBatch];
+  auto load_q = [&](int b) {
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int row = row0 + warp + (b * kQBatch + j) * kWarps;
+      q_lat[j][0] = q_lat[j][1] = q_rope[j] = make_uint4(0, 0, 0, 0);
       if (row < rows) {
         const __nv_bfloat16* src = q_row_ptr(row);
-        const uint4 v0 = *reinterpret_cast<const uint4*>(src + lane * 16);
-        const uint4 v1 = *reinterpret_cast<const uint4*>(src + lane * 16 + 8);
-        if (lane < 8) rope = *reinterpret_cast<const uint4*>(src + 512 + lane * 8);
+        q_lat[j][0] = *reinterpret_cast<const uint4*>(src + lane * 16);
+        q_lat[j][1] = *reinterpret_cast<const uint4*>(src + lane * 16 + 8);
+        if (lane < 8) q_rope[j] = *reinterpret_cast<const uint4*>(src + 512 + lane * 8);
+      }
+    }
+  };
+  auto convert_q = [&](int b) {
+#pragma unroll
+    for (int j = 0; j < kQBatch; ++j) {
+      const int r = warp + (b * kQBatch + j) * kWarps;
+      const int row = row0 + r;
+      uint8_t* const qrow = sQ + r * kQRowBytes;
+      uint4 ev = make_uint4(0, 0, 0, 0), od = make_uint4(0, 0, 0, 0);
+      float rowm = 1.f;
+      if (row < rows) {
+        const uint4 v0 = q_lat[j][0], v1 = q_lat[j][1];
         const uint32_t w[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
         float f[16];
         float mx = 0.f;
@@ -312,17 +330,23 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
         const int ebits = static_cast<int>((__float_as_uint(mx) >> 23) & 0xFF);
         const int E = ebits == 0 ? -126 : (ebits > 254 ? 127 : ebits - 127);
         rowm = ldexpf(1.f, E - kQExp + kKExp);  // the partial's factor back to q * k
+        // q * 2^(kQExp - E) as two exact power-of-two products (each factor a normal float; both
+        // have the sign of kQExp - E, so the intermediate lies between q and the result)
+        const int k2 = kQExp - E, k1 = k2 / 2;
+        const float s1 = __uint_as_float(static_cast<uint32_t>(127 + k1) << 23);
+        const float s2 = __uint_as_float(static_cast<uint32_t>(127 + k2 - k1) << 23);
+        auto qs = [&](float v) { return (v * s1) * s2; };
         uint32_t e[4], o[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
           if constexpr (kF16QK) {
             // chunk 2*lane: dims 4i, 4i+1 (the low e4m3 pair of a 4-byte word); 2*lane+1: 4i+2, 4i+3
-            e[i] = pack_f16x2(ldexpf(f[4 * i], kQExp - E), ldexpf(f[4 * i + 1], kQExp - E));
-            o[i] = pack_f16x2(ldexpf(f[4 * i + 2], kQExp - E), ldexpf(f[4 * i + 3], kQExp - E));
+            e[i] = pack_f16x2(qs(f[4 * i]), qs(f[4 * i + 1]));
+            o[i] = pack_f16x2(qs(f[4 * i + 2]), qs(f[4 * i + 3]));
           } else {
             // chunk 2*lane: even dims (even bytes of a word); 2*lane+1: odd dims
-            e[i] = pack_bf16x2(ldexpf(f[4 * i], kQExp - E), ldexpf(f[4 * i + 2], kQExp - E));
-            o[i] = pack_bf16x2(ldexpf(f[4 * i + 1], kQExp - E), ldexpf(f[4 * i + 3], kQExp - E));
+            e[i] = pack_bf16x2(qs(f[4 * i]), qs(f[4 * i + 2]));
+            o[i] = pack_bf16x2(qs(f[4 * i + 1]), qs(f[4 * i + 3]));
           }
         }
         ev = make_uint4(e[0], e[1], e[2], e[3]);
@@ -331,15 +355,35 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
       // latent block `lane` (dims 16*lane..): evens -> logical chunk 2*lane, odds -> 2*lane+1
       *reinterpret_cast<uint4*>(qrow + (((2 * lane) ^ (r & 7)) << 4)) = ev;
       *reinterpret_cast<uint4*>(qrow + (((2 * lane + 1) ^ (r & 7)) << 4)) = od;
-      if (lane < 8) *reinterpret_cast<uint4*>(qrow + (((64 + lane) ^ (r & 7)) << 4)) = rope;
+      if (lane < 8) *reinterpret_cast<uint4*>(qrow + (((64 + lane) ^ (r & 7)) << 4)) = q_rope[j];
       if (lane == 0) sRowM[r] = rowm;
     }
+  };
+  if constexpr (!FP8) {
+    for (int c = tid; c < R * 72; c += kThreads) {
+      const int r = c / 72, ch = c - (c / 72) * 72;
+      const int row = row0 + r;
+      const bool ok = row < rows;
+      const void* src = ok ? static_cast<const void*>(q_row_ptr(row) + ch * 8)
+                           : static_cast<const void*>(p.q);
+      cuda::cp_async_16_s(cuda::smem_addr(sQ + r * kQRowBytes + ((ch ^ (r & 7)) << 4)), src, ok);
+    }
+  } else {
+    load_q(0);
   }
 
 #pragma unroll
   for (int st = 0; st < NSTAGE - 1; ++st) {
     if (st < n_tiles) issue_tile(st, st, raw_pro[st]);
     cuda::cp_async_commit();
+  }
+  if constexpr (FP8) {
+    convert_q(0);
+#pragma unroll
+    for (int b = 1; b < kQRows / kQBatch; ++b) {
+      load_q(b);
+      convert_q(b);
+    }
   }
   int raw_next = kIdxRing ? -1 : raw_pro[NSTAGE - 1];  // no ring: index of tile j + NSTAGE - 1
 
@@ -800,49 +844,87 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   __syncthreads();
   if (*sFlag == 0) return;
   __threadfence();
-  for (int r = warp; r < R; r += kWarps) {
-    const int row = row0 + r;
-    if (row >= rows) break;
-    const int64_t base = (g_local * rows + row) * la.nsplit;
-    float mx = -INFINITY;
-#pragma unroll 8
-    for (int s2 = 0; s2 < nsplit_g; ++s2) mx = fmaxf(mx, __ldcg(la.part_lse + base + s2));
-    float accv[16];
+  // A warp's rows (warp, warp + kWarps, ...) in batches of up to four live rows whose loads
+  // are in flight together; each row's sums run over the splits in split order (bitwise the
+  // same result as one row at a time). A batch with rows past `rows` (the last row tile of a
+  // call whose rows are not a multiple of R, e.g. 8 heads) goes one live row at a time.
+  auto combine_rows = [&](auto nb, int r_first) {
+    constexpr int NB = decltype(nb)::value;
+    int64_t base[NB];
+    float mx[NB];
 #pragma unroll
-    for (int d = 0; d < 16; ++d) accv[d] = 0.f;
-    float wsum = 0.f;
-    if (mx != -INFINITY) {
-#pragma unroll 4
-      for (int s2 = 0; s2 < nsplit_g; ++s2) {
-        const float w = exp2f(__ldcg(la.part_lse + base + s2) - mx);
-        wsum += w;
-        const uint4* src = reinterpret_cast<const uint4*>(la.part_o + (base + s2) * 512 + lane * 16);
+    for (int j = 0; j < NB; ++j) {
+      base[j] = (g_local * rows + row0 + r_first + j * kWarps) * la.nsplit;
+      mx[j] = -INFINITY;
+    }
+    for (int s2 = lane; s2 < nsplit_g; s2 += 32) {
+#pragma unroll
+      for (int j = 0; j < NB; ++j) mx[j] = fmaxf(mx[j], __ldcg(la.part_lse + base[j] + s2));
+    }
+    bool any[NB];  // false: no split saw a visible token (the row's output is zeros)
+    float accv[NB][16];
+    float wsum[NB];
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+      for (int off = 16; off >= 1; off >>= 1) mx[j] = fmaxf(mx[j], __shfl_xor_sync(0xffffffffu, mx[j], off));
+      any[j] = mx[j] != -INFINITY;
+      wsum[j] = 0.f;
+#pragma unroll
+      for (int d = 0; d < 16; ++d) accv[j][d] = 0.f;
+    }
+    // about four (row, split) loads in flight; fewer under the 3-CTA register cap
+    constexpr int kSplitUnroll = (CTAS == 3 ? 2 : 4) / NB > 1 ? (CTAS == 3 ? 2 : 4) / NB : 1;
+#pragma unroll kSplitUnroll
+    for (int s2 = 0; s2 < nsplit_g; ++s2) {
+#pragma unroll
+      for (int j = 0; j < NB; ++j) {
+        const float lse2 = __ldcg(la.part_lse + base[j] + s2);
+        const uint4* src = reinterpret_cast<const uint4*>(la.part_o + (base[j] + s2) * 512 + lane * 16);
         const uint4 v0 = __ldcg(src), v1 = __ldcg(src + 1);
+        const float w = any[j] ? exp2f(lse2 - mx[j]) : 0.f;
+        wsum[j] += w;
         const uint32_t u[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
 #pragma unroll
         for (int d = 0; d < 8; ++d) {
-          accv[2 * d] += w * __uint_as_float(u[d] << 16);
-          accv[2 * d + 1] += w * __uint_as_float(u[d] & 0xFFFF0000u);
+          accv[j][2 * d] += w * __uint_as_float(u[d] << 16);
+          accv[j][2 * d + 1] += w * __uint_as_float(u[d] & 0xFFFF0000u);
         }
       }
     }
-    const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-    const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
-    __nv_bfloat16* const dst = p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh + lane * 16;
-    uint32_t o[8];
 #pragma unroll
-    for (int d = 0; d < 8; ++d) o[d] = pack_bf16x2(accv[2 * d] * inv, accv[2 * d + 1] * inv);
-    reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
-    reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
-    if (lane == 0 && p.lse != nullptr) {
-      p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] =
-          mx == -INFINITY ? -INFINITY : (mx + log2f(wsum)) * 0.6931471805599453f;
+    for (int j = 0; j < NB; ++j) {
+      const int row = row0 + r_first + j * kWarps;
+      const float inv = wsum[j] > 0.f ? 1.f / wsum[j] : 0.f;
+      const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
+      __nv_bfloat16* const dst = p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh + lane * 16;
+      uint32_t o[8];
+#pragma unroll
+      for (int d = 0; d < 8; ++d) o[d] = any[j] ? pack_bf16x2(accv[j][2 * d] * inv, accv[j][2 * d + 1] * inv) : 0u;
+      reinterpret_cast<uint4*>(dst)[0] = make_uint4(o[0], o[1], o[2], o[3]);
+      reinterpret_cast<uint4*>(dst)[1] = make_uint4(o[4], o[5], o[6], o[7]);
+      if (lane == 0 && p.lse != nullptr) {
+        p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] =
+            any[j] ? (mx[j] + log2f(wsum[j])) * 0.6931471805599453f : -INFINITY;
+      }
+      // the partials of this row are consumed: drop them from L2 without a write-back
+      __syncwarp();
+      const int lines = nsplit_g * 8;  // 1024 B per split = 8 lines of 128 B
+      for (int ln = lane; ln < lines; ln += 32)
+        discard_l2_line(reinterpret_cast<const uint8_t*>(la.part_o + base[j] * 512) + ln * 128);
     }
-    // the partials of this row are consumed: drop them from L2 without a write-back
-    __syncwarp();
-    const int lines = nsplit_g * 8;  // 1024 B per split = 8 lines of 128 B
-    for (int ln = lane; ln < lines; ln += 32)
-      discard_l2_line(reinterpret_cast<const uint8_t*>(la.part_o + base * 512) + ln * 128);
+  };
+  constexpr int kCRows = R / kWarps;
+  constexpr int kCB = kCRows < 4 ? kCRows : 4;
+#pragma unroll 1
+  for (int b = 0; b < kCRows / kCB; ++b) {
+    const int r_first = warp + b * kCB * kWarps;
+    const int live = min(kCB, max(0, (rows - row0 - r_first + kWarps - 1) / kWarps));
+    if (live == kCB) {
+      combine_rows(std::integral_constant<int, kCB>{}, r_first);
+    } else {
+      for (int j = 0; j < live; ++j) combine_rows(std::integral_constant<int, 1>{}, r_first + j * kWarps);
+    }
   }
 }
 
