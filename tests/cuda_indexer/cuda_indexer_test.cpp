@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -218,6 +219,13 @@ DeviceTraits traits_of(const DeviceInfo& d) {
   return t;
 }
 
+// The architecture the launchers choose paths for: the device's, or the kernels' when they were
+// compiled for less (a build for sm_80 run on this GPU by PTX JIT).
+int path_arch(const DeviceTraits& dev) {
+  const int k = cuda_indexer::kernel_arch();
+  return k > 0 ? std::min(dev.arch, k) : dev.arch;
+}
+
 // GPU logits close to the reference: -inf exactly where the reference has -inf.
 void expect_logits_close(const Problem& p, const std::vector<float>& ref, const float* got, double tol,
                          const char* what) {
@@ -350,6 +358,16 @@ class CudaIndexer : public ::testing::Test {
   void SetUp() override { LATTE_SKIP_WITHOUT_GPU(); }
 };
 
+// The launchers never pick a path the loaded kernels lack: kernel_arch is known, at most the
+// device's, and a build's lowest architecture reaches it (the sm_80 build on this GPU: 80).
+TEST_F(CudaIndexer, KernelArchIsKnownAndNotAboveTheDevice) {
+  const DeviceTraits dev = traits_of(gpu());
+  const int k = cuda_indexer::kernel_arch();
+  std::printf("  device sm_%d, indexer kernels compiled for sm_%d\n", dev.arch, k);
+  EXPECT_GE(k, 80);
+  EXPECT_LE(k, dev.arch);
+}
+
 TEST_F(CudaIndexer, DecodeGlm5ShapeFp8) {
   std::mt19937 rng(1);
   Options o;
@@ -397,7 +415,7 @@ TEST_F(CudaIndexer, EveryMathPathForE4m3Queries) {
   for (int i = 0; i < 16; ++i) tokens.emplace_back(2, 600 + i + 1);  // a prefill group
   const Problem p = make_problem(rng, tokens, 3, o);
   const DeviceTraits dev = traits_of(gpu());
-  if (dev.arch < 89) GTEST_SKIP() << "skipped: e4m3 / f16 conversion paths need sm_89+";
+  if (path_arch(dev) < 89) GTEST_SKIP() << "skipped: e4m3 / f16 conversion paths need kernels built for sm_89+";
   std::vector<std::vector<int32_t>> chosen;
   for (const char* math : {"fp8", "f16", "bf16"}) {
     SCOPED_TRACE(math);
@@ -562,7 +580,7 @@ TEST_F(CudaIndexer, UnknownSwitchValuesAreRefused) {
     const ScopedEnv bad("LATTE_CUDA_INDEXER_PATH", "fusd");
     expect_refused(TopkPath::automatic, "LATTE_CUDA_INDEXER_PATH=fusd is not a top-k path; use fused, unfused or automatic");
   }
-  if (dev.arch >= 89) {
+  if (path_arch(dev) >= 89) {
     const ScopedEnv bad("LATTE_CUDA_INDEXER_MATH", "fp4");
     expect_refused(TopkPath::unfused, "LATTE_CUDA_INDEXER_MATH=fp4 is not a matrix path; use fp8, f16 or bf16");
   }

@@ -30,13 +30,51 @@ constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+__global__ void arch_probe_kernel() {}
+
+}  // namespace
+
+int kernel_arch() {
+  static std::atomic<int> cache[64] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  std::atomic<int>& slot = cache[device & 63];
+  int v = slot.load(std::memory_order_relaxed);
+  if (v == 0) {
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, arch_probe_kernel) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    v = fa.ptxVersion;
+    slot.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+namespace {
+
+// The architecture the path choices must assume: the device's, or lower when the loaded
+// kernels were compiled for less (kernel_arch). A build for 80 / 86 runs on an sm_89 / sm_90
+// GPU by binary compatibility or PTX JIT, and its kernels have neither the e4m3 conversions
+// (those instantiations trap) nor griddepcontrol (a PDL-launched kernel would not wait for its
+// predecessor: a race, seen on the H200 with a compute_80-only build).
+int path_arch(const DeviceTraits& dev) {
+  const int compiled = kernel_arch();
+  return compiled > 0 ? std::min(dev.arch, compiled) : dev.arch;
+}
+
 // The score kernel's matrix path. e4m3 queries: mma.sync e4m3 where it is native (sm_89,
 // sm_120), K and q widened to f16 by the hardware conversion on sm_90 / sm_100 (8-17 % faster
 // than e4m3 mma.sync on the H200, docs/performance.md; sm_100 by analogy, not measured),
 // bf16 widening below sm_89. bf16 queries: bf16. LATTE_CUDA_INDEXER_MATH=fp8|f16|bf16 forces a
 // path where the device can run it (measurements, tests).
 int math_for(const IndexerProblem& p, const DeviceTraits& dev) {
-  if (!p.q_fp8 || dev.arch < 89 || dev.force_bf16_math) return kMathBf16;
+  const int arch = path_arch(dev);
+  if (!p.q_fp8 || arch < 89 || dev.force_bf16_math) return kMathBf16;
   const char* env = std::getenv("LATTE_CUDA_INDEXER_MATH");
   if (env && *env != '\0') {
     if (std::strcmp(env, "bf16") == 0) return kMathBf16;
@@ -45,7 +83,7 @@ int math_for(const IndexerProblem& p, const DeviceTraits& dev) {
     throw Error(ErrorCode::invalid_argument, std::string("cuda.indexer: LATTE_CUDA_INDEXER_MATH=") + env +
                                                  " is not a matrix path; use fp8, f16 or bf16 (or unset it)");
   }
-  return (dev.arch == 90 || dev.arch == 100) ? kMathF16 : kMathFp8;
+  return (arch == 90 || arch == 100) ? kMathF16 : kMathFp8;
 }
 
 // Calls f.template run<MODE, MATH>() for a plan's mode and math (one kernel instantiation per
@@ -573,7 +611,7 @@ void launch_topk_split(const TopkArgs& a, const TopkPlan& t, const SplitPlan& sp
   g.list_pos = reinterpret_cast<int32_t*>(ws + sp.pos);
   g.list_count = reinterpret_cast<int*>(ws + sp.count);
   const auto grid = static_cast<unsigned>(static_cast<int64_t>(a.rows) * sp.slices);
-  const bool pdl = dev.arch >= 90 && topk_pdl_enabled();
+  const bool pdl = path_arch(dev) >= 90 && topk_pdl_enabled();
   prof_begin(stream);
   TopkArgs b = a;
   b.prof = prof_buffer();
@@ -862,7 +900,7 @@ void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPat
   s.row_total = count;
   dispatch_score(s, fp.sample, stream);
 
-  const bool pdl = dev.arch >= 90 && topk_pdl_enabled();
+  const bool pdl = path_arch(dev) >= 90 && topk_pdl_enabled();
 
   ScoreArgs a = score_args(p, fp.admit);
   a.topk = out.topk;

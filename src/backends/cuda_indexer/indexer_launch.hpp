@@ -46,6 +46,12 @@ struct DeviceTraits {
   bool force_bf16_math = false;  // tests: run the sm_80 path (bf16 mma.sync) on any GPU
 };
 
+// The architecture (compute capability * 10) the indexer's kernels were compiled for on the
+// current device: their __CUDA_ARCH__ / 10, which is below the device's when a build for lower
+// architectures runs by binary compatibility or PTX JIT. The launchers choose the matrix path
+// and programmatic dependent launch from the lower of the two. 0 when it cannot be queried.
+[[nodiscard]] int kernel_arch();
+
 enum class TopkPath { automatic, fused, unfused };
 
 // indexer_logits: logits [T, L] f32 with strides (ld_t, ld_s); -inf where not visible.
