@@ -45,7 +45,7 @@ for step in $steps; do
   bench)
     echo "== bench"; start=$(date +%s)
     PYTHONUNBUFFERED=1 timeout 150 python3 bench/sparse_mla/run_bench.py --bin "$B" --filter "$filter" \
-      --iters 25 --peer-iters 6 --md "$OUT/bench.md" > "$OUT/bench.log" 2>&1; rc=$?
+      --iters 25 --peer-iters 20 --md "$OUT/bench.md" > "$OUT/bench.log" 2>&1; rc=$?
     tail -40 "$OUT/bench.log"
     echo "bench rc=$rc ($(( $(date +%s) - start )) s)";;
   ncu=*)
