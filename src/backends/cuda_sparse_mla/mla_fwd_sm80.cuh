@@ -873,8 +873,10 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
 #pragma unroll
       for (int d = 0; d < 16; ++d) accv[j][d] = 0.f;
     }
-    // about four (row, split) loads in flight; fewer under the 3-CTA register cap
-    constexpr int kSplitUnroll = (CTAS == 3 ? 2 : 4) / NB > 1 ? (CTAS == 3 ? 2 : 4) / NB : 1;
+    // (row, split) loads in flight: eight for one or two rows (the 16-row tiles of small calls,
+    // where the combine is on the critical path), four rows' worth otherwise (more spill at
+    // four rows); fewer under the 3-CTA register cap
+    constexpr int kSplitUnroll = CTAS == 3 ? (NB == 1 ? 2 : 1) : (NB >= 4 ? 1 : 8 / NB);
 #pragma unroll kSplitUnroll
     for (int s2 = 0; s2 < nsplit_g; ++s2) {
 #pragma unroll
