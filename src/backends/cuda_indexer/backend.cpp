@@ -44,7 +44,8 @@ Capabilities indexer_capabilities() {
       "T <= SMs / 8); indexer_logits: none";
   caps.notes =
       "e4m3 q: mma.sync e4m3 (sm_89, sm_120) or e4m3 widened to f16 (sm_90, sm_100); bf16 q and "
-      "sm_80/86: mma.sync bf16 (e4m3 widened exactly); exact radix top-k, few long rows split "
+      "sm_80/86: mma.sync bf16 (e4m3 widened exactly), the arch being the lower of the device's "
+      "and the one the kernels were compiled for; exact radix top-k, few long rows split "
       "over CTAs; fused (no [T, L] scores) for one query token and for up to 32 at contexts "
       "of 128K+, where it measured faster on the H200, or when the workspace holds no row of "
       "scores; unfused otherwise (LATTE_CUDA_INDEXER_PATH=fused|unfused forces one)";
