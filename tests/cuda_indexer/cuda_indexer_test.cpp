@@ -219,13 +219,6 @@ DeviceTraits traits_of(const DeviceInfo& d) {
   return t;
 }
 
-// The architecture the launchers choose paths for: the device's, or the kernels' when they were
-// compiled for less (a build for sm_80 run on this GPU by PTX JIT).
-int path_arch(const DeviceTraits& dev) {
-  const int k = cuda_indexer::kernel_arch();
-  return k > 0 ? std::min(dev.arch, k) : dev.arch;
-}
-
 // GPU logits close to the reference: -inf exactly where the reference has -inf.
 void expect_logits_close(const Problem& p, const std::vector<float>& ref, const float* got, double tol,
                          const char* what) {
@@ -415,7 +408,7 @@ TEST_F(CudaIndexer, EveryMathPathForE4m3Queries) {
   for (int i = 0; i < 16; ++i) tokens.emplace_back(2, 600 + i + 1);  // a prefill group
   const Problem p = make_problem(rng, tokens, 3, o);
   const DeviceTraits dev = traits_of(gpu());
-  if (path_arch(dev) < 89) GTEST_SKIP() << "skipped: e4m3 / f16 conversion paths need kernels built for sm_89+";
+  if (cuda_indexer::path_arch(dev) < 89) GTEST_SKIP() << "skipped: e4m3 / f16 conversion paths need kernels built for sm_89+";
   std::vector<std::vector<int32_t>> chosen;
   for (const char* math : {"fp8", "f16", "bf16"}) {
     SCOPED_TRACE(math);
@@ -580,7 +573,7 @@ TEST_F(CudaIndexer, UnknownSwitchValuesAreRefused) {
     const ScopedEnv bad("LATTE_CUDA_INDEXER_PATH", "fusd");
     expect_refused(TopkPath::automatic, "LATTE_CUDA_INDEXER_PATH=fusd is not a top-k path; use fused, unfused or automatic");
   }
-  if (path_arch(dev) >= 89) {
+  if (cuda_indexer::path_arch(dev) >= 89) {
     const ScopedEnv bad("LATTE_CUDA_INDEXER_MATH", "fp4");
     expect_refused(TopkPath::unfused, "LATTE_CUDA_INDEXER_MATH=fp4 is not a matrix path; use fp8, f16 or bf16");
   }

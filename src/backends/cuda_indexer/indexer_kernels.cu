@@ -55,17 +55,16 @@ int kernel_arch() {
   return v;
 }
 
-namespace {
-
-// The architecture the path choices must assume: the device's, or lower when the loaded
-// kernels were compiled for less (kernel_arch). A build for 80 / 86 runs on an sm_89 / sm_90
-// GPU by binary compatibility or PTX JIT, and its kernels have neither the e4m3 conversions
-// (those instantiations trap) nor griddepcontrol (a PDL-launched kernel would not wait for its
-// predecessor: a race, seen on the H200 with a compute_80-only build).
+// A build for 80 / 86 runs on an sm_89 / sm_90 GPU by binary compatibility or PTX JIT, and its
+// kernels have neither the e4m3 conversions (those instantiations trap) nor griddepcontrol (a
+// PDL-launched kernel would not wait for its predecessor: a race, seen on the H200 with a
+// compute_80-only build).
 int path_arch(const DeviceTraits& dev) {
   const int compiled = kernel_arch();
   return compiled > 0 ? std::min(dev.arch, compiled) : dev.arch;
 }
+
+namespace {
 
 // The score kernel's matrix path. e4m3 queries: mma.sync e4m3 where it is native (sm_89,
 // sm_120), K and q widened to f16 by the hardware conversion on sm_90 / sm_100 (8-17 % faster

@@ -48,9 +48,11 @@ struct DeviceTraits {
 
 // The architecture (compute capability * 10) the indexer's kernels were compiled for on the
 // current device: their __CUDA_ARCH__ / 10, which is below the device's when a build for lower
-// architectures runs by binary compatibility or PTX JIT. The launchers choose the matrix path
-// and programmatic dependent launch from the lower of the two. 0 when it cannot be queried.
+// architectures runs by binary compatibility or PTX JIT. 0 when it cannot be queried.
 [[nodiscard]] int kernel_arch();
+// The architecture the launchers choose the matrix path and programmatic dependent launch for:
+// min(dev.arch, kernel_arch()), or dev.arch when kernel_arch() is unknown.
+[[nodiscard]] int path_arch(const DeviceTraits& dev);
 
 enum class TopkPath { automatic, fused, unfused };
 

@@ -119,6 +119,10 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PS = C::PS, MT = C::MT,
                 NTW = C::NTW, DPW = C::DPW, NPV = C::NPV;
   constexpr int kThreads = C::kThreads, kWarps = C::kWarps;
+  // A warp's rows in the Q load and the split combine: warp, warp + kWarps, ...; handled in
+  // batches of up to four whose global loads are in flight together.
+  constexpr int kWarpRows = R / kWarps;
+  constexpr int kRowBatch = kWarpRows < 4 ? kWarpRows : 4;
   // fp8 with one m16 tile (R = 16): the softmax writes P as bf16 per scale group (the PV warps
   // load it with ldmatrix). Measured on the H200: faster for R = 16, slower for R = 32 (the
   // longer softmax phase of 4 rows per warp outweighs the PV saving), so R = 32 keeps the
@@ -287,16 +291,14 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   }
 
   // ---- Q -> shared memory (rows past `rows` are zero) ----
-  // fp8: a warp's rows (up to four at a time) are loaded into registers together, one round
-  // trip instead of one per row, before the prologue tiles are issued, and converted while
-  // those tiles are in flight.
-  constexpr int kQRows = R / kWarps;                // rows per warp: warp, warp + kWarps, ...
-  constexpr int kQBatch = kQRows < 4 ? kQRows : 4;  // rows loaded together
-  uint4 q_lat[kQBatch][2], q_rope[kQBatch];
+  // fp8: a warp's rows (kRowBatch at a time) are loaded into registers together, one round trip
+  // instead of one per row, before the prologue tiles are issued, and converted while those
+  // tiles are in flight.
+  uint4 q_lat[kRowBatch][2], q_rope[kRowBatch];
   auto load_q = [&](int b) {
 #pragma unroll
-    for (int j = 0; j < kQBatch; ++j) {
-      const int row = row0 + warp + (b * kQBatch + j) * kWarps;
+    for (int j = 0; j < kRowBatch; ++j) {
+      const int row = row0 + warp + (b * kRowBatch + j) * kWarps;
       q_lat[j][0] = q_lat[j][1] = q_rope[j] = make_uint4(0, 0, 0, 0);
       if (row < rows) {
         const __nv_bfloat16* src = q_row_ptr(row);
@@ -308,8 +310,8 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   };
   auto convert_q = [&](int b) {
 #pragma unroll
-    for (int j = 0; j < kQBatch; ++j) {
-      const int r = warp + (b * kQBatch + j) * kWarps;
+    for (int j = 0; j < kRowBatch; ++j) {
+      const int r = warp + (b * kRowBatch + j) * kWarps;
       const int row = row0 + r;
       uint8_t* const qrow = sQ + r * kQRowBytes;
       uint4 ev = make_uint4(0, 0, 0, 0), od = make_uint4(0, 0, 0, 0);
@@ -380,7 +382,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   if constexpr (FP8) {
     convert_q(0);
 #pragma unroll
-    for (int b = 1; b < kQRows / kQBatch; ++b) {
+    for (int b = 1; b < kWarpRows / kRowBatch; ++b) {
       load_q(b);
       convert_q(b);
     }
@@ -873,9 +875,9 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
 #pragma unroll
       for (int d = 0; d < 16; ++d) accv[j][d] = 0.f;
     }
-    // (row, split) loads in flight: eight for one or two rows (the 16-row tiles of small calls,
-    // where the combine is on the critical path), four rows' worth otherwise (more spill at
-    // four rows); fewer under the 3-CTA register cap
+    // Splits unrolled so that about eight (row, split) loads are in flight for one or two rows
+    // (16-row tiles of small calls, where the combine ends the call); one split at a time for
+    // four rows (more spills) and, mostly, under the 3-CTA register cap.
     constexpr int kSplitUnroll = CTAS == 3 ? (NB == 1 ? 2 : 1) : (NB >= 4 ? 1 : 8 / NB);
 #pragma unroll kSplitUnroll
     for (int s2 = 0; s2 < nsplit_g; ++s2) {
@@ -916,14 +918,12 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
         discard_l2_line(reinterpret_cast<const uint8_t*>(la.part_o + base[j] * 512) + ln * 128);
     }
   };
-  constexpr int kCRows = R / kWarps;
-  constexpr int kCB = kCRows < 4 ? kCRows : 4;
 #pragma unroll 1
-  for (int b = 0; b < kCRows / kCB; ++b) {
-    const int r_first = warp + b * kCB * kWarps;
-    const int live = min(kCB, max(0, (rows - row0 - r_first + kWarps - 1) / kWarps));
-    if (live == kCB) {
-      combine_rows(std::integral_constant<int, kCB>{}, r_first);
+  for (int b = 0; b < kWarpRows / kRowBatch; ++b) {
+    const int r_first = warp + b * kRowBatch * kWarps;
+    const int live = min(kRowBatch, max(0, (rows - row0 - r_first + kWarps - 1) / kWarps));
+    if (live == kRowBatch) {
+      combine_rows(std::integral_constant<int, kRowBatch>{}, r_first);
     } else {
       for (int j = 0; j < live; ++j) combine_rows(std::integral_constant<int, 1>{}, r_first + j * kWarps);
     }
