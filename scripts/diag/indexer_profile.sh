@@ -3,6 +3,8 @@
 # decode shapes and an Nsight Compute profile of the score kernel. Output: $OUT.
 #   scripts/diag/indexer_profile.sh [ceilings] [shape=B,ctx,H ...] [ncu=B,ctx,H[,skip]] [stress]
 #     [tests] [timeline=B,ctx,H] [env:VAR=VALUE (for the steps after it)]
+#     [lib:DIR=B,ctx,H (the decode line of .gpu/all's liblatte and of DIR's, alternated in three
+#      rounds, each a process of its own: a kernel change against the staged build)]
 set -u
 export LD_LIBRARY_PATH=$PWD/.gpu/all:$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/indexer-profile}
@@ -25,6 +27,14 @@ for step in "$@"; do
       /tmp/mma_sync_rate 4 && /tmp/mma_sync_rate 8;;
   shape=*)
     timeout 200 $bench --shape "${step#shape=}" 2>&1 | grep -E "^decode|^ab |copy";;
+  lib:*)
+    spec=${step#lib:}; dir=${spec%%=*}; shape=${spec#*=}
+    for round in 1 2 3; do
+      for lib in .gpu/all "$dir"; do
+        line=$(LD_LIBRARY_PATH=$PWD/$lib:$PWD/.deps/lib timeout 200 $bench --shape "$shape" 2>&1 | grep -E "^decode")
+        echo "round $round $(printf '%-10s' "$lib") $line"
+      done
+    done;;
   timeline=*)
     # Kernel spans of both paths with PDL overlap (LATTE_CUDA_TOPK_PROF=1; every 20th call).
     LATTE_CUDA_TOPK_PROF=1 timeout 200 $bench --shape "${step#timeline=}" 2>&1 | grep -A2 -E "^topk prof (fused path|unfused)" | grep -v "^--" | tail -12;;
