@@ -533,8 +533,17 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
         }
       } else {
         static_assert(NTW == 1 || NTW == 2, "bf16 path: one or two n8 tiles per QK warp");
-#pragma unroll 3
-        for (int s = 0; s < 9; ++s) {
+        // Even and odd 16-dim blocks accumulate apart (twice the independent mma chains: with
+        // two warps per scheduler the chains' latency is what the loop waits on), then add:
+        // the same order in every bf16 configuration, so they stay bitwise equal.
+        float acc2[MT][NTW][4];
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int n = 0; n < NTW; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc2[m][n][e] = 0.f;
+        auto qk_step = [&](int s, float (&ac)[MT][NTW][4]) {
           const int blk16 = s < 8 ? kq * 8 + s : 32 + kq;
           uint32_t a[MT][4];
           load_a(a, blk16 * 2);
@@ -544,7 +553,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
             uint32_t b[2];
             ldmatrix_x2(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
 #pragma unroll
-            for (int m = 0; m < MT; ++m) mma_bf16_m16n8k16(acc[m][0], a[m], b[0], b[1]);
+            for (int m = 0; m < MT; ++m) mma_bf16_m16n8k16(ac[m][0], a[m], b[0], b[1]);
           } else {
             const int tok = tok0 + (lane & 7) + ((lane >> 4) << 3);
             const int c = blk16 * 2 + ((lane >> 3) & 1);
@@ -552,11 +561,23 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
             ldmatrix_x4(b, st_u32 + tok * ROWB + ((c ^ (tok & 7)) << 4));
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-              mma_bf16_m16n8k16(acc[m][0], a[m], b[0], b[1]);
-              mma_bf16_m16n8k16(acc[m][1], a[m], b[2], b[3]);
+              mma_bf16_m16n8k16(ac[m][0], a[m], b[0], b[1]);
+              mma_bf16_m16n8k16(ac[m][1], a[m], b[2], b[3]);
             }
           }
+        };
+#pragma unroll
+        for (int s = 0; s < 8; s += 2) {
+          qk_step(s, acc);
+          qk_step(s + 1, acc2);
         }
+        qk_step(8, acc);
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+#pragma unroll
+          for (int n = 0; n < NTW; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[m][n][e] += acc2[m][n][e];
       }
       // store the partial
 #pragma unroll
