@@ -101,6 +101,17 @@ struct LaunchArgs {
   int* counters;  // [groups in slab][row_tiles], zero at launch
 };
 
+// Zero mma accumulator fragments [M][N][4] (registers once unrolled).
+template <int M, int N>
+__device__ __forceinline__ void zero_fragments(float (&f)[M][N][4]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int n = 0; n < N; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f[m][n][e] = 0.f;
+}
+
 // Pairwise sum of N values in index order (a complete binary tree), so that sums split
 // across lanes combine to the same tree.
 template <int N>
@@ -402,12 +413,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
   float O[MT][NPV][4];
-#pragma unroll
-  for (int m = 0; m < MT; ++m)
-#pragma unroll
-    for (int n = 0; n < NPV; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) O[m][n][e] = 0.f;
+  zero_fragments(O);
 
   const uint32_t q_base = cuda::smem_addr(sQ);
   const int kq = warp & 3, nh = warp >> 2;  // nh = 0 with 4 warps
@@ -438,12 +444,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
     // ---------------- QK: partial S over this warp's dims and token half ----------------
     {
       float acc[MT][NTW][4];
-#pragma unroll
-      for (int m = 0; m < MT; ++m)
-#pragma unroll
-        for (int n = 0; n < NTW; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[m][n][e] = 0.f;
+      zero_fragments(acc);
 
       auto load_a = [&](uint32_t (&a)[MT][4], int chunk_base) {
 #pragma unroll
@@ -537,12 +538,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
         // two warps per scheduler the chains' latency is what the loop waits on), then add:
         // the same order in every bf16 configuration, so they stay bitwise equal.
         float acc2[MT][NTW][4];
-#pragma unroll
-        for (int m = 0; m < MT; ++m)
-#pragma unroll
-          for (int n = 0; n < NTW; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc2[m][n][e] = 0.f;
+        zero_fragments(acc2);
         auto qk_step = [&](int s, float (&ac)[MT][NTW][4]) {
           const int blk16 = s < 8 ? kq * 8 + s : 32 + kq;
           uint32_t a[MT][4];
