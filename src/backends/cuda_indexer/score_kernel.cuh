@@ -485,10 +485,6 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       float held_score = 0.0f;
       bool held_vis = false;
       int64_t held_s = 0;
-      auto admit_held = [&]() {
-        take_tau();
-        admit_score(held_score, held_vis, held_s);
-      };
       int slot = 0, issue_slot = S - 1;  // slots of stages it and it + S - 1
       // One stage (`held`: admit mode's stage 0, scored before tau is known).
       auto stage = [&](const int it, auto held) {
@@ -659,12 +655,13 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
         // Stage 0 out of the loop, then the wait and tau: inside the loop, the inlined tau
         // cost every admission 2-4 % (its registers; H200, B >= 8 at 128K).
         stage(0, std::true_type{});
-        admit_held();
+        take_tau();
+        admit_score(held_score, held_vis, held_s);
         for (int it = 1; it < nst; ++it) stage(it, std::false_type{});
+        flush_admitted(t0);  // group == 1
       } else {
         for (int it = 0; it < nst; ++it) stage(it, std::false_type{});
       }
-      if (MODE == kModeAdmit) flush_admitted(t0);  // group == 1
       cuda::cp_async_wait<0>();
       __syncthreads();
     }
