@@ -3,6 +3,7 @@
 # decode shapes and an Nsight Compute profile of the score kernel. Output: $OUT.
 #   scripts/diag/indexer_profile.sh [ceilings] [shape=B,ctx,H ...] [ncu=B,ctx,H[,skip]] [stress]
 #     [tests] [timeline=B,ctx,H] [env:VAR=VALUE (for the steps after it)]
+#     [ncu-src=B,ctx,H,fused|unfused,SKIP (per-SASS-line counters of one score kernel launch)]
 #     [lib:DIR=B,ctx,H (the decode line of .gpu/all's liblatte and of DIR's, alternated in three
 #      rounds, each a process of its own: a kernel change against the staged build)]
 set -u
@@ -43,6 +44,17 @@ for step in "$@"; do
     LATTE_BENCH_ONLY=${LATTE_BENCH_ONLY:-fused} timeout 200 ncu --clock-control none -k regex:'indexer|topk' -c "${KCOUNT:-10}" \
       --metrics gpu__time_duration.sum $bench --shape "${step#kernels=}" 2>&1 |
       grep -E "^  [a-z_]+.*(indexer_score_kernel|topk_)|gpu__time_duration" | sed -E 's/\(latte::cuda_indexer::[A-Za-z]+\)//; s/ +/ /g' | paste - - | cut -c1-160;;
+  ncu-src=*)
+    # Executed instructions and stall samples per SASS line of one score kernel launch (csv):
+    # ncu-src=B,ctx,H,PATH,SKIP with PATH fused|unfused (LATTE_BENCH_ONLY) and SKIP the score
+    # kernel launches to pass over (fused: 0 sample, 1 admission; unfused: 0 keys).
+    IFS=, read -r b c h only skip <<< "${step#ncu-src=}"
+    rep=$OUT/src_${b}_${c}_${h}_${only}_${skip}
+    LATTE_BENCH_ONLY=$only timeout 300 ncu --clock-control none -k regex:indexer_score_kernel --launch-skip "$skip" -c 1 \
+      --section SourceCounters --section SpeedOfLight --import-source no -f -o "$rep" $bench --shape "$b,$c,$h" > "$rep.log" 2>&1
+    echo "ncu-src $b,$c,$h $only skip $skip rc=$?"
+    ncu --import "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2>&1
+    ncu --import "$rep.ncu-rep" --page details 2>&1 | grep -E "Duration|SM Frequency|Compute \(SM\)|DRAM Throughput" | head -5;;
   ncu=*)
     IFS=, read -r b c h skip <<< "${step#ncu=}"
     rep=$OUT/score_${b}_${c}_${h}_${skip:-0}

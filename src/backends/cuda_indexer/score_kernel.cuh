@@ -308,11 +308,15 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
 
   // Admit mode: token t0's admission threshold (sampled_threshold, after the sample pass).
   uint32_t admit_tau = 1;
-  // Admit mode: this warp's buffer and its flush into token t's list (room reserved by one
-  // atomic; entries past the list's capacity are counted, not stored: the repair pass sees it).
-  uint32_t* wbuf_keys = reinterpret_cast<uint32_t*>(smem + a.off_buf) + warp * 2 * kAdmitWarpBuf;
-  int32_t* wbuf_pos = reinterpret_cast<int32_t*>(wbuf_keys + kAdmitWarpBuf);
+  // Admit mode: this warp's buffer of admitted (score, position) and its flush into token t's
+  // list (room reserved by one atomic; entries past the list's capacity are counted, not
+  // stored: the repair pass sees it). The buffer holds raw scores; their keys are made at the
+  // flush, a lane per entry, instead of by the whole warp in the score loop whenever one lane
+  // admits (a third of the admission kernel's extra instructions over the keys kernel).
+  float* wbuf_score = reinterpret_cast<float*>(smem + a.off_buf) + warp * 2 * kAdmitWarpBuf;
+  int32_t* wbuf_pos = reinterpret_cast<int32_t*>(wbuf_score + kAdmitWarpBuf);
   int wbuf_n = 0;
+  const unsigned lanes_below = (1u << lane) - 1u;
   auto flush_admitted = [&](int t) {
     __syncwarp();
     int base = 0;
@@ -321,14 +325,15 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     const int64_t row = static_cast<int64_t>(t) * a.list_cap;
     for (int i = lane; i < wbuf_n; i += 32) {
       if (base + i < a.list_cap) {
-        a.list_keys[row + base + i] = wbuf_keys[i];
+        a.list_keys[row + base + i] = cuda::score_key(wbuf_score[i]);
         a.list_pos[row + base + i] = wbuf_pos[i];
       }
     }
     __syncwarp();
     wbuf_n = 0;
   };
-  float tau_floor = 0.0f;  // the lowest float of tau's key rank
+  float tau_floor = 0.0f;   // the lowest float of tau's key rank
+  bool admit_all = true;    // tau 1: every visible position, NaN included
   // The token's tau, after the sample pass (pdl_wait: its keys and zeroed counts). Every
   // thread of the CTA calls it once, at the first admission (group == 1).
   auto take_tau = [&]() {
@@ -340,17 +345,18 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
                                                      a.samples, m, reinterpret_cast<int*>(smem + a.off_misc));
     if (chunk == 0 && tid == 0) a.row_tau[t0] = admit_tau;  // for the repair pass and the selection
     tau_floor = cuda::key_floor(admit_tau);
+    admit_all = admit_tau <= 1u;
   };
   // Admits the score of visible position s if its key is >= tau, compared as
   // floats (tau_floor; tau 1 admits every visible position, NaN included): the key is made
   // only for the admitted. Every lane of the warp calls it.
   auto admit_score = [&](float score, bool vis, int64_t s) {
-    const bool pass = vis && (admit_tau <= 1u || score >= tau_floor);
+    const bool pass = vis & (admit_all | (score >= tau_floor));  // bitwise: no branches
     const unsigned m = __ballot_sync(0xffffffffu, pass);
-    if (m == 0u) return;  // the common case (warp-uniform): nothing admitted
+    if (m == 0u) return;  // warp-uniform: nothing admitted (a third of the warps' stages)
     if (pass) {
-      const int at = wbuf_n + __popc(m & ((1u << lane) - 1u));
-      wbuf_keys[at] = cuda::score_key(score);
+      const int at = wbuf_n + __popc(m & lanes_below);
+      wbuf_score[at] = score;
       wbuf_pos[at] = static_cast<int32_t>(s);
     }
     wbuf_n += __popc(m);
@@ -485,6 +491,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
       float held_score = 0.0f;
       bool held_vis = false;
       int64_t held_s = 0;
+      const int64_t admit_vis_end = stok[kMaxGroup];  // admit mode: one token (group == 1)
       int slot = 0, issue_slot = S - 1;  // slots of stages it and it + S - 1
       // One stage (`held`: admit mode's stage 0, scored before tau is known).
       auto stage = [&](const int it, auto held) {
@@ -597,7 +604,8 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
           }
           const float score = c == 0 ? p[0][0] : c == 1 ? p[0][1] : c == 2 ? p[1][0] : p[1][1];
           const int t = t0 + gq;
-          const bool vis = my_ok && (MODE == kModeSample || my_s < stok[kMaxGroup + gq]);
+          const bool vis = my_ok && (MODE == kModeSample ||
+                                     my_s < (MODE == kModeAdmit ? admit_vis_end : stok[kMaxGroup + gq]));
           if (MODE == kModeSample) {
             a.sample_keys[static_cast<int64_t>(t) * kFusedSamples + my_s] = vis ? cuda::score_key(score) : 0u;
           } else if (MODE == kModeAdmit) {
