@@ -191,9 +191,13 @@ __device__ __forceinline__ void warp_hist_add_direct(int* hist, bool hit, uint32
 // composite_key(key, pos) >= T. Positions must be distinct. Every thread of the block calls it
 // and gets the same T. `hist` holds 1 << DIGIT ints of shared memory (at least THREADS bins);
 // it is reused as a list of up to LCAP composites (LCAP * 8 <= 4 << DIGIT).
-// Cost: one min/max pass and one histogram pass over the pairs per DIGIT bits below their
-// common prefix, until the bin holding the boundary has at most LCAP members; those are
-// gathered and ranked directly (one more pass).
+// Cost: one min/max pass, then histogram passes until the bin holding the boundary has at
+// most LCAP members; those are gathered and ranked directly (one more pass). The first pass
+// bins the keys by key >> s relative to min >> s, with the smallest s whose bins cover the
+// keys' range, so that every bin is used however narrow the range is (bins of the DIGIT bits
+// below the common prefix of min and max may use a handful: scores between 1 and 8 fill 24 of
+// 2048, and the boundary bin then needed two more passes). Later passes take DIGIT bits of
+// the composite below the prefix found so far.
 // DIRECT_HIST: histograms with warp_hist_add_direct instead of warp_hist_add.
 // `marks` (measurements, thread 0 writes): clock64 at entry [0], after the min/max [1], after the
 // first histogram pass [2], after the last [3], after the gather [4], after the ranking [5];
@@ -231,9 +235,17 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
   block_key_range<THREADS>(klo, khi, reinterpret_cast<int*>(sc.minmax));
   int shift = 0;
   uint64_t prefix = 0;
+  // The first pass's window over the keys (offset_pass): bins (key >> s0) - base0.
+  bool offset_pass = false;
+  int s0 = 0;
+  uint32_t base0 = 0;
   if (klo != khi && need < n) {
-    shift = 64 - __clz(static_cast<int>(klo ^ khi));  // 33 .. 64
-    prefix = shift >= 64 ? 0u : khi >> (shift - 32);
+    s0 = 32 - __clz(static_cast<int>(khi - klo)) - DIGIT;  // khi - klo >= 1
+    s0 = s0 > 0 ? s0 : 0;
+    if ((khi >> s0) - (klo >> s0) >= static_cast<uint32_t>(kBins)) ++s0;
+    base0 = klo >> s0;
+    offset_pass = true;
+    shift = 32 + s0;  // after that pass the prefix (base0 + bin) covers the composite bits >= shift
   } else {
     uint64_t lo = ~uint64_t{0}, hi = 0;
     for (int i = tid; i < n; i += THREADS) {
@@ -251,7 +263,8 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
   int remaining = need;
   int passes = 0;
   while (true) {
-    const int d = shift < DIGIT ? shift : DIGIT;
+    const bool first_offset = offset_pass && passes == 0;
+    const int d = first_offset ? 0 : shift < DIGIT ? shift : DIGIT;
     shift -= d;
     for (int b = tid; b < kBins; b += THREADS) hist[b] = 0;
     if (tid == 0) sc.list_count = 0;
@@ -261,7 +274,10 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
       const int i = base + tid;
       bool hit = false;
       uint32_t digit = 0;
-      if (i < n) {
+      if (i < n && first_offset) {
+        hit = true;  // every key lies in [klo, khi]
+        digit = (keys[i] >> s0) - base0;
+      } else if (i < n) {
         const uint64_t c = comp(i);
         hit = shr64(c, shift + d) == prefix;
         digit = static_cast<uint32_t>((c >> shift) & mask);
@@ -295,7 +311,8 @@ __device__ uint64_t block_select_threshold(const uint32_t* keys, const int32_t* 
     const int bin = sc.bin;
     remaining = sc.need;
     const int bin_count = sc.bin_count;
-    prefix = (prefix << d) | static_cast<uint64_t>(bin);
+    prefix = first_offset ? static_cast<uint64_t>(base0) + static_cast<uint64_t>(bin)
+                          : (prefix << d) | static_cast<uint64_t>(bin);
     if (++passes == 1) stamp(2);
     stamp(3);
     mark(6, passes);
