@@ -532,8 +532,9 @@ TEST_F(CudaSparseMla, RisingScores) {
 // Shared memory per SM of the H200 (228 KB) and of an A100 (164 KB), for the plans below.
 constexpr int64_t kH200SmemPerSm = 233472;
 constexpr int64_t kA100SmemPerSm = 167936;
-// A kernel made for calls of up to 4096 groups (the plans' normal split size).
-constexpr int64_t kLargeCalls = 4096;
+// A kernel made for decode batches of up to 512 groups (the plans' normal split size; kernels
+// for prefill chunks, 1024 groups or more, split less).
+constexpr int64_t kLargeCalls = 512;
 
 // The launch plan of a sparse call of T tokens by a kernel made for c.T tokens per call (the
 // backend's own rule and hooks).
@@ -558,6 +559,7 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
       {CacheFormat::fp8_ds_mla, 8, 5000, 1, 64, IndexOpts{}},
       {CacheFormat::bf16, 40, 63, 64, 200, IndexOpts{}},
       {CacheFormat::bf16, 8, 2048, 16, 40, IndexOpts{}},
+      {CacheFormat::fp8_ds_mla, 64, 2048, 64, 1024, IndexOpts{}},  // a prefill-chunk kernel: one split
   };
   for (const SparseCase& c : cases) {
     auto s = setup_sparse(c, 7);
@@ -866,18 +868,21 @@ TEST(CudaSparseMlaPlan, RowTileRule) {
 }
 
 // Host-only: the split size is a function of the rows and of the kernel's largest call, never of
-// a call's group count; kernels made for one group or at most 8 groups per call get smaller ones.
+// a call's group count; kernels made for one group or at most 8 groups per call get smaller ones,
+// kernels for prefill chunks (1024 groups or more) larger ones, a kernel of unknown size (0) the
+// decode batches' size.
 TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
   cuda_sparse_mla::MlaParams p;
   p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
   p.topk = 2048;
   for (const auto& [heads, max_groups, chunk] :
        {std::tuple{64, 1, 128}, std::tuple{64, 2, 256}, std::tuple{64, 8, 256}, std::tuple{64, 9, 512},
-        std::tuple{128, 4096, 512},
-        std::tuple{8, 1, 128}, std::tuple{8, 4096, 256}}) {
+        std::tuple{128, 1023, 512}, std::tuple{128, 1024, 2048}, std::tuple{64, 4096, 2048},
+        std::tuple{64, 0, 512}, std::tuple{8, 1, 128}, std::tuple{8, 512, 256}, std::tuple{8, 4096, 1024},
+        std::tuple{8, 0, 256}}) {
     p.heads = heads;
     for (int groups : {1, 8}) {
-      if (groups > max_groups) continue;
+      if (max_groups > 0 && groups > max_groups) continue;
       p.groups = groups;
       const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, max_groups);
       EXPECT_EQ(plan.chunk, chunk) << "H " << heads << " kernel for " << max_groups << ", call of " << groups;

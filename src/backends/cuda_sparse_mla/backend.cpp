@@ -57,8 +57,10 @@ class CudaSparseMlaKernel final : public Kernel {
         device_{std::max(1, device.sm_count), device.max_smem_per_block + 1024},
         tuning_(tuning_from_env()) {
     const bool decode = spec.op == Op::mla_decode;
-    const int64_t tokens = spec.max_tokens > 0 ? spec.max_tokens : kMaxTokens;
-    const int64_t groups = decode ? std::max<int64_t>(1, tokens / std::max(1, spec.s_q)) : tokens;
+    // groups 0: a kernel made without spec.max_tokens (any call size; sized for kUnknownCallGroups)
+    const int64_t tokens = spec.max_tokens;
+    const int64_t groups =
+        tokens <= 0 ? 0 : decode ? std::max<int64_t>(1, tokens / std::max(1, spec.s_q)) : tokens;
     const int work = decode ? kWorkspaceContext : std::max(1, spec.topk);
     const KvFormat fmt =
         spec.kv_cache == CacheFormat::fp8_ds_mla ? KvFormat::fp8_ds_mla : KvFormat::bf16;
@@ -228,7 +230,7 @@ class CudaSparseMlaKernel final : public Kernel {
   AttentionSpec spec_;
   PlanDevice device_;  // SM count and shared memory per SM, for the launch plan
   Tuning tuning_;  // the environment's tuning hooks, read once here
-  int64_t max_groups_ = 0;  // groups of the largest call (spec.max_tokens): the split size
+  int64_t max_groups_ = 0;  // groups of the largest call (spec.max_tokens; 0: not known): the split size
   std::size_t workspace_ = 0;
 };
 

@@ -74,15 +74,21 @@ Tuning tuning_from_env() {
 // H200, GLM-5 TP1 fp8 (docs/performance.md, session 7), chunk 128 / 256 / 512: T=1 21.3 /
 // 23.8 / 35.2 us, T=4 32.5 / 26.2 / 36.2, T=8 45.5 / 35.2 / 39.1; T=32 256 / 512: 93 / 76,
 // T=128 294 / 268. TP8 (16 rows) 128 / 256: T=1 16.6 / 20.9, T=8 18.1 / 21.6. Dense decode
-// 1024 / 2048: B=1 120 / 157, B=32 2034 / 1934. So the chunk follows the kernel's largest call
-// (spec.max_tokens): single-token kernels, kernels for at most kSmallCallGroups groups, others
-// (dense decode with at most 16 rows: not measured, one size).
+// 1024 / 2048: B=1 120 / 157, B=32 2034 / 1934. Prefill T=4096 (session 10, chunk 512 / 1024
+// / 2048): GLM-5 TP1 bf16 7089 / 6530 / 6117 us, fp8 7151 / 6737 / 6365, DeepSeek-V3.2 bf16
+// 14177 / 13061 / 12064, GLM-5 TP8 bf16 (256: 2098) 2021 / 2030. So the chunk follows the
+// kernel's largest call (spec.max_tokens): single-token kernels, kernels for at most
+// kSmallCallGroups groups, kernels for prefill chunks (at least kPrefillCallGroups tokens),
+// others, and kernels of unknown size (max_groups 0) like the others (dense decode with at most
+// 16 rows: not measured, one size).
 int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning) {
   if (tuning.chunk > 0) return tuning.chunk;
-  const bool small_calls = max_groups <= kSmallCallGroups;
+  const bool small_calls = max_groups > 0 && max_groups <= kSmallCallGroups;
+  const bool prefill_calls = max_groups >= kPrefillCallGroups;
   if (decode) return rows <= 16 ? 1024 : (small_calls ? 1024 : 2048);
-  if (rows <= 16) return small_calls ? 128 : 256;
-  return max_groups <= 1 ? 128 : (small_calls ? 256 : 512);
+  if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
+  if (prefill_calls) return 2048;
+  return max_groups == 1 ? 128 : (small_calls ? 256 : 512);
 }
 
 std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int topk_or_len,
@@ -92,7 +98,7 @@ std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int 
   const std::size_t per = part_bytes(rows, nsplit);
   if (per == 0) return 0;
   constexpr std::size_t kCap = std::size_t{256} << 20;
-  const std::size_t want = per * static_cast<std::size_t>(std::max<int64_t>(1, max_groups));
+  const std::size_t want = per * static_cast<std::size_t>(max_groups > 0 ? max_groups : kUnknownCallGroups);
   return std::max(per, std::min(want, kCap));
 }
 
