@@ -532,9 +532,9 @@ TEST_F(CudaSparseMla, RisingScores) {
 // Shared memory per SM of the H200 (228 KB) and of an A100 (164 KB), for the plans below.
 constexpr int64_t kH200SmemPerSm = 233472;
 constexpr int64_t kA100SmemPerSm = 167936;
-// A kernel made for decode batches of up to 512 groups (the plans' normal split size; kernels
-// for prefill chunks, 1024 groups or more, split less).
-constexpr int64_t kLargeCalls = 512;
+// A kernel made for decode batches of up to 64 groups (the plans' normal split size; kernels
+// for larger batches and for prefill chunks split less).
+constexpr int64_t kLargeCalls = 64;
 
 // The launch plan of a sparse call of T tokens by a kernel made for c.T tokens per call (the
 // backend's own rule and hooks).
@@ -877,7 +877,8 @@ TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
   p.topk = 2048;
   for (const auto& [heads, max_groups, chunk] :
        {std::tuple{64, 1, 128}, std::tuple{64, 2, 256}, std::tuple{64, 8, 256}, std::tuple{64, 9, 512},
-        std::tuple{128, 1023, 512}, std::tuple{128, 1024, 2048}, std::tuple{64, 4096, 2048},
+        std::tuple{64, 64, 512}, std::tuple{64, 65, 1024}, std::tuple{128, 1023, 1024},
+        std::tuple{128, 1024, 2048}, std::tuple{64, 4096, 2048},
         std::tuple{64, 0, 512}, std::tuple{8, 1, 128}, std::tuple{8, 512, 256}, std::tuple{8, 4096, 1024},
         std::tuple{8, 0, 256}}) {
     p.heads = heads;

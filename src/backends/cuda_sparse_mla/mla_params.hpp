@@ -89,6 +89,7 @@ Tuning tuning_from_env();
 // partials to write and combine). `topk_or_len` is what a decode request may span (only for the
 // workspace estimate); sparse uses topk.
 inline constexpr int64_t kSmallCallGroups = 8;
+inline constexpr int64_t kMediumCallGroups = 64;  // sparse, > 16 rows: larger kernels 1024-token splits
 inline constexpr int64_t kPrefillCallGroups = 1024;
 inline constexpr int64_t kUnknownCallGroups = 65536;  // workspace of a kernel made for any size
 int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning);

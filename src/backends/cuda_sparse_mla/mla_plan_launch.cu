@@ -88,6 +88,7 @@ int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning
   if (decode) return rows <= 16 ? 1024 : (small_calls ? 1024 : 2048);
   if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
   if (prefill_calls) return 2048;
+  if (max_groups > kMediumCallGroups) return 1024;
   return max_groups == 1 ? 128 : (small_calls ? 256 : 512);
 }
 
