@@ -311,8 +311,8 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   // Admit mode: this warp's buffer of admitted (score, position) and its flush into token t's
   // list (room reserved by one atomic; entries past the list's capacity are counted, not
   // stored: the repair pass sees it). The buffer holds raw scores; their keys are made at the
-  // flush, a lane per entry, instead of by the whole warp in the score loop whenever one lane
-  // admits (a third of the admission kernel's extra instructions over the keys kernel).
+  // flush, a lane per entry, not by the whole warp in the score loop whenever one lane admits
+  // (at 128K two thirds of the warps' stages admit something; docs/kernels/indexer.md).
   float* wbuf_score = reinterpret_cast<float*>(smem + a.off_buf) + warp * 2 * kAdmitWarpBuf;
   int32_t* wbuf_pos = reinterpret_cast<int32_t*>(wbuf_score + kAdmitWarpBuf);
   int wbuf_n = 0;
@@ -348,12 +348,12 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     admit_all = admit_tau <= 1u;
   };
   // Admits the score of visible position s if its key is >= tau, compared as
-  // floats (tau_floor; tau 1 admits every visible position, NaN included): the key is made
-  // only for the admitted. Every lane of the warp calls it.
+  // floats (tau_floor; tau 1 admits every visible position, NaN included). Every lane of the
+  // warp calls it.
   auto admit_score = [&](float score, bool vis, int64_t s) {
     const bool pass = vis & (admit_all | (score >= tau_floor));  // bitwise: no branches
     const unsigned m = __ballot_sync(0xffffffffu, pass);
-    if (m == 0u) return;  // warp-uniform: nothing admitted (a third of the warps' stages)
+    if (m == 0u) return;  // warp-uniform: nothing admitted
     if (pass) {
       const int at = wbuf_n + __popc(m & lanes_below);
       wbuf_score[at] = score;
