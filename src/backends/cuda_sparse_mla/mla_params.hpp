@@ -85,11 +85,12 @@ Tuning tuning_from_env();
 // Splitting rule and workspace. `max_groups`: the most groups a call of the kernel may have
 // (spec.max_tokens, or its requests for decode; 0 = not known); kernels made for single-token
 // calls or for at most kSmallCallGroups groups get smaller chunks (more splits: latency), sparse
-// kernels made for at least kPrefillCallGroups groups (prefill chunks) larger ones (fewer
-// partials to write and combine). `topk_or_len` is what a decode request may span (only for the
-// workspace estimate); sparse uses topk.
+// kernels made for more than kMediumCallGroups groups (> 16 rows) and for at least
+// kPrefillCallGroups groups (prefill chunks) larger ones (fewer partials to write and combine).
+// `topk_or_len` is what a decode request may span (only for the workspace estimate); sparse
+// uses topk.
 inline constexpr int64_t kSmallCallGroups = 8;
-inline constexpr int64_t kMediumCallGroups = 64;  // sparse, > 16 rows: larger kernels 1024-token splits
+inline constexpr int64_t kMediumCallGroups = 64;
 inline constexpr int64_t kPrefillCallGroups = 1024;
 inline constexpr int64_t kUnknownCallGroups = 65536;  // workspace of a kernel made for any size
 int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning);

@@ -76,11 +76,12 @@ Tuning tuning_from_env() {
 // T=128 294 / 268. TP8 (16 rows) 128 / 256: T=1 16.6 / 20.9, T=8 18.1 / 21.6. Dense decode
 // 1024 / 2048: B=1 120 / 157, B=32 2034 / 1934. Prefill T=4096 (session 10, chunk 512 / 1024
 // / 2048): GLM-5 TP1 bf16 7089 / 6530 / 6117 us, fp8 7151 / 6737 / 6365, DeepSeek-V3.2 bf16
-// 14177 / 13061 / 12064, GLM-5 TP8 bf16 (256: 2098) 2021 / 2030. So the chunk follows the
-// kernel's largest call (spec.max_tokens): single-token kernels, kernels for at most
-// kSmallCallGroups groups, kernels for prefill chunks (at least kPrefillCallGroups tokens),
-// others, and kernels of unknown size (max_groups 0) like the others (dense decode with at most
-// 16 rows: not measured, one size).
+// 14177 / 13061 / 12064, GLM-5 TP8 bf16 (256: 2098) 2021 / 2030; decode T=128 (session 10,
+// 512 / 1024): GLM-5 TP1 fp8 250 / 235, bf16 253 / 226, DeepSeek-V3.2 fp8 486 / 461, bf16 471 /
+// 435. So the chunk follows the kernel's largest call (spec.max_tokens): single-token kernels,
+// kernels for at most kSmallCallGroups groups, for at most kMediumCallGroups (and kernels of
+// unknown size, max_groups 0), for fewer than kPrefillCallGroups, for prefill chunks (dense
+// decode with at most 16 rows: not measured, one size).
 int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning) {
   if (tuning.chunk > 0) return tuning.chunk;
   const bool small_calls = max_groups > 0 && max_groups <= kSmallCallGroups;
