@@ -895,6 +895,8 @@ TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
   p.block_size = 64;
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 1).chunk, 1024);
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 32).chunk, 2048);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 128).chunk, 4096);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 0).chunk, 2048);
 }
 
 // Host-only: the output dims split over two CTAs when the doubled grid has at most one CTA per

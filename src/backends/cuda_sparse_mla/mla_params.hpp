@@ -84,8 +84,8 @@ Tuning tuning_from_env();
 
 // Splitting rule and workspace. `max_groups`: the most groups a call of the kernel may have
 // (spec.max_tokens, or its requests for decode; 0 = not known); kernels made for single-token
-// calls or for at most kSmallCallGroups groups get smaller chunks (more splits: latency), sparse
-// kernels made for more than kMediumCallGroups groups (> 16 rows) and for at least
+// calls or for at most kSmallCallGroups groups get smaller chunks (more splits: latency),
+// kernels made for more than kMediumCallGroups groups (> 16 rows) and sparse ones for at least
 // kPrefillCallGroups groups (prefill chunks) larger ones (fewer partials to write and combine).
 // `topk_or_len` is what a decode request may span (only for the workspace estimate); sparse
 // uses topk.

@@ -78,15 +78,16 @@ Tuning tuning_from_env() {
 // / 2048): GLM-5 TP1 bf16 7089 / 6530 / 6117 us, fp8 7151 / 6737 / 6365, DeepSeek-V3.2 bf16
 // 14177 / 13061 / 12064, GLM-5 TP8 bf16 (256: 2098) 2021 / 2030; decode T=128 (session 10,
 // 512 / 1024): GLM-5 TP1 fp8 250 / 235, bf16 253 / 226, DeepSeek-V3.2 fp8 486 / 461, bf16 471 /
-// 435. So the chunk follows the kernel's largest call (spec.max_tokens): single-token kernels,
-// kernels for at most kSmallCallGroups groups, for at most kMediumCallGroups (and kernels of
-// unknown size, max_groups 0), for fewer than kPrefillCallGroups, for prefill chunks (dense
-// decode with at most 16 rows: not measured, one size).
+// 435; dense decode B=128 (session 10, 2048 / 4096, two rounds): 6773 / 6644, 6711 / 6594. So
+// the chunk follows the kernel's largest call (spec.max_tokens): single-token kernels, kernels
+// for at most kSmallCallGroups groups, for at most kMediumCallGroups (and kernels of unknown
+// size, max_groups 0), for fewer than kPrefillCallGroups, for prefill chunks (dense decode
+// with at most 16 rows: not measured, one size).
 int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning) {
   if (tuning.chunk > 0) return tuning.chunk;
   const bool small_calls = max_groups > 0 && max_groups <= kSmallCallGroups;
   const bool prefill_calls = max_groups >= kPrefillCallGroups;
-  if (decode) return rows <= 16 ? 1024 : (small_calls ? 1024 : 2048);
+  if (decode) return rows <= 16 ? 1024 : small_calls ? 1024 : max_groups > kMediumCallGroups ? 4096 : 2048;
   if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
   if (prefill_calls) return 2048;
   if (max_groups > kMediumCallGroups) return 1024;
