@@ -71,8 +71,11 @@ struct AttentionSpec {
   int topk = 0;              // sparse_mla / indexer_topk; 0 otherwise
   int s_q = 1;               // mla_decode query tokens per request
   // Most tokens per call the kernel is made for (0 = unknown). Kernels size their workspace by
-  // it and may tune to it: cuda.sparse_mla picks its KV split size from it (1, <= 8 or more
-  // tokens), so its results are bitwise batch invariant among the calls of one kernel.
+  // it and may tune to it: cuda.sparse_mla picks its KV split size from it (1, <= 8, <= 64,
+  // < 1024 or more tokens; unknown as <= 64), so its results are bitwise batch invariant among
+  // the calls of one kernel, and a kernel made for prefill chunks serves small calls with few
+  // CTAs (make one per call size class: docs/kernels/sparse_mla.md, "Splits, determinism, batch
+  // invariance").
   int64_t max_tokens = 0;
   float scale = 0.0f;
   // The tensor-parallel size num_heads was divided by (1 = not split or not known). Used by
