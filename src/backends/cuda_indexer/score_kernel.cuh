@@ -316,7 +316,6 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   float* wbuf_score = reinterpret_cast<float*>(smem + a.off_buf) + warp * 2 * kAdmitWarpBuf;
   int32_t* wbuf_pos = reinterpret_cast<int32_t*>(wbuf_score + kAdmitWarpBuf);
   int wbuf_n = 0;
-  const unsigned lanes_below = (1u << lane) - 1u;
   auto flush_admitted = [&](int t) {
     __syncwarp();
     int base = 0;
@@ -355,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     const unsigned m = __ballot_sync(0xffffffffu, pass);
     if (m == 0u) return;  // warp-uniform: nothing admitted
     if (pass) {
-      const int at = wbuf_n + __popc(m & lanes_below);
+      const int at = wbuf_n + __popc(m & cuda::lanemask_lt());
       wbuf_score[at] = score;
       wbuf_pos[at] = static_cast<int32_t>(s);
     }
