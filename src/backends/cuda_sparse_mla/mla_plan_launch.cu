@@ -87,11 +87,14 @@ int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning
   if (tuning.chunk > 0) return tuning.chunk;
   const bool small_calls = max_groups > 0 && max_groups <= kSmallCallGroups;
   const bool prefill_calls = max_groups >= kPrefillCallGroups;
-  if (decode) return rows <= 16 ? 1024 : small_calls ? 1024 : max_groups > kMediumCallGroups ? 4096 : 2048;
+  if (decode) {
+    if (rows <= 16 || small_calls) return 1024;
+    return max_groups > kMediumCallGroups ? 4096 : 2048;
+  }
   if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
   if (prefill_calls) return 2048;
   if (max_groups > kMediumCallGroups) return 1024;
-  return max_groups == 1 ? 128 : (small_calls ? 256 : 512);
+  return max_groups == 1 ? 128 : small_calls ? 256 : 512;
 }
 
 std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int topk_or_len,
