@@ -861,7 +861,9 @@ TEST(CudaSparseMlaPlan, RowTileRule) {
     p.format = pt.format;
     p.heads = pt.heads;
     p.groups = pt.tokens;
-    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls);
+    cuda_sparse_mla::Tuning sweep;  // the sweep's split size
+    sweep.chunk = 512;
+    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, sweep, kLargeCalls);
     EXPECT_EQ(plan.row_tile, pt.row_tile) << (pt.format == KvFormat::bf16 ? "bf16" : "fp8") << " H=" << pt.heads
                                           << " T=" << pt.tokens;
   }
@@ -877,7 +879,8 @@ TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
   p.topk = 2048;
   for (const auto& [heads, max_groups, chunk] :
        {std::tuple{64, 1, 128}, std::tuple{64, 2, 256}, std::tuple{64, 8, 256}, std::tuple{64, 9, 512},
-        std::tuple{64, 64, 512}, std::tuple{64, 65, 1024}, std::tuple{128, 1023, 1024},
+        std::tuple{64, 64, 512}, std::tuple{64, 65, 1024}, std::tuple{128, 32, 1024}, std::tuple{128, 0, 512},
+        std::tuple{128, 1023, 1024},
         std::tuple{128, 1024, 2048}, std::tuple{64, 4096, 2048},
         std::tuple{64, 0, 512}, std::tuple{8, 1, 128}, std::tuple{8, 512, 256}, std::tuple{8, 4096, 1024},
         std::tuple{8, 0, 256}}) {

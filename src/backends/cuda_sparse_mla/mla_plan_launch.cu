@@ -94,7 +94,12 @@ int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning
   if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
   if (prefill_calls) return 2048;
   if (max_groups > kMediumCallGroups) return 1024;
-  return max_groups == 1 ? 128 : small_calls ? 256 : 512;
+  if (max_groups == 1) return 128;
+  if (small_calls) return 256;
+  // 9-64 groups: 128 heads fill about one wave of 2 CTAs per SM with 1024-token splits (T=32:
+  // 32 x 4 row tiles x 2), 64 heads with 512 (session 10, bf16 T=32: DeepSeek-V3.2 136.3 -> 115.7
+  // us at 1024, GLM-5 TP1 71.5 at 512 against 86.3 at 1024).
+  return max_groups > 0 && rows > 64 ? 1024 : 512;
 }
 
 std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int topk_or_len,
