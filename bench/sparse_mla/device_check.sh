@@ -52,7 +52,7 @@ for step in $steps; do
     f=$(echo "${step#ncu=}" | tr '_' ' ')  # '_' stands for ' ' (shape names have none)
     n=$(echo "$f" | tr -c 'A-Za-z0-9' '_')
     echo "== ncu '$f'"
-    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_fwd --launch-skip 3 --launch-count 1 \
+    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_ --launch-skip 3 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
       --section SchedulerStats --section WarpStateStats \
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum" \
@@ -63,7 +63,7 @@ for step in $steps; do
     f=$(echo "${step#ncu-src=}" | tr '_' ' ')
     n=$(echo "$f" | tr -c 'A-Za-z0-9' '_')
     echo "== ncu source counters '$f'"
-    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_fwd --launch-skip 3 --launch-count 1 \
+    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_ --launch-skip 3 --launch-count 1 \
       --section SourceCounters --section SpeedOfLight --import-source no -f -o "$OUT/src_$n" "$B" "$f" 5 \
       > "$OUT/ncu_src_$n.log" 2>&1
     tail -3 "$OUT/ncu_src_$n.log"

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backends/cuda_sparse_mla/mla_fwd_dispatch.hpp"
 #include "backends/cuda_sparse_mla/mla_params.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/backend.hpp"
@@ -60,7 +61,9 @@ struct Cache {
   }
 };
 
-Cache make_cache(CacheFormat fmt, int block_size, int64_t min_slots, std::mt19937& rng) {
+// amp_log2_span > 0: each group's amplitude 2^u, u uniform in [-span/2, span/2] (fp8 scales
+// over that many octaves); else uniform in [0.25, 4].
+Cache make_cache(CacheFormat fmt, int block_size, int64_t min_slots, std::mt19937& rng, float amp_log2_span = 0.f) {
   Cache c;
   c.fmt = fmt;
   c.block_size = block_size;
@@ -69,12 +72,13 @@ Cache make_cache(CacheFormat fmt, int block_size, int64_t min_slots, std::mt1993
   c.bytes.resize(n * token_bytes(fmt));
   std::uniform_real_distribution<float> u(-1.f, 1.f);
   std::uniform_real_distribution<float> amp(0.25f, 4.f);
+  std::uniform_real_distribution<float> octave(-amp_log2_span / 2, amp_log2_span / 2);
   for (std::size_t s = 0; s < n; ++s) {
     uint8_t* t = c.bytes.data() + s * token_bytes(fmt);
     float lat[512], rope[64];
     // per-group amplitudes differ so that the four fp8 scales differ
     for (int g = 0; g < 4; ++g) {
-      const float a = amp(rng);
+      const float a = amp_log2_span > 0.f ? std::exp2(octave(rng)) : amp(rng);
       for (int d = 0; d < 128; ++d) lat[g * 128 + d] = a * u(rng);
     }
     for (float& r : rope) r = 2.f * u(rng);
@@ -232,6 +236,7 @@ struct SparseCase {
   int H, topk, bs, T;
   IndexOpts opts;
   float q_amp = 3.f;
+  float kv_amp_log2_span = 0.f;  // > 0: KV group amplitudes (fp8 scales) over that many octaves
 };
 
 std::string name_of(const SparseCase& c) {
@@ -255,7 +260,7 @@ std::unique_ptr<SparseSetup> setup_sparse(const SparseCase& c, uint32_t seed) {
   s->c = c;
   std::mt19937 rng(seed);
   const int64_t slots = std::max<int64_t>(2 * c.topk, 257);
-  s->cache = make_cache(c.fmt, c.bs, slots, rng);
+  s->cache = make_cache(c.fmt, c.bs, slots, rng, c.kv_amp_log2_span);
   s->q = make_q(static_cast<int64_t>(c.T) * c.H, rng, c.q_amp);
   s->idx = make_indices(c.T, c.topk, s->cache.slots(), c.opts, rng);
   s->d.q = DeviceBuffer(s->q.size() * 2);
@@ -486,6 +491,9 @@ TEST_F(CudaSparseMla, PeakedSoftmax) {
     auto s = setup_sparse(c, 99);
     run_vs_oracle(run, *s, "peaked " + name_of(c));
   }
+  SparseCase few{CacheFormat::fp8_ds_mla, 8, 300, 16, 4, IndexOpts{}, 40.f};  // the few-heads kernel
+  auto s = setup_sparse(few, 99);
+  run_vs_oracle(run, *s, "peaked " + name_of(few));
 }
 
 // Scores that rise along each token's KV list (the list sorted by head 0's score, invalid
@@ -494,8 +502,10 @@ TEST_F(CudaSparseMla, PeakedSoftmax) {
 // still matches the oracle.
 TEST_F(CudaSparseMla, RisingScores) {
   Runner run;
-  for (CacheFormat f : {CacheFormat::bf16, CacheFormat::fp8_ds_mla}) {
-    SparseCase c{f, 64, 2048, 16, 16, IndexOpts{}, 10.f};  // a kernel for 16 tokens: 4 splits of 512
+  for (const auto& [f, heads] : {std::pair{CacheFormat::bf16, 64}, std::pair{CacheFormat::fp8_ds_mla, 64},
+                                 std::pair{CacheFormat::fp8_ds_mla, 8}}) {
+    // a kernel for 16 tokens: 4 splits of 512 (64 heads), 8 of 256 (8 heads: the few-heads kernel)
+    SparseCase c{f, heads, 2048, 16, 16, IndexOpts{}, 10.f};
     auto s = setup_sparse(c, 5);
     const int64_t slots = s->cache.slots();
     double top_split_span = 0;  // head 0, log2 units, over the last 512 entries of token 0
@@ -524,9 +534,41 @@ TEST_F(CudaSparseMla, RisingScores) {
     // the data must exercise both paths: the top split's scores rise by well over 2^8
     ASSERT_GT(top_split_span, 16.0) << "test data: head 0's scores span only " << top_split_span << " (log2)";
     s->d.idx.upload(s->idx.data(), s->idx.size() * 4);
-    std::printf("  head 0's scores rise by %.1f (log2) over token 0's last split\n", top_split_span);
+    std::printf("  head 0's scores rise by %.1f (log2) over token 0's last 512 entries\n", top_split_span);
     run_vs_oracle(run, *s, "rising " + name_of(c));
   }
+}
+
+// fp8 group scales over 24 octaves, in random order and rising along each token's list (one
+// split of 2048 entries): the few-heads kernel's scale reference (P' = P x scale / 2^e_ref in
+// f16) moves several times within a split, and both orders still match the oracle.
+TEST_F(CudaSparseMla, WideKvScales) {
+  Runner run;
+  setenv("LATTE_CUDA_SPARSE_MLA_CHUNK", "2048", 1);
+  for (int heads : {8, 5}) {
+    for (bool rising : {false, true}) {
+      SparseCase c{CacheFormat::fp8_ds_mla, heads, 2048, 16, 8, IndexOpts{}};
+      c.kv_amp_log2_span = 24.f;
+      auto s = setup_sparse(c, 21 + heads);
+      if (rising) {
+        auto largest_scale = [&](int32_t slot) {
+          float sc[4];
+          std::memcpy(sc, s->cache.bytes.data() + static_cast<std::size_t>(slot) * 656 + 512, 16);
+          return std::max(std::max(sc[0], sc[1]), std::max(sc[2], sc[3]));
+        };
+        const int64_t slots = s->cache.slots();
+        for (int64_t t = 0; t < c.T; ++t) {
+          int32_t* row = &s->idx[static_cast<std::size_t>(t) * c.topk];
+          std::stable_partition(row, row + c.topk, [&](int32_t v) { return v < 0 || v >= slots; });
+          int32_t* first = std::find_if(row, row + c.topk, [&](int32_t v) { return v >= 0 && v < slots; });
+          std::sort(first, row + c.topk, [&](int32_t a, int32_t b) { return largest_scale(a) < largest_scale(b); });
+        }
+        s->d.idx.upload(s->idx.data(), s->idx.size() * 4);
+      }
+      run_vs_oracle(run, *s, std::string(rising ? "rising" : "random") + " scales " + name_of(c));
+    }
+  }
+  unsetenv("LATTE_CUDA_SPARSE_MLA_CHUNK");
 }
 
 // Shared memory per SM of the H200 (228 KB) and of an A100 (164 KB), for the plans below.
@@ -578,14 +620,19 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
                 "T=1: %d / %d / %d\n",
                 name_of(c).c_str(), plan_t.nsplit, plan_t.chunk, c.T, plan_t.row_tile, plan_t.ctas_per_sm,
                 plan_t.dim_split, plan_1.row_tile, plan_1.ctas_per_sm, plan_1.dim_split);
-    // a token alone is far below one wave: its output dims split over two CTAs (every case here)
-    EXPECT_EQ(plan_1.dim_split, 2) << name_of(c);
-    EXPECT_EQ(plan_t.dim_split, 1) << name_of(c);
+    // the kernel (row tiles or few heads) depends on format and heads only
+    EXPECT_EQ(plan_t.few_heads, plan_1.few_heads) << name_of(c);
+    // a token alone is far below one wave: its output dims split over two CTAs (every row-tile
+    // case here)
+    if (!plan_t.few_heads) {
+      EXPECT_EQ(plan_1.dim_split, 2) << name_of(c);
+      EXPECT_EQ(plan_t.dim_split, 1) << name_of(c);
+    }
     if (c.H > 16 && plan_t.nsplit > 1) {
       EXPECT_EQ(plan_t.row_tile, 32) << name_of(c);
       EXPECT_EQ(plan_1.row_tile, 16) << name_of(c);
     }
-    if (c.H <= 16 && c.T * plan_t.nsplit > 2 * sm_count) {  // 3 CTAs per SM in the batch only
+    if (!plan_t.few_heads && c.H <= 16 && c.T * plan_t.nsplit > 2 * sm_count) {  // 3 CTAs per SM in the batch only
       EXPECT_EQ(plan_t.ctas_per_sm, 3) << name_of(c);
       EXPECT_EQ(plan_1.ctas_per_sm, 2) << name_of(c);
     }
@@ -782,9 +829,11 @@ TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
 }
 
 // Small problems for compute-sanitizer (memcheck, racecheck): both formats, every configuration
-// (forced through the LATTE_CUDA_SPARSE_MLA_* tuning variables), splits, padding.
+// of the row-tile kernel (forced through the LATTE_CUDA_SPARSE_MLA_* tuning variables) and the
+// few-heads kernel, splits, padding.
 TEST_F(CudaSparseMla, SanitizerSmall) {
   Runner run;
+  setenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY", "1", 1);
   struct Config {
     const char *warps, *tile, *ctas, *dims;
   };
@@ -812,6 +861,14 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
   unsetenv("LATTE_CUDA_SPARSE_MLA_WARPS");
   unsetenv("LATTE_CUDA_SPARSE_MLA_CTAS");
   unsetenv("LATTE_CUDA_SPARSE_MLA_DIM_SPLIT");
+  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY");
+  IndexOpts padded;
+  padded.empty = {1};
+  for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 5, 300, 16, 3, padded},
+                              SparseCase{CacheFormat::fp8_ds_mla, 8, 700, 1, 2, padded}}) {
+    auto s = setup_sparse(c, 3);
+    run_vs_oracle(run, *s, "few heads " + name_of(c));
+  }
 }
 
 // Host-only: 16-row tiles run 3 CTAs per SM when the grid is more than one wave of 2 and the
@@ -822,8 +879,11 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
   p.topk = 2048;
   p.heads = 8;
   p.groups = 128;  // 128 x 8 splits = 1024 CTAs
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 3);
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 2);
+  cuda_sparse_mla::Tuning row_tiles;  // fp8 with 8 heads: the row-tile kernel only when asked
+  row_tiles.row_tile_only = 1;
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, row_tiles, kLargeCalls).ctas_per_sm, 3);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, row_tiles, kLargeCalls).ctas_per_sm, 2);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 2);
   p.format = cuda_sparse_mla::KvFormat::bf16;
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 3);
   p.groups = 1;  // 8 CTAs: one wave
@@ -882,7 +942,7 @@ TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
         std::tuple{64, 64, 512}, std::tuple{64, 65, 1024}, std::tuple{128, 32, 1024}, std::tuple{128, 0, 512},
         std::tuple{128, 1023, 1024},
         std::tuple{128, 1024, 2048}, std::tuple{64, 4096, 2048},
-        std::tuple{64, 0, 512}, std::tuple{8, 1, 128}, std::tuple{8, 512, 256}, std::tuple{8, 4096, 1024},
+        std::tuple{64, 0, 512}, std::tuple{8, 1, 128}, std::tuple{8, 64, 256}, std::tuple{8, 512, 1024}, std::tuple{8, 4096, 1024},
         std::tuple{8, 0, 256}}) {
     p.heads = heads;
     for (int groups : {1, 8}) {
@@ -927,6 +987,43 @@ TEST(CudaSparseMlaPlan, DimSplitRule) {
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, forced, kLargeCalls).dim_split, 1);
 }
 
+// Host-only: the few-heads kernel serves fp8 sparse calls of at most 8 heads at every T (one
+// row tile, no dim split) on devices that hold two of its CTAs per SM (the H200), never bf16,
+// dense decode or more heads, nor on an A100 or a 100 KB-per-SM GPU (sm_86 / sm_89 / sm_120,
+// where its one CTA per block still fits).
+TEST(CudaSparseMlaPlan, FewHeadsKernelRule) {
+  cuda_sparse_mla::MlaParams p;
+  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.topk = 2048;
+  for (int heads : {1, 5, 8, 9, 16})
+    for (int groups : {1, 128, 4096}) {
+      p.heads = heads;
+      p.groups = groups;
+      const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, groups);
+      EXPECT_EQ(plan.few_heads, heads <= 8) << heads << " heads, " << groups << " groups";
+      if (plan.few_heads) {
+        EXPECT_EQ(plan.row_tiles, 1);
+        EXPECT_EQ(plan.dim_split, 1);
+      }
+    }
+  p.heads = 8;
+  cuda_sparse_mla::Tuning row_tiles;
+  row_tiles.row_tile_only = 1;
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, row_tiles, kLargeCalls).few_heads);
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}, kLargeCalls).few_heads);
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {188, 101376 + 1024}, 1 << 30, {}, kLargeCalls).few_heads);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}, 128).chunk, 256);
+  p.format = cuda_sparse_mla::KvFormat::bf16;
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).few_heads);
+  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.decode = true;  // dense decode keeps the row-tile kernel
+  p.s_q = 1;
+  p.max_blocks = 64;
+  p.block_size = 64;
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).few_heads);
+  EXPECT_LE(cuda_sparse_mla::sparse_fp8_fewheads_smem_bytes(), 101376u);
+}
+
 // Host-only: a sparse call's split (chunk, splits per token) depends on heads and topk, never
 // on T (only the row tile, which changes no bit, does).
 TEST(CudaSparseMlaPlan, SplitIndependentOfT) {
@@ -955,12 +1052,14 @@ TEST(CudaSparseMlaPlan, TuningVariablesRefuseWhatTheyDoNotAccept) {
       {"LATTE_CUDA_SPARSE_MLA_WARPS", {"4", "8"}, {"2", "16", "8.0"}},
       {"LATTE_CUDA_SPARSE_MLA_CTAS", {"2", "3"}, {"1", "4", " 3"}},
       {"LATTE_CUDA_SPARSE_MLA_DIM_SPLIT", {"1", "2"}, {"0", "4", "two"}},
+      {"LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY", {"1"}, {"0", "2", "yes"}},
   };
   for (const auto& v : vars) {
     for (const char* good : v.good) {
       setenv(v.name, good, 1);
       const auto t = cuda_sparse_mla::tuning_from_env();
-      EXPECT_EQ(t.chunk + t.row_tile + t.warps + t.ctas + t.dim_split, std::atoi(good)) << v.name << "=" << good;
+      EXPECT_EQ(t.chunk + t.row_tile + t.warps + t.ctas + t.dim_split + t.row_tile_only, std::atoi(good))
+          << v.name << "=" << good;
     }
     for (const char* bad : v.bad) {
       setenv(v.name, bad, 1);
@@ -975,7 +1074,7 @@ TEST(CudaSparseMlaPlan, TuningVariablesRefuseWhatTheyDoNotAccept) {
     unsetenv(v.name);
   }
   const auto unset = cuda_sparse_mla::tuning_from_env();
-  EXPECT_EQ(unset.chunk + unset.row_tile + unset.warps + unset.ctas + unset.dim_split, 0);
+  EXPECT_EQ(unset.chunk + unset.row_tile + unset.warps + unset.ctas + unset.dim_split + unset.row_tile_only, 0);
 }
 
 // The kernels' shared memory fits sm_86 / sm_89 / sm_120 (101376 bytes per block); the declared

@@ -38,11 +38,13 @@ Capabilities declared() {
   caps.s_q = IntRule::range(1, 4);
   caps.max_tokens = IntRule::range(1, kMaxTokens);
   caps.workspace =
-      "split partials: tokens x heads x ceil(topk/chunk) x 1028 B (chunk 256 for <= 16 rows, "
-      "512 above; decode: ceil(context/1024 or 2048)), capped at 256 MiB; 0 when unsplit";
+      "split partials: tokens x heads x ceil(topk/chunk) x 1028 B (chunk 128 ... 2048 tokens by "
+      "rows and the kernel's max_tokens; decode: ceil(context/1024 ... 4096)), capped at 256 MiB; "
+      "0 when unsplit";
   caps.notes =
       "portable mma.sync/ldmatrix/cp.async kernels for sm_80..sm_120 (<= 101376 B shared memory "
-      "per block), bf16 math; fp8_ds_mla dequantized in the fragment path";
+      "per block), bf16 / f16 math; fp8_ds_mla converted in the fragment path; fp8 sparse calls of "
+      "<= 8 heads on GPUs with two such blocks per SM: the heads on the mma's N dimension";
   return caps;
 }
 
@@ -65,7 +67,7 @@ class CudaSparseMlaKernel final : public Kernel {
     const KvFormat fmt =
         spec.kv_cache == CacheFormat::fp8_ds_mla ? KvFormat::fp8_ds_mla : KvFormat::bf16;
     max_groups_ = groups;
-    workspace_ = workspace_bytes_for(decode, fmt, rows_of(spec), work, groups, tuning_);
+    workspace_ = workspace_bytes_for(decode, fmt, rows_of(spec), work, groups, tuning_, device_);
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }

@@ -25,6 +25,13 @@ struct FwdConfig {
 // Warps per CTA: `warps` when 4 or 8, else the format's default (bf16 4, fp8 8).
 constexpr int fwd_warps(bool fp8, int warps) { return warps == 4 || warps == 8 ? warps : fp8 ? 8 : 4; }
 
+// The few-heads kernel (mla_sparse_fp8_fewheads_sm80.cu, see few_heads_kernel): sparse MLA over
+// the fp8_ds_mla cache for at most kFewHeadsMax heads, the heads on the mma's N dimension; one
+// row tile per group. `grid`: (groups of the launch) x splits.
+void launch_sparse_fp8_fewheads(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                                cudaStream_t stream);
+std::size_t sparse_fp8_fewheads_smem_bytes();
+
 // `grid`: the CTAs of one dim part, (groups of the launch) x row tiles x splits.
 // `device`: the current CUDA device.
 void launch_fwd_bf16(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,

@@ -65,20 +65,24 @@ struct MlaPlan {
                         // a result bit
   int dim_split = 1;    // 2: two CTAs per (group, row tile, split), each writing 256 output
                         // dims (16-row tiles at 2 CTAs per SM); never changes a result bit
+  bool few_heads = false;  // the few-heads kernel (fp8 sparse, at most 8 heads on the mma's N
+                           // dimension, row_tiles 1); chosen by format and heads only
 };
 
 // Tuning hooks (environment variables), read once when a Kernel is made, not on every call:
 // LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> (split size), LATTE_CUDA_SPARSE_MLA_ROW_TILE=
 // 16|32, LATTE_CUDA_SPARSE_MLA_WARPS=4|8, LATTE_CUDA_SPARSE_MLA_CTAS=2|3 (CTAs per SM of
 // 16-row tiles) and LATTE_CUDA_SPARSE_MLA_DIM_SPLIT=1|2 (output dims over 1 or 2 CTAs; 16-row
-// tiles at 2 CTAs per SM) (0 = not set: the default rule). Any other value throws
-// invalid_argument.
+// tiles at 2 CTAs per SM) and LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1 (fp8 sparse calls of at
+// most 8 heads take the row-tile kernel instead of the few-heads kernel: comparisons, tests)
+// (0 = not set: the default rule). Any other value throws invalid_argument.
 struct Tuning {
   int chunk = 0;
   int row_tile = 0;
   int warps = 0;
   int ctas = 0;
   int dim_split = 0;
+  int row_tile_only = 0;
 };
 Tuning tuning_from_env();
 
@@ -93,7 +97,6 @@ inline constexpr int64_t kSmallCallGroups = 8;
 inline constexpr int64_t kMediumCallGroups = 64;
 inline constexpr int64_t kPrefillCallGroups = 1024;
 inline constexpr int64_t kUnknownCallGroups = 65536;  // workspace of a kernel made for any size
-int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning);
 // What the plan needs of the device. smem_per_sm: shared memory per SM, estimated as the
 // per-block opt-in limit plus the 1 KB the hardware reserves per block (exact on sm_80 ...
 // sm_100; an underestimate on sm_120, where it changes no choice).
@@ -101,10 +104,19 @@ struct PlanDevice {
   int sm_count = 1;
   int64_t smem_per_sm = 0;
 };
+int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, const Tuning& tuning,
+                 const PlanDevice& device);
+// The few-heads kernel (heads on the mma's N dimension) serves sparse calls over the fp8 cache
+// with at most kFewHeadsMax rows on devices whose shared memory holds two of its CTAs per SM
+// (sm_90 / sm_100: the configuration measured on the H200; sm_80 / sm_86 / sm_89 / sm_120 hold
+// one and keep the row-tile kernel until it is measured there), unless
+// LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1.
+inline constexpr int kFewHeadsMax = 8;
+bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device);
 MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t workspace_bytes,
                   const Tuning& tuning, int64_t max_groups);
 std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
-                                int64_t max_groups, const Tuning& tuning);
+                                int64_t max_groups, const Tuning& tuning, const PlanDevice& device);
 
 // Launches the main kernel (and the combine kernel when split) on `stream`. `workspace` must
 // hold at least plan.slab * plan.part_bytes_per_group bytes when plan.nsplit > 1.

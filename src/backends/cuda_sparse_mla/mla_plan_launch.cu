@@ -65,6 +65,7 @@ Tuning tuning_from_env() {
   t.warps = tuning_var("LATTE_CUDA_SPARSE_MLA_WARPS", [](int v) { return v == 4 || v == 8; }, "4 or 8");
   t.ctas = tuning_var("LATTE_CUDA_SPARSE_MLA_CTAS", [](int v) { return v == 2 || v == 3; }, "2 or 3");
   t.dim_split = tuning_var("LATTE_CUDA_SPARSE_MLA_DIM_SPLIT", [](int v) { return v == 1 || v == 2; }, "1 or 2");
+  t.row_tile_only = tuning_var("LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY", [](int v) { return v == 1; }, "1");
   return t;
 }
 
@@ -83,7 +84,13 @@ Tuning tuning_from_env() {
 // for at most kSmallCallGroups groups, for at most kMediumCallGroups (and kernels of unknown
 // size, max_groups 0), for fewer than kPrefillCallGroups, for prefill chunks (dense decode
 // with at most 16 rows: not measured, one size).
-int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning) {
+bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device) {
+  const auto two_fit = 2 * static_cast<int64_t>(sparse_fp8_fewheads_smem_bytes() + 1024) <= device.smem_per_sm;
+  return tuning.row_tile_only == 0 && two_fit && !decode && format == KvFormat::fp8_ds_mla && rows <= kFewHeadsMax;
+}
+
+int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, const Tuning& tuning,
+                 const PlanDevice& device) {
   if (tuning.chunk > 0) return tuning.chunk;
   const bool small_calls = max_groups > 0 && max_groups <= kSmallCallGroups;
   const bool prefill_calls = max_groups >= kPrefillCallGroups;
@@ -91,6 +98,10 @@ int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning
     if (rows <= 16 || small_calls) return 1024;
     return max_groups > kMediumCallGroups ? 4096 : 2048;
   }
+  // The few-heads kernel for more than 64 groups: 1024-token splits (about one wave of 2 CTAs
+  // per SM at T = 128; session 11, GLM-5 TP8 fp8 T=128 chunk 256 / 512 / 1024: 82.8 / 74.5 /
+  // 67.7 us; T = 32 keeps 256: 26.9 against 28.3 / 42.8).
+  if (few_heads_kernel(decode, format, rows, tuning, device) && max_groups > kMediumCallGroups) return 1024;
   if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
   if (prefill_calls) return 2048;
   if (max_groups > kMediumCallGroups) return 1024;
@@ -102,9 +113,9 @@ int chunk_tokens(bool decode, int rows, int64_t max_groups, const Tuning& tuning
   return max_groups > 0 && rows > 64 ? 1024 : 512;
 }
 
-std::size_t workspace_bytes_for(bool decode, KvFormat /*format*/, int rows, int topk_or_len,
-                                int64_t max_groups, const Tuning& tuning) {
-  const int chunk = chunk_tokens(decode, rows, max_groups, tuning);
+std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
+                                int64_t max_groups, const Tuning& tuning, const PlanDevice& device) {
+  const int chunk = chunk_tokens(decode, format, rows, max_groups, tuning, device);
   const int nsplit = std::max(1, (topk_or_len + chunk - 1) / chunk);
   const std::size_t per = part_bytes(rows, nsplit);
   if (per == 0) return 0;
@@ -130,7 +141,7 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   const int sm_count = std::max(1, device.sm_count);
   MlaPlan plan;
   plan.rows = p.s_q * p.heads;
-  plan.chunk = chunk_tokens(p.decode, plan.rows, max_groups, tuning);
+  plan.chunk = chunk_tokens(p.decode, p.format, plan.rows, max_groups, tuning, device);
   plan.warps = tuning.warps;
   int64_t items = p.decode ? static_cast<int64_t>(p.max_blocks) * p.block_size : p.topk;
   plan.nsplit = static_cast<int>(std::max<int64_t>(1, (items + plan.chunk - 1) / plan.chunk));
@@ -162,17 +173,27 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
     plan.row_tile = tuning.row_tile;
   }
   plan.row_tiles = (plan.rows + plan.row_tile - 1) / plan.row_tile;
+  // At most 8 heads over the fp8 cache: the few-heads kernel (heads on the mma's N dimension, no
+  // padded head computed, one row tile). A function of format and heads only, like the split,
+  // so batch invariant.
+  plan.few_heads = few_heads_kernel(p.decode, p.format, plan.rows, tuning, device);
+  if (plan.few_heads) {
+    plan.row_tiles = 1;
+    plan.ctas_per_sm = 2;
+    plan.dim_split = 1;
+  }
   // Occupancy of 16-row tiles: 3 CTAs per SM (2 pipeline stages, registers capped) when the
   // grid is more than one wave of 2 per SM; a single wave keeps the deeper pipeline. H200,
   // queued us: GLM-5 TP8 T=128 fp8 110.3 -> 104.6, bf16 114.6 -> 105.1; with 3 CTAs per SM
   // at T=1 (one wave): fp8 H=64 38.9 -> 42.2 (session 6).
   const int64_t grid_ctas = static_cast<int64_t>(p.groups) * plan.row_tiles * plan.nsplit;
-  plan.ctas_per_sm = plan.row_tile == 16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
-  if (tuning.ctas != 0) plan.ctas_per_sm = plan.row_tile == 16 ? tuning.ctas : 2;  // test hook
+  const bool row_tiles16 = plan.row_tile == 16 && !plan.few_heads;
+  plan.ctas_per_sm = row_tiles16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
+  if (tuning.ctas != 0) plan.ctas_per_sm = row_tiles16 ? tuning.ctas : 2;  // test hook
   // Far below one wave, a lone CTA per SM runs a chain of dependent phases per KV tile; two
   // CTAs per (group, row tile, split), each writing half of the output dims, halve its PV
   // phase (both compute every score) when the doubled grid still has one CTA per SM or fewer.
-  const bool can_split_dims = plan.row_tile == 16 && plan.ctas_per_sm == 2;
+  const bool can_split_dims = row_tiles16 && plan.ctas_per_sm == 2;
   plan.dim_split = can_split_dims && 2 * grid_ctas <= static_cast<int64_t>(sm_count) ? 2 : 1;
   if (tuning.dim_split != 0) plan.dim_split = can_split_dims ? tuning.dim_split : 1;  // test hook
   plan.part_bytes_per_group = part_bytes(plan.rows, plan.nsplit);
@@ -219,7 +240,9 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
     }
     const int64_t grid = n * plan.row_tiles * plan.nsplit;
     const FwdConfig config{plan.row_tile, plan.warps, plan.ctas_per_sm, plan.dim_split, p.decode};
-    if (fp8) {
+    if (plan.few_heads) {
+      launch_sparse_fp8_fewheads(device, grid, p, la, stream);
+    } else if (fp8) {
       launch_fwd_fp8(device, config, grid, p, la, stream);
     } else {
       launch_fwd_bf16(device, config, grid, p, la, stream);
