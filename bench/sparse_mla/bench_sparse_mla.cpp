@@ -400,8 +400,8 @@ int main(int argc, char** argv) {
       shapes.push_back({"dsv32 decode " + fs + " T=" + std::to_string(T), false, f, 128, T, 2048, 32768, ds});
     }
     shapes.push_back({"glm5-tp1 prefill " + fs + " T=4096", false, f, 64, 4096, 2048, 32768, glm});
+    shapes.push_back({"glm5-tp8 prefill " + fs + " T=4096", false, f, 8, 4096, 2048, 32768, glm});
   }
-  shapes.push_back({"glm5-tp8 prefill bf16 T=4096", false, CacheFormat::bf16, 8, 4096, 2048, 32768, glm});
   shapes.push_back({"dsv32 prefill bf16 T=4096", false, CacheFormat::bf16, 128, 4096, 2048, 32768, ds});
   for (int B : {1, 32, 128})
     shapes.push_back({"dsv3 dense decode bf16 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 32768, ds});
