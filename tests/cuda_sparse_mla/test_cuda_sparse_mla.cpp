@@ -939,8 +939,8 @@ TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
   p.topk = 2048;
   for (const auto& [heads, max_groups, chunk] :
        {std::tuple{64, 1, 128}, std::tuple{64, 2, 256}, std::tuple{64, 8, 256}, std::tuple{64, 9, 512},
-        std::tuple{64, 64, 512}, std::tuple{64, 65, 1024}, std::tuple{128, 32, 1024}, std::tuple{128, 0, 512},
-        std::tuple{128, 1023, 1024},
+        std::tuple{64, 64, 512}, std::tuple{64, 65, 2048}, std::tuple{128, 32, 1024}, std::tuple{128, 0, 512},
+        std::tuple{128, 1023, 2048},
         std::tuple{128, 1024, 2048}, std::tuple{64, 4096, 2048},
         std::tuple{64, 0, 512}, std::tuple{8, 1, 128}, std::tuple{8, 64, 256}, std::tuple{8, 512, 1024}, std::tuple{8, 4096, 1024},
         std::tuple{8, 0, 256}}) {

@@ -79,10 +79,11 @@ Tuning tuning_from_env() {
 // / 2048): GLM-5 TP1 bf16 7089 / 6530 / 6117 us, fp8 7151 / 6737 / 6365, DeepSeek-V3.2 bf16
 // 14177 / 13061 / 12064, GLM-5 TP8 bf16 (256: 2098) 2021 / 2030; decode T=128 (session 10,
 // 512 / 1024): GLM-5 TP1 fp8 250 / 235, bf16 253 / 226, DeepSeek-V3.2 fp8 486 / 461, bf16 471 /
-// 435; dense decode B=128 (session 10, 2048 / 4096, two rounds): 6773 / 6644, 6711 / 6594. So
-// the chunk follows the kernel's largest call (spec.max_tokens): single-token kernels, kernels
-// for at most kSmallCallGroups groups, for at most kMediumCallGroups (and kernels of unknown
-// size, max_groups 0), for fewer than kPrefillCallGroups, for prefill chunks (dense decode
+// 435 (session 11, 2048: 222 / 199 / 439 / 386); dense decode B=128 (session 10, 2048 / 4096,
+// two rounds): 6773 / 6644, 6711 / 6594. So the chunk follows the kernel's largest call
+// (spec.max_tokens): single-token kernels, kernels for at most kSmallCallGroups groups, for at
+// most kMediumCallGroups (and kernels of unknown size, max_groups 0), for more (at <= 16 rows:
+// fewer than kPrefillCallGroups, and prefill chunks) (dense decode
 // with at most 16 rows: not measured, one size).
 bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device) {
   const auto two_fit = 2 * static_cast<int64_t>(sparse_fp8_fewheads_smem_bytes() + 1024) <= device.smem_per_sm;
@@ -103,8 +104,11 @@ int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, con
   // 67.7 us; T = 32 keeps 256: 26.9 against 28.3 / 42.8).
   if (few_heads_kernel(decode, format, rows, tuning, device) && max_groups > kMediumCallGroups) return 1024;
   if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
-  if (prefill_calls) return 2048;
-  if (max_groups > kMediumCallGroups) return 1024;
+  // More than 64 groups (decode batches such as T = 128, and prefill chunks): 2048-token splits,
+  // one per topk-2048 list, so no partials to write and combine (session 11, T=128, 1024 / 2048:
+  // GLM-5 TP1 fp8 239.8 / 222.1 us, bf16 224.2 / 198.5; DeepSeek-V3.2 fp8 467.6 / 438.6, bf16
+  // 430.8 / 386.2; session 10, prefill T=4096, 1024 / 2048: GLM-5 TP1 bf16 6530 / 6117).
+  if (max_groups > kMediumCallGroups) return 2048;
   if (max_groups == 1) return 128;
   if (small_calls) return 256;
   // 9-64 groups: 128 heads fill about one wave of 2 CTAs per SM with 1024-token splits (T=32:
