@@ -957,9 +957,10 @@ TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
   p.max_blocks = 512;
   p.block_size = 64;
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 1).chunk, 1024);
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 32).chunk, 2048);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 8).chunk, 1024);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 32).chunk, 4096);
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 128).chunk, 4096);
-  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 0).chunk, 2048);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 0).chunk, 4096);
 }
 
 // Host-only: the output dims split over two CTAs when the doubled grid has at most one CTA per

@@ -95,10 +95,9 @@ int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, con
   if (tuning.chunk > 0) return tuning.chunk;
   const bool small_calls = max_groups > 0 && max_groups <= kSmallCallGroups;
   const bool prefill_calls = max_groups >= kPrefillCallGroups;
-  if (decode) {
-    if (rows <= 16 || small_calls) return 1024;
-    return max_groups > kMediumCallGroups ? 4096 : 2048;
-  }
+  // Dense decode at > 16 rows: 4096-token splits for more than 8 requests (session 11, DeepSeek-V3
+  // B=32 2048 / 4096: bf16 1715 / 1667 us, fp8 1632 / 1612; session 10, B=128: 6773 / 6644).
+  if (decode) return rows <= 16 || small_calls ? 1024 : 4096;
   // The few-heads kernel for more than 64 groups: 1024-token splits (about one wave of 2 CTAs
   // per SM at T = 128; session 11, GLM-5 TP8 fp8 T=128 chunk 256 / 512 / 1024: 82.8 / 74.5 /
   // 67.7 us; T = 32 keeps 256: 26.9 against 28.3 / 42.8).
