@@ -36,6 +36,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda_sparse_mla/mla_kv_slots.cuh"
 #include "backends/cuda_sparse_mla/mla_params.hpp"
 #include "backends/cuda_sparse_mla/mla_split_combine.cuh"
 #include "cuda/async_copy.cuh"
@@ -262,13 +263,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
         row_off = raw * p.kv_sblock + off * p.kv_stok;
       } else {
         valid = raw >= 0 && raw < num_slots;
-        if (linear_slots) {
-          row_off = raw * p.kv_stok;
-        } else if (bs_shift >= 0) {
-          row_off = (raw >> bs_shift) * p.kv_sblock + (raw & bs_mask) * p.kv_stok;
-        } else {
-          row_off = (raw / p.block_size) * p.kv_sblock + (raw % p.block_size) * p.kv_stok;
-        }
+        row_off = slot_row_offset(p, raw, linear_slots, bs_shift, bs_mask);
       }
     }
     const uint8_t* const src = p.kv + (valid ? row_off : 0) + ld_sub * 16;

@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "backends/cuda_sparse_mla/mla_fwd_dispatch.hpp"
+#include "backends/cuda_sparse_mla/mla_kv_slots.cuh"
 #include "backends/cuda_sparse_mla/mla_split_combine.cuh"
 #include "cuda/async_copy.cuh"
 #include "cuda/check.cuh"
@@ -85,7 +86,6 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
   constexpr float kLazyRescale = 8.f;
   constexpr int kScaleHeadroom = 7;  // P' < 2^8 x 2^7 = 2^15 < 65504
 
-
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* const sST = smem + C::ST_OFF;
   float* const sP = reinterpret_cast<float*>(smem + C::P_OFF);
@@ -127,16 +127,7 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
       const int raw = __shfl_sync(0xffffffffu, raw_lane, tq + 4 * r);
       const int k = k_begin + tile * BN + tok;
       const bool valid = k < k_end && raw >= 0 && raw < num_slots;
-      int64_t row_off = 0;
-      if (valid) {
-        if (linear_slots) {
-          row_off = raw * p.kv_stok;
-        } else if (bs_shift >= 0) {
-          row_off = (raw >> bs_shift) * p.kv_sblock + (raw & bs_mask) * p.kv_stok;
-        } else {
-          row_off = (raw / p.block_size) * p.kv_sblock + (raw % p.block_size) * p.kv_stok;
-        }
-      }
+      const int64_t row_off = valid ? slot_row_offset(p, raw, linear_slots, bs_shift, bs_mask) : 0;
       const uint8_t* const src = p.kv + row_off + 16 * sub;
       const uint32_t dst = cuda::smem_addr(sST) + (stage * BN + tok) * ROWB + 16 * sub;
 #pragma unroll

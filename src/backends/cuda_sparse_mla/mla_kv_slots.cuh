@@ -1,0 +1,21 @@
+// Cache addressing shared by the forward kernels (device code; CUDA translation units only).
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda_sparse_mla/mla_params.hpp"
+
+namespace latte::cuda_sparse_mla {
+
+// Byte offset of the row of cache slot `slot` (a valid one): slot x token stride when the blocks
+// are contiguous (`linear`: block stride = block_size x token stride, as latte's caches are),
+// else block x block stride + offset x token stride, by shifts when the block size is a power of
+// two (`bs_shift` >= 0, `bs_mask` = block_size - 1).
+__device__ __forceinline__ int64_t slot_row_offset(const MlaParams& p, int slot, bool linear, int bs_shift,
+                                                   int bs_mask) {
+  if (linear) return slot * p.kv_stok;
+  if (bs_shift >= 0) return (slot >> bs_shift) * p.kv_sblock + (slot & bs_mask) * p.kv_stok;
+  return (slot / p.block_size) * p.kv_sblock + (slot % p.block_size) * p.kv_stok;
+}
+
+}  // namespace latte::cuda_sparse_mla
