@@ -24,7 +24,8 @@
 // sm_89+: the e4m3 bytes become f16 by the hardware conversion (exact) and meet f16 Q / P' in
 // f16 mma.sync; sm_80 / sm_86 widen them to bf16 by bit moves (value x 2^-120) and use bf16.
 // Every sum has a fixed order and nothing depends on the other tokens of the call, so results
-// are bitwise deterministic and batch invariant (the kernel is chosen by format and heads only).
+// are bitwise deterministic and batch invariant (the kernel is chosen by format, heads and the
+// device only, mla_plan_launch.cu).
 #include <cuda_bf16.h>
 
 #include <atomic>
