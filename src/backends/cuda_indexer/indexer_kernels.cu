@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "cuda/check.cuh"
+#include "cuda/smem_limit.hpp"
 #include "indexer_launch.hpp"
 #include "latte/error.hpp"
 #include "score_kernel.cuh"
@@ -103,15 +104,12 @@ void with_score_kernel(int mode, int math, const F& f) {
   else with_score_math<kModeFused>(math, f);
 }
 
-// Sets the dynamic shared memory limit of a kernel once per device.
+// Sets the dynamic shared memory limit of a kernel (kSmemLimit) once per device.
 template <typename Kernel>
 void allow_smem(Kernel kernel, std::atomic<uint64_t>& done_mask) {
   int device = 0;
   LATTE_CUDA_TRY(cudaGetDevice(&device));
-  const uint64_t bit = uint64_t{1} << (device & 63);
-  if (done_mask.load(std::memory_order_acquire) & bit) return;
-  LATTE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemLimit));
-  done_mask.fetch_or(bit, std::memory_order_acq_rel);
+  cuda::allow_dynamic_smem(kernel, kSmemLimit, device, done_mask);
 }
 
 template <int MODE, int MATH>

@@ -12,6 +12,7 @@
 #include "backends/cuda_sparse_mla/mla_fwd_dispatch.hpp"
 #include "backends/cuda_sparse_mla/mla_fwd_sm80.cuh"
 #include "cuda/check.cuh"
+#include "cuda/smem_limit.hpp"
 
 namespace latte::cuda_sparse_mla::detail {
 
@@ -20,14 +21,8 @@ void launch_config(int device, int64_t grid, const MlaParams& p, const LaunchArg
                    cudaStream_t stream) {
   constexpr int smem = KCfg<FP8, R, NW, CTAS, DS>::SMEM;
   auto* kernel = &mla_fwd_sm80_kernel<FP8, R, DECODE, NW, CTAS, DS>;
-  // the shared-memory attribute is set once per device (bit `device` of `done`; devices past
-  // 63 set it on every launch)
   static std::atomic<uint64_t> done{0};
-  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || (done.load(std::memory_order_acquire) & bit) == 0) {
-    LATTE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    done.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  cuda::allow_dynamic_smem(kernel, smem, device, done);
   kernel<<<static_cast<unsigned>(grid * DS), NW * 32, smem, stream>>>(p, la);
   LATTE_CUDA_CHECK_LAUNCH("mla_fwd_sm80_kernel");
 }

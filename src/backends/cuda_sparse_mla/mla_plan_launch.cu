@@ -69,6 +69,11 @@ Tuning tuning_from_env() {
   return t;
 }
 
+bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device) {
+  const auto two_fit = 2 * static_cast<int64_t>(sparse_fp8_fewheads_smem_bytes() + 1024) <= device.smem_per_sm;
+  return tuning.row_tile_only == 0 && two_fit && !decode && format == KvFormat::fp8_ds_mla && rows <= kFewHeadsMax;
+}
+
 // KV tokens per split. A function of the op, the rows per group and the kernel's largest call
 // only, never of a call's group count: every group of every call of one kernel is cut the same
 // way. Smaller chunks give small calls more CTAs and large calls more partials to combine.
@@ -83,13 +88,8 @@ Tuning tuning_from_env() {
 // two rounds): 6773 / 6644, 6711 / 6594. So the chunk follows the kernel's largest call
 // (spec.max_tokens): single-token kernels, kernels for at most kSmallCallGroups groups, for at
 // most kMediumCallGroups (and kernels of unknown size, max_groups 0), for more (at <= 16 rows:
-// fewer than kPrefillCallGroups, and prefill chunks) (dense decode
-// with at most 16 rows: not measured, one size).
-bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device) {
-  const auto two_fit = 2 * static_cast<int64_t>(sparse_fp8_fewheads_smem_bytes() + 1024) <= device.smem_per_sm;
-  return tuning.row_tile_only == 0 && two_fit && !decode && format == KvFormat::fp8_ds_mla && rows <= kFewHeadsMax;
-}
-
+// fewer than kPrefillCallGroups, and prefill chunks); dense decode with at most 16 rows: not
+// measured, one size.
 int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, const Tuning& tuning,
                  const PlanDevice& device) {
   if (tuning.chunk > 0) return tuning.chunk;
@@ -177,14 +177,10 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   }
   plan.row_tiles = (plan.rows + plan.row_tile - 1) / plan.row_tile;
   // At most 8 heads over the fp8 cache: the few-heads kernel (heads on the mma's N dimension, no
-  // padded head computed, one row tile). A function of format and heads only, like the split,
-  // so batch invariant.
+  // padded head computed, one row tile; 2 CTAs per SM and no dim split, below). A function of
+  // format, heads and device only, like the split, so batch invariant.
   plan.few_heads = few_heads_kernel(p.decode, p.format, plan.rows, tuning, device);
-  if (plan.few_heads) {
-    plan.row_tiles = 1;
-    plan.ctas_per_sm = 2;
-    plan.dim_split = 1;
-  }
+  if (plan.few_heads) plan.row_tiles = 1;
   // Occupancy of 16-row tiles: 3 CTAs per SM (2 pipeline stages, registers capped) when the
   // grid is more than one wave of 2 per SM; a single wave keeps the deeper pipeline. H200,
   // queued us: GLM-5 TP8 T=128 fp8 110.3 -> 104.6, bf16 114.6 -> 105.1; with 3 CTAs per SM

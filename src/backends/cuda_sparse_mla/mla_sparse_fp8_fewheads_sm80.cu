@@ -39,6 +39,7 @@
 #include "cuda/e4m3_bf16_bits.cuh"
 #include "cuda/fp8_mma.cuh"
 #include "cuda/sm80_mma.cuh"
+#include "cuda/smem_limit.hpp"
 
 namespace latte::cuda_sparse_mla {
 namespace {
@@ -452,13 +453,8 @@ std::size_t sparse_fp8_fewheads_smem_bytes() { return FewHeadsCfg::SMEM; }
 void launch_sparse_fp8_fewheads(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                                 cudaStream_t stream) {
   auto* kernel = &mla_sparse_fp8_fewheads_kernel;
-  // the shared-memory attribute is set once per device (bit `device` of `done`)
   static std::atomic<uint64_t> done{0};
-  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (bit == 0 || (done.load(std::memory_order_acquire) & bit) == 0) {
-    LATTE_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, FewHeadsCfg::SMEM));
-    done.fetch_or(bit, std::memory_order_acq_rel);
-  }
+  cuda::allow_dynamic_smem(kernel, FewHeadsCfg::SMEM, device, done);
   kernel<<<static_cast<unsigned>(grid), FewHeadsCfg::kThreads, FewHeadsCfg::SMEM, stream>>>(p, la);
   LATTE_CUDA_CHECK_LAUNCH("mla_sparse_fp8_fewheads_kernel");
 }
