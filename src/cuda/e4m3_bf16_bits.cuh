@@ -19,11 +19,11 @@ namespace latte::cuda {
 
 inline constexpr float kE4m3Bf16BitsBias = 0x1p-120f;  // value of the widened bits / e4m3 value
 
-__device__ __forceinline__ uint32_t e4m3x4_even_to_bf16x2(uint32_t w) {
+__host__ __device__ __forceinline__ uint32_t e4m3x4_even_to_bf16x2(uint32_t w) {
   return ((w << 4) & 0x07F007F0u) | ((w << 8) & 0x80008000u);
 }
 
-__device__ __forceinline__ uint32_t e4m3x4_odd_to_bf16x2(uint32_t w) {
+__host__ __device__ __forceinline__ uint32_t e4m3x4_odd_to_bf16x2(uint32_t w) {
   return ((w >> 4) & 0x07F007F0u) | (w & 0x80008000u);
 }
 

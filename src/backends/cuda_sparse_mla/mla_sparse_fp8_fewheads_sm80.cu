@@ -142,10 +142,10 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
   };
   const int raw0 = fetch_index(0);
   int raw_next = fetch_index(1);
-  if (n_tiles > 0) issue_tile(0, 0, raw0);
-  cuda::cp_async_commit();
 
-  // ---- Q^T as B fragments in registers, loaded while tile 0 is in flight. Lane (g, c) holds
+  // ---- Q^T as B fragments in registers. The loads are issued before tile 0's gather, which
+  // waits for its slot indices, so both round trips overlap; the conversion runs while tile 0
+  // is in flight. Lane (g, c) holds
   // head g's dims 4c .. 4c+3 of every 16-dim latent segment (the order in which the A
   // fragments take the e4m3 bytes: f16 dims (4c, 4c+1) / (4c+2, 4c+3), bf16 (4c, 4c+2) /
   // (4c+1, 4c+3)) and rope dims 2c, 2c+1 and 2c+8, 2c+9 of every 16-dim rope step. Heads past
@@ -156,19 +156,22 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
     const bool live = g < heads;
     const __nv_bfloat16* const src = p.q + grp * p.q_sg + (live ? g : 0) * p.q_sh;
     uint2 raw[32];
-    float mx = 0.f;
 #pragma unroll
-    for (int s = 0; s < 32; ++s) {
-      raw[s] = live ? *reinterpret_cast<const uint2*>(src + 16 * s + 4 * c) : make_uint2(0, 0);
-      const uint32_t w[2] = {raw[s].x, raw[s].y};
-#pragma unroll
-      for (int i = 0; i < 2; ++i)
-        mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(w[i] << 16)), fabsf(__uint_as_float(w[i] & 0xFFFF0000u))));
-    }
+    for (int s = 0; s < 32; ++s) raw[s] = live ? *reinterpret_cast<const uint2*>(src + 16 * s + 4 * c) : make_uint2(0, 0);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
       qrope[r][0] = live ? *reinterpret_cast<const uint32_t*>(src + 512 + 16 * r + 2 * c) : 0u;
       qrope[r][1] = live ? *reinterpret_cast<const uint32_t*>(src + 512 + 16 * r + 8 + 2 * c) : 0u;
+    }
+    if (n_tiles > 0) issue_tile(0, 0, raw0);
+    cuda::cp_async_commit();
+    float mx = 0.f;
+#pragma unroll
+    for (int s = 0; s < 32; ++s) {
+      const uint32_t w[2] = {raw[s].x, raw[s].y};
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        mx = fmaxf(mx, fmaxf(fabsf(__uint_as_float(w[i] << 16)), fabsf(__uint_as_float(w[i] & 0xFFFF0000u))));
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
@@ -325,7 +328,8 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         alpha[e] = __shfl_sync(0xffffffffu, a, 2 * c + e);
-        mu[e] = __shfl_sync(0xffffffffu, m_ref, 2 * c + e);
+        const float m = __shfl_sync(0xffffffffu, m_ref, 2 * c + e);
+        mu[e] = m == -INFINITY ? 0.f : m;  // a head with no finite score yet (non-finite inputs)
         l_part[e] = l_save[e] * alpha[e];
       }
       write_p(mu);

@@ -1,0 +1,159 @@
+// Ceiling of the sparse-MLA gather on the GPU it runs on: T query tokens each gather `topk`
+// random 656-byte fp8_ds_mla rows from their own 32768-row region of a cache larger than L2,
+// with cp.async 16-byte copies into a shared-memory ring, and no math. It says how much of the
+// copy bandwidth (a device-to-device cudaMemcpy in the same run) a gather-bound kernel such as
+// the few-heads one (mla_sparse_fp8_fewheads_sm80.cu: 64-row tiles, 2 stages, 4 warps, two
+// CTAs per SM) can reach at best, and which ring shape gets there.
+// Usage: gather_rate [T] [topk]   (defaults 128 2048: GLM-5 TP8 decode T=128)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "cuda/async_copy.cuh"
+
+using namespace latte;
+
+constexpr int kRowBytes = 656;
+constexpr int kContext = 32768;
+
+#define CK(x)                                                                        \
+  do {                                                                               \
+    cudaError_t e_ = (x);                                                            \
+    if (e_ != cudaSuccess) {                                                         \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                  \
+    }                                                                                \
+  } while (0)
+
+// One CTA gathers `chunk` rows of token blockIdx.x / nsplit in tiles of BN rows through an
+// NSTAGE ring (NSTAGE - 1 tiles in flight). A warp copies four rows per instruction: lane
+// (row r = lane / 8, sub = lane % 8) takes 16-byte pieces sub + 8i (and piece 40 when sub = 0),
+// the few-heads kernel's pattern. Each landed tile is read once (one 16-byte word per thread).
+template <int BN, int NSTAGE, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32) gather_kernel(const uint8_t* cache, const int32_t* idx, int topk,
+                                                            int nsplit, uint32_t* sink) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int token = blockIdx.x / nsplit, split = blockIdx.x % nsplit;
+  const int chunk = topk / nsplit;
+  const int32_t* rows = idx + static_cast<int64_t>(token) * topk + split * chunk;
+  const int tiles = chunk / BN;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r4 = lane >> 3, sub = lane & 7;
+  auto issue = [&](int tile) {
+    const int stage = tile % NSTAGE;
+    for (int r = warp * 4 + r4; r < BN; r += WARPS * 4) {
+      const uint8_t* src = cache + static_cast<int64_t>(rows[tile * BN + r]) * kRowBytes + 16 * sub;
+      const uint32_t dst = cuda::smem_addr(smem) + (stage * BN + r) * kRowBytes + 16 * sub;
+#pragma unroll
+      for (int i = 0; i < 5; ++i) cuda::cp_async_16_s(dst + 128 * i, src + 128 * i, true);
+      if (sub == 0) cuda::cp_async_16_s(dst + 640, src + 640, true);
+    }
+  };
+#pragma unroll
+  for (int t = 0; t < NSTAGE - 1; ++t) {
+    if (t < tiles) issue(t);
+    cuda::cp_async_commit();
+  }
+  uint32_t acc = 0;
+  for (int t = 0; t < tiles; ++t) {
+    cuda::cp_async_wait<NSTAGE - 2>();
+    __syncthreads();
+    if (t + NSTAGE - 1 < tiles) issue(t + NSTAGE - 1);
+    cuda::cp_async_commit();
+    const uint4 v = reinterpret_cast<const uint4*>(smem + (t % NSTAGE) * BN * kRowBytes)[threadIdx.x % (BN * kRowBytes / 16)];
+    acc ^= v.x ^ v.w;
+  }
+  if (acc == 0x12345678u) sink[blockIdx.x] = acc;  // keeps the reads
+}
+
+struct Cfg {
+  const char* name;
+  void (*kernel)(const uint8_t*, const int32_t*, int, int, uint32_t*);
+  int bn, stages, warps;
+};
+
+int main(int argc, char** argv) {
+  const int T = argc > 1 ? std::atoi(argv[1]) : 128;
+  const int topk = argc > 2 ? std::atoi(argv[2]) : 2048;
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  // Three disjoint index sets over a cache of 3 x T x 32768 rows, cycled, so no set is in L2.
+  constexpr int kSets = 3;
+  const int64_t rows_total = static_cast<int64_t>(kSets) * T * kContext;
+  uint8_t* cache = nullptr;
+  CK(cudaMalloc(&cache, rows_total * kRowBytes));
+  CK(cudaMemset(cache, 0x3c, rows_total * kRowBytes));
+  std::vector<int32_t*> idx(kSets);
+  std::mt19937 rng(7);
+  for (int s = 0; s < kSets; ++s) {
+    std::vector<int32_t> h(static_cast<size_t>(T) * topk);
+    std::vector<int32_t> perm(kContext);
+    for (int t = 0; t < T; ++t) {
+      for (int i = 0; i < kContext; ++i) perm[i] = i;
+      for (int i = 0; i < topk; ++i) {  // distinct positions of the token's own region
+        std::uniform_int_distribution<int> d(i, kContext - 1);
+        std::swap(perm[i], perm[d(rng)]);
+        h[static_cast<size_t>(t) * topk + i] = static_cast<int32_t>((static_cast<int64_t>(s) * T + t) * kContext + perm[i]);
+      }
+    }
+    CK(cudaMalloc(&idx[s], h.size() * 4));
+    CK(cudaMemcpy(idx[s], h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+  }
+  uint32_t* sink = nullptr;
+  CK(cudaMalloc(&sink, 1 << 20));
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+
+  // Copy bandwidth in the same run: 1 GiB device to device, read + write counted.
+  const size_t copy_bytes = size_t{1} << 30;
+  CK(cudaMemcpy(cache + copy_bytes, cache, copy_bytes, cudaMemcpyDeviceToDevice));
+  CK(cudaEventRecord(e0));
+  for (int i = 0; i < 10; ++i) CK(cudaMemcpyAsync(cache + copy_bytes, cache, copy_bytes, cudaMemcpyDeviceToDevice));
+  CK(cudaEventRecord(e1));
+  CK(cudaEventSynchronize(e1));
+  float ms = 0.f;
+  CK(cudaEventElapsedTime(&ms, e0, e1));
+  const double copy_gbs = 2.0 * copy_bytes * 10 / (ms * 1e-3) / 1e9;
+  std::printf("%s, %d SMs; copy %.0f GB/s; gather T=%d topk=%d rows of %d B (%.1f MB per call)\n", prop.name,
+              prop.multiProcessorCount, copy_gbs, T, topk, kRowBytes, T * double(topk) * kRowBytes / 1e6);
+
+  const Cfg cfgs[] = {
+      {"64x2 4w (few-heads ring)", gather_kernel<64, 2, 4>, 64, 2, 4},
+      {"64x3 4w", gather_kernel<64, 3, 4>, 64, 3, 4},
+      {"32x2 4w", gather_kernel<32, 2, 4>, 32, 2, 4},
+      {"32x3 4w", gather_kernel<32, 3, 4>, 32, 3, 4},
+      {"32x4 4w", gather_kernel<32, 4, 4>, 32, 4, 4},
+      {"16x4 4w", gather_kernel<16, 4, 4>, 16, 4, 4},
+      {"16x6 4w", gather_kernel<16, 6, 4>, 16, 6, 4},
+      {"64x3 8w", gather_kernel<64, 3, 8>, 64, 3, 8},
+  };
+  std::printf("%-26s %6s %6s %8s %9s %9s %7s\n", "ring", "split", "CTA/SM", "smem KB", "us", "GB/s", "% copy");
+  for (const Cfg& c : cfgs) {
+    const int smem = c.bn * c.stages * kRowBytes;
+    CK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    int per_sm = 0;
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, c.warps * 32, smem));
+    for (int nsplit : {1, 2, 4, 8}) {
+      if (topk % (nsplit * c.bn) != 0) continue;
+      const int grid = T * nsplit;
+      for (int s = 0; s < kSets; ++s) c.kernel<<<grid, c.warps * 32, smem>>>(cache, idx[s], topk, nsplit, sink);
+      CK(cudaGetLastError());
+      constexpr int kIters = 30;
+      CK(cudaEventRecord(e0));
+      for (int i = 0; i < kIters; ++i) c.kernel<<<grid, c.warps * 32, smem>>>(cache, idx[i % kSets], topk, nsplit, sink);
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      CK(cudaEventElapsedTime(&ms, e0, e1));
+      const double us = ms * 1e3 / kIters;
+      const double gbs = T * double(topk) * kRowBytes / (us * 1e-6) / 1e9;
+      std::printf("%-26s %6d %6d %8.1f %9.1f %9.0f %6.0f%%\n", c.name, nsplit, per_sm, smem / 1024.0, us, gbs,
+                  100.0 * gbs / copy_gbs);
+    }
+  }
+  return 0;
+}
