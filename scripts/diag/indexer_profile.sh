@@ -24,8 +24,7 @@ for step in "$@"; do
     timeout 200 .gpu/all/tests/latte_cuda_select_stress_test --gtest_color=no > "$OUT/stress.log" 2>&1
     echo "stress rc=$? $(grep -E '^\[  (PASSED|FAILED)' "$OUT/stress.log" | tr '\n' ' ')";;
   ceilings)
-    nvcc -O3 -std=c++17 -arch=sm_90 -I src -o /tmp/mma_sync_rate bench/ceilings/mma_sync_rate.cu &&
-      /tmp/mma_sync_rate 4 && /tmp/mma_sync_rate 8;;
+    .gpu/all/bench/bench_ceiling_mma_sync_rate 4 && .gpu/all/bench/bench_ceiling_mma_sync_rate 8;;
   shape=*)
     timeout 200 $bench --shape "${step#shape=}" 2>&1 | grep -E "^decode|^ab |copy";;
   lib:*)
