@@ -353,6 +353,30 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters)
   if (ws) cudaFree(ws);
 }
 
+// Positive integers separated by commas from environment variable `name` into *out (left as it
+// is when the variable is unset); false, with a message, when the value is anything else.
+bool counts_from_env(const char* name, std::vector<int>* out) {
+  const char* env = std::getenv(name);
+  if (env == nullptr) return true;
+  std::vector<int> counts;
+  for (const char* at = env; *at != '\0';) {
+    char* end = nullptr;
+    const long t = std::strtol(at, &end, 10);
+    if (end == at || t < 1 || (*end != ',' && *end != '\0')) {
+      std::fprintf(stderr, "%s=%s: expected positive integers separated by commas\n", name, env);
+      return false;
+    }
+    counts.push_back(static_cast<int>(t));
+    at = *end == ',' ? end + 1 : end;
+  }
+  if (counts.empty()) {
+    std::fprintf(stderr, "%s is empty: expected positive integers separated by commas\n", name);
+    return false;
+  }
+  *out = counts;
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -372,24 +396,14 @@ int main(int argc, char** argv) {
   std::printf("{\"ceilings\":true,\"copy_gbs\":%.1f,\"mm_tflops\":%.1f}\n", c.copy_gbs, c.mm_tflops);
   std::fflush(stdout);
   const float glm = 0.0625f, ds = 0.13523f;
-  // LATTE_BENCH_TOKENS=a,b,...: the decode token counts (default 1,32,128), for plan sweeps.
-  std::vector<int> decode_tokens = {1, 32, 128};
-  if (const char* env = std::getenv("LATTE_BENCH_TOKENS")) {
-    decode_tokens.clear();
-    for (const char* at = env; *at != '\0';) {
-      char* end = nullptr;
-      const long t = std::strtol(at, &end, 10);
-      if (end == at || t < 1 || (*end != ',' && *end != '\0')) {
-        std::fprintf(stderr, "LATTE_BENCH_TOKENS=%s: expected positive integers separated by commas\n", env);
-        return 2;
-      }
-      decode_tokens.push_back(static_cast<int>(t));
-      at = *end == ',' ? end + 1 : end;
-    }
-    if (decode_tokens.empty()) {
-      std::fprintf(stderr, "LATTE_BENCH_TOKENS is empty: expected positive integers separated by commas\n");
-      return 2;
-    }
+  // LATTE_BENCH_TOKENS=a,b,...: the sparse decode token counts (default 1,32,128);
+  // LATTE_BENCH_DENSE_BATCHES=a,b,...: the dense decode batches of both formats (default bf16
+  // 1,32,128 and fp8 32). For plan sweeps.
+  std::vector<int> decode_tokens = {1, 32, 128}, dense_bf16 = {1, 32, 128}, dense_fp8 = {32};
+  if (!counts_from_env("LATTE_BENCH_TOKENS", &decode_tokens)) return 2;
+  if (std::getenv("LATTE_BENCH_DENSE_BATCHES")) {
+    if (!counts_from_env("LATTE_BENCH_DENSE_BATCHES", &dense_bf16)) return 2;
+    dense_fp8 = dense_bf16;
   }
   std::vector<Shape> shapes;
   for (CacheFormat f : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
@@ -403,9 +417,10 @@ int main(int argc, char** argv) {
     shapes.push_back({"glm5-tp8 prefill " + fs + " T=4096", false, f, 8, 4096, 2048, 32768, glm});
   }
   shapes.push_back({"dsv32 prefill bf16 T=4096", false, CacheFormat::bf16, 128, 4096, 2048, 32768, ds});
-  for (int B : {1, 32, 128})
+  for (int B : dense_bf16)
     shapes.push_back({"dsv3 dense decode bf16 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 32768, ds});
-  shapes.push_back({"dsv3 dense decode fp8 B=32", true, CacheFormat::fp8_ds_mla, 128, 32, 0, 32768, ds});
+  for (int B : dense_fp8)
+    shapes.push_back({"dsv3 dense decode fp8 B=" + std::to_string(B), true, CacheFormat::fp8_ds_mla, 128, B, 0, 32768, ds});
   for (const Shape& sh : shapes) {
     if (only && sh.name.find(only) == std::string::npos) continue;
     run_shape(sh, c, s, iters);

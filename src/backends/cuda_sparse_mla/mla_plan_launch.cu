@@ -97,6 +97,9 @@ int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, con
   const bool prefill_calls = max_groups >= kPrefillCallGroups;
   // Dense decode at > 16 rows: 4096-token splits for more than 8 requests (session 11, DeepSeek-V3
   // B=32 2048 / 4096: bf16 1715 / 1667 us, fp8 1632 / 1612; session 10, B=128: 6773 / 6644).
+  // Up to 8 requests keep 1024 (session 12, DeepSeek-V3 32K, chunk 1024 / 512 / 256, bf16 B=1:
+  // 108 / 156 / 326 us, B=8: 485 / 559 / 767; fp8 B=1: 99 / 140 / 217: the combine of more
+  // partials outweighs the shorter CTAs; 16-row tiles: the same at B=1, slower at B=2-8).
   if (decode) return rows <= 16 || small_calls ? 1024 : 4096;
   // The few-heads kernel for more than 64 groups: 1024-token splits (about one wave of 2 CTAs
   // per SM at T = 128; session 11, GLM-5 TP8 fp8 T=128 chunk 256 / 512 / 1024: 82.8 / 74.5 /
