@@ -3,7 +3,8 @@
 // with cp.async 16-byte copies into a shared-memory ring, and no math. It says how much of the
 // copy bandwidth (a device-to-device cudaMemcpy in the same run) a gather-bound kernel such as
 // the few-heads one (mla_sparse_fp8_fewheads_sm80.cu: 64-row tiles, 2 stages, 4 warps, two
-// CTAs per SM) can reach at best, and which ring shape gets there.
+// CTAs per SM) can reach at best, and which ring shape and L2 prefetch hint (.L2::64B/128B/256B)
+// get there.
 // Usage: gather_rate [T] [topk]   (defaults 128 2048: GLM-5 TP8 decode T=128)
 #include <cuda_runtime.h>
 
@@ -34,7 +35,7 @@ constexpr int kContext = 32768;
 // NSTAGE ring (NSTAGE - 1 tiles in flight). A warp copies four rows per instruction: lane
 // (row r = lane / 8, sub = lane % 8) takes 16-byte pieces sub + 8i (and piece 40 when sub = 0),
 // the few-heads kernel's pattern. Each landed tile is read once (one 16-byte word per thread).
-template <int BN, int NSTAGE, int WARPS>
+template <int BN, int NSTAGE, int WARPS, int PREFETCH = 0>
 __global__ void __launch_bounds__(WARPS * 32) gather_kernel(const uint8_t* cache, const int32_t* idx, int topk,
                                                             int nsplit, uint32_t* sink) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -49,8 +50,8 @@ __global__ void __launch_bounds__(WARPS * 32) gather_kernel(const uint8_t* cache
       const uint8_t* src = cache + static_cast<int64_t>(rows[tile * BN + r]) * kRowBytes + 16 * sub;
       const uint32_t dst = cuda::smem_addr(smem) + (stage * BN + r) * kRowBytes + 16 * sub;
 #pragma unroll
-      for (int i = 0; i < 5; ++i) cuda::cp_async_16_s(dst + 128 * i, src + 128 * i, true);
-      if (sub == 0) cuda::cp_async_16_s(dst + 640, src + 640, true);
+      for (int i = 0; i < 5; ++i) cuda::cp_async_16_s_l2<PREFETCH>(dst + 128 * i, src + 128 * i, true);
+      if (sub == 0) cuda::cp_async_16_s_l2<PREFETCH>(dst + 640, src + 640, true);
     }
   };
 #pragma unroll
@@ -131,6 +132,11 @@ int main(int argc, char** argv) {
       {"16x4 4w", gather_kernel<16, 4, 4>, 16, 4, 4},
       {"16x6 4w", gather_kernel<16, 6, 4>, 16, 6, 4},
       {"64x3 8w", gather_kernel<64, 3, 8>, 64, 3, 8},
+      // the copies with the L2 prefetch-size hint (.L2::64B / 128B / 256B)
+      {"64x2 4w, L2::64B", gather_kernel<64, 2, 4, 64>, 64, 2, 4},
+      {"64x2 4w, L2::128B", gather_kernel<64, 2, 4, 128>, 64, 2, 4},
+      {"64x2 4w, L2::256B", gather_kernel<64, 2, 4, 256>, 64, 2, 4},
+      {"16x4 4w, L2::256B", gather_kernel<16, 4, 4, 256>, 16, 4, 4},
   };
   std::printf("%-26s %6s %6s %8s %9s %9s %7s\n", "ring", "split", "CTA/SM", "smem KB", "us", "GB/s", "% copy");
   for (const Cfg& c : cfgs) {
