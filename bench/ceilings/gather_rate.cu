@@ -80,14 +80,24 @@ struct Cfg {
 int main(int argc, char** argv) {
   const int T = argc > 1 ? std::atoi(argv[1]) : 128;
   const int topk = argc > 2 ? std::atoi(argv[2]) : 2048;
+  if (T < 1 || T > 1024 || topk < 16 || topk > kContext || topk % 16 != 0) {
+    std::fprintf(stderr,
+                 "gather_rate T=%s topk=%s: expected 1 <= T <= 1024 and topk a multiple of 16 in [16, %d] "
+                 "(e.g. gather_rate 128 2048)\n",
+                 argc > 1 ? argv[1] : "128", argc > 2 ? argv[2] : "2048", kContext);
+    return 2;
+  }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   // Three disjoint index sets over a cache of 3 x T x 32768 rows, cycled, so no set is in L2.
   constexpr int kSets = 3;
   const int64_t rows_total = static_cast<int64_t>(kSets) * T * kContext;
+  // At least the 2 GiB the copy measurement below reads and writes.
+  const size_t copy_bytes = size_t{1} << 30;
+  const size_t cache_bytes = std::max(static_cast<size_t>(rows_total) * kRowBytes, 2 * copy_bytes);
   uint8_t* cache = nullptr;
-  CK(cudaMalloc(&cache, rows_total * kRowBytes));
-  CK(cudaMemset(cache, 0x3c, rows_total * kRowBytes));
+  CK(cudaMalloc(&cache, cache_bytes));
+  CK(cudaMemset(cache, 0x3c, cache_bytes));
   std::vector<int32_t*> idx(kSets);
   std::mt19937 rng(7);
   for (int s = 0; s < kSets; ++s) {
@@ -111,7 +121,6 @@ int main(int argc, char** argv) {
   CK(cudaEventCreate(&e1));
 
   // Copy bandwidth in the same run: 1 GiB device to device, read + write counted.
-  const size_t copy_bytes = size_t{1} << 30;
   CK(cudaMemcpy(cache + copy_bytes, cache, copy_bytes, cudaMemcpyDeviceToDevice));
   CK(cudaEventRecord(e0));
   for (int i = 0; i < 10; ++i) CK(cudaMemcpyAsync(cache + copy_bytes, cache, copy_bytes, cudaMemcpyDeviceToDevice));

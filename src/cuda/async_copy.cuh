@@ -25,7 +25,7 @@ __device__ __forceinline__ void cp_async_16_s_l2(uint32_t dst_smem, const void* 
   static_assert(PREFETCH == 0 || PREFETCH == 64 || PREFETCH == 128 || PREFETCH == 256, "L2 prefetch: 0, 64, 128 or 256 bytes");
   const int n = valid ? 16 : 0;
   if constexpr (PREFETCH == 0)
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst_smem), "l"(src), "r"(n) : "memory");
+    cp_async_16_s(dst_smem, src, valid);
   else if constexpr (PREFETCH == 64)
     asm volatile("cp.async.cg.shared.global.L2::64B [%0], [%1], 16, %2;\n" ::"r"(dst_smem), "l"(src), "r"(n) : "memory");
   else if constexpr (PREFETCH == 128)
