@@ -620,19 +620,22 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
                 "T=1: %d / %d / %d\n",
                 name_of(c).c_str(), plan_t.nsplit, plan_t.chunk, c.T, plan_t.row_tile, plan_t.ctas_per_sm,
                 plan_t.dim_split, plan_1.row_tile, plan_1.ctas_per_sm, plan_1.dim_split);
-    // the kernel (row tiles or few heads) depends on format and heads only
+    // the kernel (row tiles, few heads or row groups) depends on format and heads only
     EXPECT_EQ(plan_t.few_heads, plan_1.few_heads) << name_of(c);
+    EXPECT_EQ(plan_t.row_groups, plan_1.row_groups) << name_of(c);
+    EXPECT_EQ(plan_t.row_tile == cuda_sparse_mla::kRowGroupsRows, plan_t.row_groups) << name_of(c);
     // a token alone is far below one wave: its output dims split over two CTAs (every row-tile
     // case here)
-    if (!plan_t.few_heads) {
+    const bool row_tile_kernel = !plan_t.few_heads && !plan_t.row_groups;
+    if (row_tile_kernel) {
       EXPECT_EQ(plan_1.dim_split, 2) << name_of(c);
       EXPECT_EQ(plan_t.dim_split, 1) << name_of(c);
     }
-    if (c.H > 16 && plan_t.nsplit > 1) {
+    if (row_tile_kernel && c.H > 16 && plan_t.nsplit > 1) {
       EXPECT_EQ(plan_t.row_tile, 32) << name_of(c);
       EXPECT_EQ(plan_1.row_tile, 16) << name_of(c);
     }
-    if (!plan_t.few_heads && c.H <= 16 && c.T * plan_t.nsplit > 2 * sm_count) {  // 3 CTAs per SM in the batch only
+    if (row_tile_kernel && c.H <= 16 && c.T * plan_t.nsplit > 2 * sm_count) {  // 3 CTAs per SM in the batch only
       EXPECT_EQ(plan_t.ctas_per_sm, 3) << name_of(c);
       EXPECT_EQ(plan_1.ctas_per_sm, 2) << name_of(c);
     }
@@ -672,6 +675,31 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
           << "sub-batch vs batch, " << name_of(c);
     }
   }
+}
+
+// Every bf16 accuracy case through the row-group kernel (forced: by default it takes bf16 calls
+// of 64 or 128 heads in kernels for more than 8 tokens), so its padded row groups, heads that
+// are not a multiple of 16, splits and block sizes are all checked against the oracle.
+TEST_F(CudaSparseMla, RowGroupsKernelVsOracle) {
+  Runner run;
+  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
+  uint32_t seed = 4321;
+  for (const SparseCase& c : accuracy_cases()) {
+    if (c.fmt != CacheFormat::bf16) continue;
+    auto s = setup_sparse(c, seed++);
+    const auto plan = sparse_plan(c, c.T, cuda0().sm_count, std::size_t{1} << 30);
+    EXPECT_TRUE(plan.row_groups) << name_of(c);
+    const Result r = run_vs_oracle(run, *s, "row groups " + name_of(c));
+    for (int e : c.opts.empty) {
+      if (e >= c.T) continue;
+      for (int h = 0; h < c.H; ++h) {
+        const std::size_t row = static_cast<std::size_t>(e) * c.H + h;
+        EXPECT_TRUE(std::isinf(r.lse[row]) && r.lse[row] < 0) << name_of(c);
+        for (int d = 0; d < 512; ++d) ASSERT_EQ(r.out[row * 512 + d], 0u) << name_of(c);
+      }
+    }
+  }
+  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
 }
 
 TEST_F(CudaSparseMla, CudaGraphCaptureReplay) {
@@ -871,6 +899,32 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
   }
 }
 
+// Small problems for compute-sanitizer through the row-group kernel (forced): whole CTAs (64 and
+// 128 heads) and CTAs with row groups past the heads (40 and 5 heads), with splits and padding.
+void run_row_groups_small(const std::vector<SparseCase>& cases) {
+  Runner run;
+  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
+  for (const SparseCase& c : cases) {
+    auto s = setup_sparse(c, 3);
+    run_vs_oracle(run, *s, "row groups " + name_of(c));
+  }
+  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
+}
+
+TEST_F(CudaSparseMla, SanitizerRowGroupsWhole) {
+  IndexOpts padded;
+  padded.empty = {1};
+  run_row_groups_small({SparseCase{CacheFormat::bf16, 64, 700, 16, 3, padded},
+                        SparseCase{CacheFormat::bf16, 128, 300, 64, 2, padded}});
+}
+
+TEST_F(CudaSparseMla, SanitizerRowGroupsPartial) {
+  IndexOpts padded;
+  padded.empty = {1};
+  run_row_groups_small({SparseCase{CacheFormat::bf16, 40, 700, 16, 3, padded},
+                        SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded}});
+}
+
 // Host-only: 16-row tiles run 3 CTAs per SM when the grid is more than one wave of 2 and the
 // device holds 3 (the H200, not an A100), else 2; 32-row tiles always 2.
 TEST(CudaSparseMlaPlan, CtasPerSmRule) {
@@ -889,8 +943,8 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
   p.groups = 1;  // 8 CTAs: one wave
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 2);
   p.heads = 64;
-  p.groups = 128;  // 32-row tiles
-  const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls);
+  p.groups = 128;  // 32-row tiles (bf16 with 64 heads: the row-tile kernel only when asked)
+  const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, row_tiles, kLargeCalls);
   EXPECT_EQ(plan.row_tile, 32);
   EXPECT_EQ(plan.ctas_per_sm, 2);
   for (int tile : {16, 32})
@@ -921,8 +975,9 @@ TEST(CudaSparseMlaPlan, RowTileRule) {
     p.format = pt.format;
     p.heads = pt.heads;
     p.groups = pt.tokens;
-    cuda_sparse_mla::Tuning sweep;  // the sweep's split size
+    cuda_sparse_mla::Tuning sweep;  // the sweep's split size, on the row-tile kernel
     sweep.chunk = 512;
+    sweep.row_tile_only = 1;
     const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, sweep, kLargeCalls);
     EXPECT_EQ(plan.row_tile, pt.row_tile) << (pt.format == KvFormat::bf16 ? "bf16" : "fp8") << " H=" << pt.heads
                                           << " T=" << pt.tokens;
@@ -969,10 +1024,12 @@ TEST(CudaSparseMlaPlan, DimSplitRule) {
   cuda_sparse_mla::MlaParams p;
   p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
   p.topk = 2048;
-  p.heads = 64;  // 4 row tiles of 16 x 4 splits of 512 = 16 CTAs per token
+  p.heads = 64;  // 4 row tiles of 16 x 4 splits of 512 = 16 CTAs per token (the row-tile kernel)
+  cuda_sparse_mla::Tuning row_tiles;
+  row_tiles.row_tile_only = 1;
   for (const auto& [groups, want] : {std::pair{1, 2}, std::pair{4, 2}, std::pair{8, 1}, std::pair{128, 1}}) {
     p.groups = groups;
-    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls);
+    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, row_tiles, kLargeCalls);
     EXPECT_EQ(plan.dim_split, want) << groups << " tokens";
     if (plan.dim_split == 2) {
       EXPECT_EQ(plan.row_tile, 16);
@@ -1025,6 +1082,50 @@ TEST(CudaSparseMlaPlan, FewHeadsKernelRule) {
   EXPECT_LE(cuda_sparse_mla::sparse_fp8_fewheads_smem_bytes(), 101376u);
 }
 
+// Host-only: the row-group kernel serves bf16 sparse calls whose heads are a multiple of 64 in
+// kernels made for more than 8 groups (or of unknown size): 64-row tiles, one CTA per SM, no dim
+// split; never fp8, dense decode, other head counts or small-call kernels, unless forced (fp8
+// never).
+TEST(CudaSparseMlaPlan, RowGroupsKernelRule) {
+  cuda_sparse_mla::MlaParams p;
+  p.format = cuda_sparse_mla::KvFormat::bf16;
+  p.topk = 2048;
+  for (int heads : {8, 32, 40, 64, 96, 128, 192})
+    for (int64_t max_groups : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{128}, kLargeCalls, int64_t{0}}) {
+      p.heads = heads;
+      p.groups = max_groups > 0 ? std::min<int64_t>(max_groups, 64) : 64;
+      const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, max_groups);
+      const bool want = heads % 64 == 0 && (max_groups == 0 || max_groups > 8);
+      EXPECT_EQ(plan.row_groups, want) << heads << " heads, kernel for " << max_groups;
+      if (plan.row_groups) {
+        EXPECT_EQ(plan.row_tile, 64);
+        EXPECT_EQ(plan.row_tiles, (heads + 63) / 64);
+        EXPECT_EQ(plan.ctas_per_sm, 1);
+        EXPECT_EQ(plan.dim_split, 1);
+        EXPECT_FALSE(plan.few_heads);
+      }
+    }
+  p.heads = 64;
+  cuda_sparse_mla::Tuning off;
+  off.row_tile_only = 1;
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, off, kLargeCalls).row_groups);
+  cuda_sparse_mla::Tuning on;
+  on.row_groups = 1;
+  p.heads = 5;
+  EXPECT_TRUE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, on, 1).row_groups);
+  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.heads = 64;
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).row_groups);
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, on, kLargeCalls).row_groups);
+  p.format = cuda_sparse_mla::KvFormat::bf16;
+  p.decode = true;  // dense decode keeps the row-tile kernel
+  p.s_q = 1;
+  p.max_blocks = 64;
+  p.block_size = 64;
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, on, kLargeCalls).row_groups);
+  EXPECT_LE(cuda_sparse_mla::sparse_bf16_rowgroups_smem_bytes(), 101376u);
+}
+
 // Host-only: a sparse call's split (chunk, splits per token) depends on heads and topk, never
 // on T (only the row tile, which changes no bit, does).
 TEST(CudaSparseMlaPlan, SplitIndependentOfT) {
@@ -1054,12 +1155,13 @@ TEST(CudaSparseMlaPlan, TuningVariablesRefuseWhatTheyDoNotAccept) {
       {"LATTE_CUDA_SPARSE_MLA_CTAS", {"2", "3"}, {"1", "4", " 3"}},
       {"LATTE_CUDA_SPARSE_MLA_DIM_SPLIT", {"1", "2"}, {"0", "4", "two"}},
       {"LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY", {"1"}, {"0", "2", "yes"}},
+      {"LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", {"1"}, {"0", "2", "on"}},
   };
   for (const auto& v : vars) {
     for (const char* good : v.good) {
       setenv(v.name, good, 1);
       const auto t = cuda_sparse_mla::tuning_from_env();
-      EXPECT_EQ(t.chunk + t.row_tile + t.warps + t.ctas + t.dim_split + t.row_tile_only, std::atoi(good))
+      EXPECT_EQ(t.chunk + t.row_tile + t.warps + t.ctas + t.dim_split + t.row_tile_only + t.row_groups, std::atoi(good))
           << v.name << "=" << good;
     }
     for (const char* bad : v.bad) {
@@ -1075,7 +1177,9 @@ TEST(CudaSparseMlaPlan, TuningVariablesRefuseWhatTheyDoNotAccept) {
     unsetenv(v.name);
   }
   const auto unset = cuda_sparse_mla::tuning_from_env();
-  EXPECT_EQ(unset.chunk + unset.row_tile + unset.warps + unset.ctas + unset.dim_split + unset.row_tile_only, 0);
+  EXPECT_EQ(unset.chunk + unset.row_tile + unset.warps + unset.ctas + unset.dim_split + unset.row_tile_only +
+                unset.row_groups,
+            0);
 }
 
 // The kernels' shared memory fits sm_86 / sm_89 / sm_120 (101376 bytes per block); the declared

@@ -66,7 +66,14 @@ Tuning tuning_from_env() {
   t.ctas = tuning_var("LATTE_CUDA_SPARSE_MLA_CTAS", [](int v) { return v == 2 || v == 3; }, "2 or 3");
   t.dim_split = tuning_var("LATTE_CUDA_SPARSE_MLA_DIM_SPLIT", [](int v) { return v == 1 || v == 2; }, "1 or 2");
   t.row_tile_only = tuning_var("LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY", [](int v) { return v == 1; }, "1");
+  t.row_groups = tuning_var("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", [](int v) { return v == 1; }, "1");
   return t;
+}
+
+bool row_groups_kernel(bool decode, KvFormat format, int rows, int64_t max_groups, const Tuning& tuning) {
+  if (tuning.row_tile_only != 0 || decode || format != KvFormat::bf16) return false;
+  if (tuning.row_groups != 0) return true;
+  return rows % kRowGroupsRows == 0 && (max_groups == 0 || max_groups > kSmallCallGroups);
 }
 
 bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device) {
@@ -184,14 +191,23 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   // format, heads and device only, like the split, so batch invariant.
   plan.few_heads = few_heads_kernel(p.decode, p.format, plan.rows, tuning, device);
   if (plan.few_heads) plan.row_tiles = 1;
+  // bf16 sparse calls of many heads: the row-group kernel (64-row tiles, one CTA per SM, no dim
+  // split, below). A function of format, heads and the kernel's size, like the split, so batch
+  // invariant.
+  plan.row_groups = row_groups_kernel(p.decode, p.format, plan.rows, max_groups, tuning);
+  if (plan.row_groups) {
+    plan.row_tile = kRowGroupsRows;
+    plan.row_tiles = (plan.rows + kRowGroupsRows - 1) / kRowGroupsRows;
+  }
   // Occupancy of 16-row tiles: 3 CTAs per SM (2 pipeline stages, registers capped) when the
   // grid is more than one wave of 2 per SM; a single wave keeps the deeper pipeline. H200,
   // queued us: GLM-5 TP8 T=128 fp8 110.3 -> 104.6, bf16 114.6 -> 105.1; with 3 CTAs per SM
   // at T=1 (one wave): fp8 H=64 38.9 -> 42.2 (session 6).
   const int64_t grid_ctas = static_cast<int64_t>(p.groups) * plan.row_tiles * plan.nsplit;
-  const bool row_tiles16 = plan.row_tile == 16 && !plan.few_heads;
+  const bool row_tiles16 = plan.row_tile == 16 && !plan.few_heads && !plan.row_groups;
   plan.ctas_per_sm = row_tiles16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
   if (tuning.ctas != 0) plan.ctas_per_sm = row_tiles16 ? tuning.ctas : 2;  // test hook
+  if (plan.row_groups) plan.ctas_per_sm = 1;
   // Far below one wave, a lone CTA per SM runs a chain of dependent phases per KV tile; two
   // CTAs per (group, row tile, split), each writing half of the output dims, halve its PV
   // phase (both compute every score) when the doubled grid still has one CTA per SM or fewer.
@@ -244,6 +260,8 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
     const FwdConfig config{plan.row_tile, plan.warps, plan.ctas_per_sm, plan.dim_split, p.decode};
     if (plan.few_heads) {
       launch_sparse_fp8_fewheads(device, grid, p, la, stream);
+    } else if (plan.row_groups) {
+      launch_sparse_bf16_rowgroups(device, grid, p, la, stream);
     } else if (fp8) {
       launch_fwd_fp8(device, config, grid, p, la, stream);
     } else {

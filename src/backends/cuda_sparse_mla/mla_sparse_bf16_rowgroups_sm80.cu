@@ -1,0 +1,302 @@
+// Sparse MLA over the bf16 cache for many heads (GLM-5 at TP1: 64, DeepSeek-V3.2: 128): warp
+// pairs own whole 16-row groups, so a KV tile needs one block barrier and one barrier per warp
+// pair, and Q stays in registers for the whole CTA. sm_80 ... sm_120 (mma.sync, ldmatrix,
+// cp.async; 90 KB of shared memory). Design notes: docs/kernels/sparse_mla.md, "Row groups".
+//
+// One CTA = 8 warps = 64 rows (heads) of one query token x one split of its slot list, in tiles
+// of 32 tokens (cp.async into 2 stages of 32 x 1152 bytes: the tile being computed and the next;
+// 16-byte chunks XOR-swizzled by the token so that ldmatrix reads 8 tokens without bank
+// conflicts). Warp w = (row group rg = w / 2, half dh = w % 2). Per tile:
+//   QK  S_part[16 rows x 32 tokens] over dims [288 dh, 288 dh + 288) (18 k16 steps), Q as A
+//       fragments held in registers (72), the tokens the B operand (ldmatrix). The two warps of
+//       a row group exchange their partials through shared memory (a 64-thread barrier) and both
+//       hold S = S_0 + S_1 (the same bits in both: addition commutes).
+//   SM  the online softmax of the group's rows in the log2 domain with lazy rescaling (the
+//       reference max moves only when a tile's max exceeds it by more than 8), computed
+//       identically by both warps; P goes from the S accumulators straight into the A fragments
+//       of PV (no shared memory).
+//   PV  O[16 rows x 256 dims (half dh)] += P V, V by ldmatrix.trans (128 f32 accumulators).
+// A row group past the call's heads computes on zero Q and writes nothing (the default rule uses
+// the kernel only when the heads fill whole CTAs; with warps skipping the math, racecheck
+// reported hazards between the gather and the PV reads). Every sum has a fixed order and
+// nothing depends on the other tokens of the call: bitwise deterministic and batch invariant
+// (the kernel is chosen by format, heads and the kernel's size only, mla_plan_launch.cu).
+// The fp8_ds_mla cache keeps the row-tile kernel: widening each tile into a bf16 copy here
+// measured slower and rounds K to bf16 (docs/kernels/sparse_mla.md).
+#include <cuda_bf16.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "backends/cuda_sparse_mla/mla_fwd_dispatch.hpp"
+#include "backends/cuda_sparse_mla/mla_kv_slots.cuh"
+#include "backends/cuda_sparse_mla/mla_split_combine.cuh"
+#include "cuda/async_copy.cuh"
+#include "cuda/check.cuh"
+#include "cuda/fp8_mma.cuh"
+#include "cuda/sm80_mma.cuh"
+#include "cuda/smem_limit.hpp"
+
+namespace latte::cuda_sparse_mla {
+namespace {
+
+struct RowGroupsCfg {
+  static constexpr int kWarps = 8;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int R = kRowGroupsRows;  // rows per CTA: 4 groups of 16
+  static constexpr int BN = 32;             // tokens per tile
+  static constexpr int ROWB = 1152;         // bytes per token: 576 bf16
+  static constexpr int CHUNKS = ROWB / 16;  // 16-byte chunks per token
+  static constexpr int NSTAGE = 2;
+  static constexpr int KSTEPS = 18;         // k16 steps of a warp's QK half (288 dims)
+  static constexpr int ST_OFF = 0;
+  static constexpr int X_OFF = ST_OFF + NSTAGE * BN * ROWB;
+  static constexpr int VALID_OFF = X_OFF + kWarps * 4 * 32 * 16;  // [stage][token] int
+  static constexpr int FLAG_OFF = VALID_OFF + NSTAGE * BN * 4;
+  static constexpr int SMEM = FLAG_OFF + 16;
+  static_assert(SMEM <= 101376, "shared memory over the sm_86/sm_89/sm_120 limit");
+  static_assert(X_OFF % 16 == 0 && VALID_OFF % 16 == 0, "alignment");
+};
+
+// Byte offset of 16-byte chunk j of token t inside a stage: chunks XOR-swizzled by t within
+// each group of 8 (128 bytes), so 8 consecutive tokens' chunk j sit in 8 different bank groups.
+__device__ __forceinline__ uint32_t chunk_at(int t, int j) {
+  return static_cast<uint32_t>(t * RowGroupsCfg::ROWB + 16 * ((j & ~7) | ((j ^ t) & 7)));
+}
+
+// The barrier of row group rg's two warps (ids 1-4; 0 is __syncthreads).
+__device__ __forceinline__ void pair_barrier(int rg) { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + rg) : "memory"); }
+
+__global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
+    mla_sparse_bf16_rowgroups_kernel(const MlaParams p, const LaunchArgs la) {
+  using C = RowGroupsCfg;
+  using namespace latte::cuda::sm80;
+  using latte::cuda::mma_bf16_m16n8k16;
+  constexpr int BN = C::BN, NSTAGE = C::NSTAGE, KSTEPS = C::KSTEPS;
+  constexpr float kLazyRescale = 8.f;
+
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* const sST = smem + C::ST_OFF;
+  float4* const sX = reinterpret_cast<float4*>(smem + C::X_OFF);
+  int* const sValid = reinterpret_cast<int*>(smem + C::VALID_OFF);
+  int* const sFlag = reinterpret_cast<int*>(smem + C::FLAG_OFF);
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, c = lane & 3;
+  const int rg = warp >> 1, dh = warp & 1;
+
+  int64_t bid = blockIdx.x;
+  const int split = static_cast<int>(bid % la.nsplit);
+  bid /= la.nsplit;
+  const int rt = static_cast<int>(bid % la.row_tiles);
+  const int64_t g_local = bid / la.row_tiles;
+  const int64_t grp = la.group_begin + g_local;
+  const int rows = p.heads;  // sparse: s_q = 1
+  const int row0 = rt * C::R;
+  const int nsplit_g = la.nsplit;
+  const int k_begin = split * la.chunk;
+  const int k_end = min(p.topk, k_begin + la.chunk);
+  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
+  const int64_t num_slots = p.num_blocks * static_cast<int64_t>(p.block_size);
+  const int bs_mask = p.block_size - 1;
+  const int bs_shift = (p.block_size & bs_mask) == 0 ? __ffs(p.block_size) - 1 : -1;
+  const bool linear_slots = p.kv_sblock == static_cast<int64_t>(p.block_size) * p.kv_stok;
+
+  // ---- gather: thread (token tt = tid / 8, sub = tid % 8) copies chunks sub + 8 i of its token's
+  // row, so each copy instruction reads 128 contiguous bytes of four rows. Every thread of a
+  // token fetches the token's slot index one tile ahead. ----
+  const int tt = tid >> 3, sub = tid & 7;
+  const int32_t* const idx_thread = p.indices + grp * p.idx_s + k_begin + tt;
+  auto fetch_index = [&](int tile) -> int {
+    const int k = k_begin + tile * BN + tt;
+    return tile < n_tiles && k < k_end ? idx_thread[tile * BN] : -1;
+  };
+  auto issue_tile = [&](int tile, int stage, int raw) {
+    const int k = k_begin + tile * BN + tt;
+    const bool valid = k < k_end && raw >= 0 && raw < num_slots;
+    const int64_t row_off = valid ? slot_row_offset(p, raw, linear_slots, bs_shift, bs_mask) : 0;
+    const uint8_t* const src = p.kv + row_off + 16 * sub;
+    const uint32_t dst = cuda::smem_addr(sST) + stage * BN * C::ROWB;
+#pragma unroll
+    for (int i = 0; i < C::CHUNKS / 8; ++i) cuda::cp_async_16_s(dst + chunk_at(tt, 8 * i + sub), src + 128 * i, valid);
+    if (sub == 0) sValid[stage * BN + tt] = valid ? 1 : 0;
+  };
+  const int raw0 = fetch_index(0);
+  int raw_next = fetch_index(1);
+
+  // ---- Q as A fragments of rows 16 rg + (g, g + 8), dims 288 dh + 16 ks + (2c, 2c+1, 2c+8,
+  // 2c+9); rows past the call's heads are zero. Loaded before tile 0's gather is issued. ----
+  uint32_t qa[KSTEPS][4];
+  {
+    const int h0 = row0 + 16 * rg + g, h1 = h0 + 8;
+    const __nv_bfloat16* const q0 = p.q + grp * p.q_sg + (h0 < rows ? h0 : 0) * p.q_sh + 288 * dh + 2 * c;
+    const __nv_bfloat16* const q1 = p.q + grp * p.q_sg + (h1 < rows ? h1 : 0) * p.q_sh + 288 * dh + 2 * c;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      qa[ks][0] = h0 < rows ? *reinterpret_cast<const uint32_t*>(q0 + 16 * ks) : 0u;
+      qa[ks][1] = h1 < rows ? *reinterpret_cast<const uint32_t*>(q1 + 16 * ks) : 0u;
+      qa[ks][2] = h0 < rows ? *reinterpret_cast<const uint32_t*>(q0 + 16 * ks + 8) : 0u;
+      qa[ks][3] = h1 < rows ? *reinterpret_cast<const uint32_t*>(q1 + 16 * ks + 8) : 0u;
+    }
+  }
+  if (n_tiles > 0) issue_tile(0, 0, raw0);
+  cuda::cp_async_commit();
+
+  // Softmax state of rows g, g + 8 (the same in the quad and in both warps of the pair).
+  float m_ref[2] = {-INFINITY, -INFINITY};
+  float l_part[2] = {0.f, 0.f};  // this lane's tokens only; reduced over the quad at the end
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  float O[32][4];  // n tile n: dims 256 dh + 8n + (2c, 2c+1); rows g (0, 1) and g + 8 (2, 3)
+#pragma unroll
+  for (int n = 0; n < 32; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) O[n][e] = 0.f;
+
+  // ldmatrix lane addresses (bytes inside a stage, before the chunk index):
+  // QK (non-transposed): matrices (tokens 0-7, chunk j), (0-7, j+1), (8-15, j), (8-15, j+1)
+  const int qk_tok = (lane & 7) + ((lane >> 4) << 3), qk_dj = (lane >> 3) & 1;
+  // PV (transposed): matrices (tokens 0-7, chunk j), (8-15, j), (0-7, j+1), (8-15, j+1)
+  const int pv_tok = (lane & 7) + (((lane >> 3) & 1) << 3), pv_dj = lane >> 4;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    cuda::cp_async_wait<0>();
+    __syncthreads();  // tile j landed; every warp is done with tile j-1 (its stage, partials)
+    if (j + 1 < n_tiles) issue_tile(j + 1, (j + 1) % NSTAGE, raw_next);
+    cuda::cp_async_commit();
+    raw_next = fetch_index(j + 2);
+    const int stage = j % NSTAGE;
+    const uint32_t st_u32 = cuda::smem_addr(sST) + stage * BN * C::ROWB;
+
+    // ---------------- QK: this half's partial S ----------------
+    float acc[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+#pragma unroll
+    for (int ks = 0; ks < KSTEPS; ++ks) {
+      const int jc = 36 * dh + 2 * ks + qk_dj;  // chunk of dims 288 dh + 16 ks (+8)
+#pragma unroll
+      for (int n2 = 0; n2 < 2; ++n2) {  // tokens 16 n2 .. 16 n2 + 15
+        uint32_t b[4];
+        ldmatrix_x4(b, st_u32 + chunk_at(16 * n2 + qk_tok, jc));
+        mma_bf16_m16n8k16(acc[2 * n2], qa[ks], b[0], b[1]);
+        mma_bf16_m16n8k16(acc[2 * n2 + 1], qa[ks], b[2], b[3]);
+      }
+    }
+    // ---------------- exchange with the other half ----------------
+#pragma unroll
+    for (int n = 0; n < 4; ++n) sX[(warp * 4 + n) * 32 + lane] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+    pair_barrier(rg);
+    float x[4][4];  // log2 units; -inf where the slot is invalid
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      const float4 o = sX[((warp ^ 1) * 4 + n) * 32 + lane];
+      const int2 ok = *reinterpret_cast<const int2*>(sValid + stage * BN + 8 * n + 2 * c);
+      x[n][0] = ok.x ? (acc[n][0] + o.x) * scale_log2 : -INFINITY;
+      x[n][1] = ok.y ? (acc[n][1] + o.y) * scale_log2 : -INFINITY;
+      x[n][2] = ok.x ? (acc[n][2] + o.z) * scale_log2 : -INFINITY;
+      x[n][3] = ok.y ? (acc[n][3] + o.w) * scale_log2 : -INFINITY;
+    }
+
+    // ---------------- online softmax, lazy rescaling ----------------
+    float mx[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(fmaxf(fmaxf(x[0][2 * r], x[0][2 * r + 1]), fmaxf(x[1][2 * r], x[1][2 * r + 1])),
+                    fmaxf(fmaxf(x[2][2 * r], x[2][2 * r + 1]), fmaxf(x[3][2 * r], x[3][2 * r + 1])));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    float alpha[2] = {1.f, 1.f};
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (mx[r] > m_ref[r] + kLazyRescale) {
+        alpha[r] = fast_exp2(m_ref[r] - mx[r]);  // 0 when the reference was -inf
+        m_ref[r] = mx[r];
+        l_part[r] *= alpha[r];
+      }
+    }
+    if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
+#pragma unroll
+      for (int n = 0; n < 32; ++n) {
+        O[n][0] *= alpha[0];
+        O[n][1] *= alpha[0];
+        O[n][2] *= alpha[1];
+        O[n][3] *= alpha[1];
+      }
+    }
+    const float mu[2] = {m_ref[0] == -INFINITY ? 0.f : m_ref[0], m_ref[1] == -INFINITY ? 0.f : m_ref[1]};
+    uint32_t pa[2][4];  // P as the A fragments of tokens 16 kk .. 16 kk + 15
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      const float p0 = fast_exp2(x[n][0] - mu[0]), p1 = fast_exp2(x[n][1] - mu[0]);
+      const float p2 = fast_exp2(x[n][2] - mu[1]), p3 = fast_exp2(x[n][3] - mu[1]);
+      l_part[0] += p0 + p1;
+      l_part[1] += p2 + p3;
+      pa[n >> 1][2 * (n & 1)] = pack_bf16x2(p0, p1);
+      pa[n >> 1][2 * (n & 1) + 1] = pack_bf16x2(p2, p3);
+    }
+
+    // ---------------- PV: O[16 rows x 256 dims] += P V ----------------
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+      for (int np = 0; np < 16; ++np) {  // dims 256 dh + 16 np .. + 15
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, st_u32 + chunk_at(16 * kk + pv_tok, 32 * dh + 2 * np + pv_dj));
+        mma_bf16_m16n8k16(O[2 * np], pa[kk], b[0], b[1]);
+        mma_bf16_m16n8k16(O[2 * np + 1], pa[kk], b[2], b[3]);
+      }
+    }
+  }
+  cuda::cp_async_wait<0>();
+
+  // ---------------- epilogue ----------------
+  const bool direct = nsplit_g == 1;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 1);
+    l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 16 * rg + g + 8 * r;
+    if (row >= rows) continue;
+    const float l = l_part[r];
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    __nv_bfloat16* const dst = direct ? p.out + grp * p.o_sg + row * p.o_sh
+                                      : la.part_o + ((g_local * rows + row) * la.nsplit + split) * 512;
+#pragma unroll
+    for (int n = 0; n < 32; ++n) {
+      const int d = 256 * dh + 8 * n + 2 * c;
+      *reinterpret_cast<uint32_t*>(dst + d) = pack_bf16x2(O[n][2 * r] * inv, O[n][2 * r + 1] * inv);
+    }
+    if (dh == 0 && c == 0) {
+      const float lse2 = l > 0.f ? m_ref[r] + __log2f(l) : -INFINITY;
+      if (direct) {
+        if (p.lse != nullptr) p.lse[grp * p.l_sg + row * p.l_sh] = lse2 * 0.6931471805599453f;
+      } else {
+        la.part_lse[(g_local * rows + row) * la.nsplit + split] = lse2;
+      }
+    }
+  }
+  if (direct) return;
+  if (!last_to_arrive(la.counters + g_local * la.row_tiles + rt, nsplit_g, sFlag)) return;
+  combine_splits<C::kWarps, C::R / C::kWarps, false>(p, la, g_local, grp, row0, rows, nsplit_g);
+}
+
+}  // namespace
+
+std::size_t sparse_bf16_rowgroups_smem_bytes() { return RowGroupsCfg::SMEM; }
+
+void launch_sparse_bf16_rowgroups(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                                  cudaStream_t stream) {
+  auto* kernel = &mla_sparse_bf16_rowgroups_kernel;
+  static std::atomic<uint64_t> done{0};
+  cuda::allow_dynamic_smem(kernel, RowGroupsCfg::SMEM, device, done);
+  kernel<<<static_cast<unsigned>(grid), RowGroupsCfg::kThreads, RowGroupsCfg::SMEM, stream>>>(p, la);
+  LATTE_CUDA_CHECK_LAUNCH("mla_sparse_bf16_rowgroups_kernel");
+}
+
+}  // namespace latte::cuda_sparse_mla
