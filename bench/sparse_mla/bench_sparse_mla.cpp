@@ -119,7 +119,8 @@ struct Shape {
 
 constexpr int kBlock = 64;
 
-void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters) {
+// kernel_groups: the groups per call the kernel is made for (spec.max_tokens), 0 = the shape's own.
+void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters, int kernel_groups) {
   using namespace latte;
   const std::size_t tb = sh.fmt == CacheFormat::bf16 ? 1152 : 656;
   const std::size_t l2 = 60u << 20;
@@ -204,7 +205,7 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters)
   spec.block_size = kBlock;
   spec.topk = sh.decode ? 0 : sh.topk;
   spec.s_q = 1;
-  spec.max_tokens = groups;
+  spec.max_tokens = std::max<int64_t>(groups, kernel_groups);
   spec.scale = sh.scale;
   const DeviceInfo dev = describe_device("cuda:0");
   auto be = Registry::global().get("cuda.sparse_mla");
@@ -332,12 +333,12 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters)
   std::printf(
       "{\"name\":\"%s\",\"op\":\"%s\",\"fmt\":\"%s\",\"H\":%d,\"T\":%d,\"topk\":%d,\"ctx\":%d,"
       "\"time_us\":%.2f,\"sync_us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.2f,\"gbs\":%.1f,"
-      "\"roof_pct\":%.1f,\"ws_bytes\":%zu,\"rot\":%d}\n",
+      "\"roof_pct\":%.1f,\"ws_bytes\":%zu,\"rot\":%d,\"kernel_tokens\":%lld}\n",
       sh.name.c_str(), sh.decode ? "mla_decode" : "sparse_mla",
       sh.fmt == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla", sh.H, sh.T, sh.topk, sh.ctx, t_us,
       sync_us, graph_us, host_us,
       flops / (t_us * 1e-6) / 1e12, bytes / (t_us * 1e-6) / 1e9, 100.0 * roof_us / t_us,
-      kernel->workspace_bytes(), nrot);
+      kernel->workspace_bytes(), nrot, static_cast<long long>(spec.max_tokens));
   std::fflush(stdout);
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
@@ -398,9 +399,12 @@ int main(int argc, char** argv) {
   const float glm = 0.0625f, ds = 0.13523f;
   // LATTE_BENCH_TOKENS=a,b,...: the sparse decode token counts (default 1,32,128);
   // LATTE_BENCH_DENSE_BATCHES=a,b,...: the dense decode batches of both formats (default bf16
-  // 1,32,128 and fp8 32). For plan sweeps.
-  std::vector<int> decode_tokens = {1, 32, 128}, dense_bf16 = {1, 32, 128}, dense_fp8 = {32};
+  // 1,32,128 and fp8 32); LATTE_BENCH_KERNEL_TOKENS=n: every kernel made for n tokens (requests)
+  // per call, as an engine makes one for its largest batch, while each call keeps its own count
+  // (the plan's split and kernel follow the kernel's size). For plan sweeps.
+  std::vector<int> decode_tokens = {1, 32, 128}, dense_bf16 = {1, 32, 128}, dense_fp8 = {32}, kernel_tokens = {0};
   if (!counts_from_env("LATTE_BENCH_TOKENS", &decode_tokens)) return 2;
+  if (std::getenv("LATTE_BENCH_KERNEL_TOKENS") && !counts_from_env("LATTE_BENCH_KERNEL_TOKENS", &kernel_tokens)) return 2;
   if (std::getenv("LATTE_BENCH_DENSE_BATCHES")) {
     if (!counts_from_env("LATTE_BENCH_DENSE_BATCHES", &dense_bf16)) return 2;
     dense_fp8 = dense_bf16;
@@ -423,7 +427,7 @@ int main(int argc, char** argv) {
     shapes.push_back({"dsv3 dense decode fp8 B=" + std::to_string(B), true, CacheFormat::fp8_ds_mla, 128, B, 0, 32768, ds});
   for (const Shape& sh : shapes) {
     if (only && sh.name.find(only) == std::string::npos) continue;
-    run_shape(sh, c, s, iters);
+    run_shape(sh, c, s, iters, kernel_tokens.front());
   }
   CK(cudaStreamDestroy(s));
   return 0;

@@ -740,15 +740,8 @@ struct DecodeCase {
   std::vector<int> lens;  // per request (cycled)
 };
 
-TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
+void run_decode_cases(const std::vector<DecodeCase>& cases, const std::string& tag) {
   Runner run;
-  const std::vector<DecodeCase> cases = {
-      {CacheFormat::bf16, 16, 1, 64, 3, {1, 700, 2500}},
-      {CacheFormat::fp8_ds_mla, 8, 4, 16, 3, {4, 1111, 3000}},
-      {CacheFormat::fp8_ds_mla, 128, 1, 64, 2, {2049, 64}},
-      {CacheFormat::bf16, 40, 2, 1, 2, {33, 5000}},
-      {CacheFormat::fp8_ds_mla, 64, 3, 64, 2, {4500, 3}},
-  };
   uint32_t seed = 77;
   for (const DecodeCase& c : cases) {
     std::mt19937 rng(seed++);
@@ -797,7 +790,7 @@ TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
     auto k = run.make(sp);
     const std::size_t nrows = static_cast<std::size_t>(c.B) * rows;
     const Result r = run.run(*k, a, nrows * 512, nrows);
-    const std::string what = std::string("decode ") + (c.fmt == CacheFormat::bf16 ? "bf16" : "fp8") +
+    const std::string what = tag + "decode " + (c.fmt == CacheFormat::bf16 ? "bf16" : "fp8") +
                              " H=" + std::to_string(c.H) + " s_q=" + std::to_string(c.s_q) +
                              " bs=" + std::to_string(c.bs);
     expect_all_written(r, what);
@@ -856,6 +849,33 @@ TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
   }
 }
 
+TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
+  run_decode_cases({
+                       {CacheFormat::bf16, 16, 1, 64, 3, {1, 700, 2500}},
+                       {CacheFormat::fp8_ds_mla, 8, 4, 16, 3, {4, 1111, 3000}},
+                       {CacheFormat::fp8_ds_mla, 128, 1, 64, 2, {2049, 64}},
+                       {CacheFormat::bf16, 40, 2, 1, 2, {33, 5000}},
+                       {CacheFormat::fp8_ds_mla, 64, 3, 64, 2, {4500, 3}},
+                       {CacheFormat::bf16, 128, 1, 16, 9, {2049, 300, 1, 4097}},
+                   },
+                   "");
+}
+
+// bf16 decode through the row-group kernel (forced; by default it takes 64 / 128 rows in kernels
+// for more than 8 requests): causal rows of s_q > 1 queries, rows past the call's, splits, block
+// sizes.
+TEST_F(CudaSparseMla, RowGroupsDecodeVsOracle) {
+  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
+  run_decode_cases({
+                       {CacheFormat::bf16, 16, 1, 64, 3, {1, 700, 2500}},
+                       {CacheFormat::bf16, 40, 2, 1, 2, {33, 5000}},
+                       {CacheFormat::bf16, 128, 1, 16, 2, {2049, 300}},
+                       {CacheFormat::bf16, 16, 4, 64, 3, {4, 1111, 4500}},
+                   },
+                   "row groups ");
+  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
+}
+
 // Small problems for compute-sanitizer (memcheck, racecheck): both formats, every configuration
 // of the row-tile kernel (forced through the LATTE_CUDA_SPARSE_MLA_* tuning variables) and the
 // few-heads kernel, splits, padding.
@@ -900,7 +920,8 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
 }
 
 // Small problems for compute-sanitizer through the row-group kernel (forced): whole CTAs (64 and
-// 128 heads) and CTAs with row groups past the heads (40 and 5 heads), with splits and padding.
+// 128 heads; decode 2 x 32 rows) and CTAs with row groups past the rows (40 and 5 heads; decode
+// 2 x 40 rows), with splits and padding.
 void run_row_groups_small(const std::vector<SparseCase>& cases) {
   Runner run;
   setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
@@ -916,6 +937,9 @@ TEST_F(CudaSparseMla, SanitizerRowGroupsWhole) {
   padded.empty = {1};
   run_row_groups_small({SparseCase{CacheFormat::bf16, 64, 700, 16, 3, padded},
                         SparseCase{CacheFormat::bf16, 128, 300, 64, 2, padded}});
+  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
+  run_decode_cases({{CacheFormat::bf16, 32, 2, 16, 2, {300, 1000}}}, "row groups ");
+  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
 }
 
 TEST_F(CudaSparseMla, SanitizerRowGroupsPartial) {
@@ -923,6 +947,9 @@ TEST_F(CudaSparseMla, SanitizerRowGroupsPartial) {
   padded.empty = {1};
   run_row_groups_small({SparseCase{CacheFormat::bf16, 40, 700, 16, 3, padded},
                         SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded}});
+  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
+  run_decode_cases({{CacheFormat::bf16, 40, 2, 1, 2, {33, 700}}}, "row groups ");
+  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
 }
 
 // Host-only: 16-row tiles run 3 CTAs per SM when the grid is more than one wave of 2 and the
@@ -1082,9 +1109,9 @@ TEST(CudaSparseMlaPlan, FewHeadsKernelRule) {
   EXPECT_LE(cuda_sparse_mla::sparse_fp8_fewheads_smem_bytes(), 101376u);
 }
 
-// Host-only: the row-group kernel serves bf16 sparse calls whose heads are a multiple of 64 in
-// kernels made for more than 8 groups (or of unknown size): 64-row tiles, one CTA per SM, no dim
-// split; never fp8, dense decode, other head counts or small-call kernels, unless forced (fp8
+// Host-only: the row-group kernel serves bf16 calls (sparse and dense decode) whose rows are a
+// multiple of 64 in kernels made for more than 8 groups (or of unknown size): 64-row tiles, one
+// CTA per SM, no dim split; never fp8, other row counts or small-call kernels, unless forced (fp8
 // never).
 TEST(CudaSparseMlaPlan, RowGroupsKernelRule) {
   cuda_sparse_mla::MlaParams p;
@@ -1105,9 +1132,15 @@ TEST(CudaSparseMlaPlan, RowGroupsKernelRule) {
         EXPECT_FALSE(plan.few_heads);
       }
     }
+  // its splits: 1024 tokens for decode batches (small calls in a kernel for many stay fast), 2048
+  // for prefill chunks; dense decode 2048
   p.heads = 64;
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 128).chunk, 1024);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 4096).chunk, 2048);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 32).chunk, 512);
   cuda_sparse_mla::Tuning off;
   off.row_tile_only = 1;
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, off, 128).chunk, 2048);
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, off, kLargeCalls).row_groups);
   cuda_sparse_mla::Tuning on;
   on.row_groups = 1;
@@ -1118,12 +1151,21 @@ TEST(CudaSparseMlaPlan, RowGroupsKernelRule) {
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).row_groups);
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, on, kLargeCalls).row_groups);
   p.format = cuda_sparse_mla::KvFormat::bf16;
-  p.decode = true;  // dense decode keeps the row-tile kernel
+  p.decode = true;  // dense decode: rows = s_q x heads
   p.s_q = 1;
+  p.heads = 128;
   p.max_blocks = 64;
   p.block_size = 64;
-  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, on, kLargeCalls).row_groups);
-  EXPECT_LE(cuda_sparse_mla::sparse_bf16_rowgroups_smem_bytes(), 101376u);
+  EXPECT_TRUE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).row_groups);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).chunk, 2048);
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, off, kLargeCalls).chunk, 4096);
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 8).row_groups);
+  p.heads = 16;
+  p.s_q = 4;
+  EXPECT_TRUE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).row_groups);
+  p.s_q = 3;
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).row_groups);
+  EXPECT_LE(cuda_sparse_mla::bf16_rowgroups_smem_bytes(), 101376u);
 }
 
 // Host-only: a sparse call's split (chunk, splits per token) depends on heads and topk, never

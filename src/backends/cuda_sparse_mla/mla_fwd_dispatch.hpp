@@ -32,12 +32,11 @@ void launch_sparse_fp8_fewheads(int device, int64_t grid, const MlaParams& p, co
                                 cudaStream_t stream);
 std::size_t sparse_fp8_fewheads_smem_bytes();
 
-// The row-group kernel (mla_sparse_bf16_rowgroups_sm80.cu, see row_groups_kernel): sparse MLA
-// over the bf16 cache in tiles of kRowGroupsRows rows. `grid`: (groups of the launch) x row
-// tiles x splits.
-void launch_sparse_bf16_rowgroups(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
-                                  cudaStream_t stream);
-std::size_t sparse_bf16_rowgroups_smem_bytes();
+// The row-group kernel (mla_bf16_rowgroups_sm80.cu, see row_groups_kernel): sparse MLA and
+// dense decode over the bf16 cache in tiles of kRowGroupsRows rows. `grid`: (groups of the
+// launch) x row tiles x splits.
+void launch_bf16_rowgroups(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la, cudaStream_t stream);
+std::size_t bf16_rowgroups_smem_bytes();
 
 // `grid`: the CTAs of one dim part, (groups of the launch) x row tiles x splits.
 // `device`: the current CUDA device.

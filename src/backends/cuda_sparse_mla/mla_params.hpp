@@ -67,8 +67,8 @@ struct MlaPlan {
                         // dims (16-row tiles at 2 CTAs per SM); never changes a result bit
   bool few_heads = false;  // the few-heads kernel (fp8 sparse, at most 8 heads on the mma's N
                            // dimension, row_tiles 1); chosen by format and heads only
-  bool row_groups = false;  // the row-group kernel (bf16 sparse, 64-row tiles, warp pairs own
-                            // 16-row groups); chosen by format, heads and the kernel's size only
+  bool row_groups = false;  // the row-group kernel (bf16, 64-row tiles, warp pairs own 16-row
+                            // groups); chosen by format, rows and the kernel's size only
 };
 
 // Tuning hooks (environment variables), read once when a Kernel is made, not on every call:
@@ -77,8 +77,8 @@ struct MlaPlan {
 // 16-row tiles) and LATTE_CUDA_SPARSE_MLA_DIM_SPLIT=1|2 (output dims over 1 or 2 CTAs; 16-row
 // tiles at 2 CTAs per SM) and LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1 (every call takes the
 // row-tile kernel, none the few-heads or the row-group kernel: comparisons, tests),
-// LATTE_CUDA_SPARSE_MLA_ROW_GROUPS=1 (every bf16 sparse call takes the row-group kernel, whatever
-// its heads and the kernel's size: tests) (0 = not set: the default rule). Any other value throws invalid_argument.
+// LATTE_CUDA_SPARSE_MLA_ROW_GROUPS=1 (every bf16 call takes the row-group kernel, whatever its
+// rows and the kernel's size: tests) (0 = not set: the default rule). Any other value throws invalid_argument.
 struct Tuning {
   int chunk = 0;
   int row_tile = 0;
@@ -117,14 +117,14 @@ int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, con
 // LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1.
 inline constexpr int kFewHeadsMax = 8;
 bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device);
-// The row-group kernel (mla_sparse_bf16_rowgroups_sm80.cu) serves sparse calls over the bf16
-// cache whose rows are a multiple of kRowGroupsRows (64, 128 heads: whole CTAs, no padded row
-// computed), in kernels made for more than kSmallCallGroups groups or of unknown size
+// The row-group kernel (mla_bf16_rowgroups_sm80.cu) serves sparse and dense-decode calls over
+// the bf16 cache whose rows (s_q x heads) are a multiple of kRowGroupsRows (64, 128 heads: whole
+// CTAs, no padded row computed), in kernels made for more than kSmallCallGroups groups or of unknown size
 // (max_groups 0); one CTA per SM of 8 warps, 90 KB of shared memory, the same on every arch.
 // Not with LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1; LATTE_CUDA_SPARSE_MLA_ROW_GROUPS=1 takes it for
 // any rows (the last CTA's padded rows computed) and kernel size.
 inline constexpr int kRowGroupsRows = 64;
-bool row_groups_kernel(bool decode, KvFormat format, int rows, int64_t max_groups, const Tuning& tuning);
+bool row_groups_kernel(KvFormat format, int rows, int64_t max_groups, const Tuning& tuning);
 MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t workspace_bytes,
                   const Tuning& tuning, int64_t max_groups);
 std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,

@@ -70,8 +70,8 @@ Tuning tuning_from_env() {
   return t;
 }
 
-bool row_groups_kernel(bool decode, KvFormat format, int rows, int64_t max_groups, const Tuning& tuning) {
-  if (tuning.row_tile_only != 0 || decode || format != KvFormat::bf16) return false;
+bool row_groups_kernel(KvFormat format, int rows, int64_t max_groups, const Tuning& tuning) {
+  if (tuning.row_tile_only != 0 || format != KvFormat::bf16) return false;
   if (tuning.row_groups != 0) return true;
   return rows % kRowGroupsRows == 0 && (max_groups == 0 || max_groups > kSmallCallGroups);
 }
@@ -107,7 +107,13 @@ int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, con
   // Up to 8 requests keep 1024 (session 12, DeepSeek-V3 32K, chunk 1024 / 512 / 256, bf16 B=1:
   // 108 / 156 / 326 us, B=8: 485 / 559 / 767; fp8 B=1: 99 / 140 / 217: the combine of more
   // partials outweighs the shorter CTAs; 16-row tiles: the same at B=1, slower at B=2-8).
-  if (decode) return rows <= 16 || small_calls ? 1024 : 4096;
+  // The row-group kernel (one CTA per SM, a request's rows in whole CTAs) takes 2048 for more than
+  // 8 requests: at 4096 a lone request in a kernel for 128 ran 344 us against the row-tile
+  // kernel's 214; at 2048 it is faster than the row-tile kernel at every batch (session 13,
+  // DeepSeek-V3 32K, kernel for 128 requests, B = 1 / 8 / 32 / 128: 197 / 371 / 1405 / 5467 us
+  // against 214 / 434 / 1682 / 6586; 4096: 344 / 348 / 1339 / 5212).
+  const bool row_groups = row_groups_kernel(format, rows, max_groups, tuning);
+  if (decode) return rows <= 16 || small_calls ? 1024 : row_groups ? 2048 : 4096;
   // The few-heads kernel for more than 64 groups: 1024-token splits (about one wave of 2 CTAs
   // per SM at T = 128; session 11, GLM-5 TP8 fp8 T=128 chunk 256 / 512 / 1024: 82.8 / 74.5 /
   // 67.7 us; T = 32 keeps 256: 26.9 against 28.3 / 42.8).
@@ -117,7 +123,13 @@ int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, con
   // one per topk-2048 list, so no partials to write and combine (session 11, T=128, 1024 / 2048:
   // GLM-5 TP1 fp8 239.8 / 222.1 us, bf16 224.2 / 198.5; DeepSeek-V3.2 fp8 467.6 / 438.6, bf16
   // 430.8 / 386.2; session 10, prefill T=4096, 1024 / 2048: GLM-5 TP1 bf16 6530 / 6117).
-  if (max_groups > kMediumCallGroups) return 2048;
+  // The row-group kernel keeps 2048 for prefill chunks but takes 1024 for decode batches: with
+  // 2048 a call of a few tokens in a kernel for 128 has one CTA per 64 rows working through the
+  // whole list (GLM-5 TP1 bf16 T = 1 / 32: 158 us against the row-tile kernel's 100 / 115), with
+  // 1024 it is faster than the row-tile kernel at every T (93 / 95 us; T = 128 190 against 198,
+  // 164 at 2048; DeepSeek-V3.2 T = 32 / 128 99 / 366 against 150 / 388). Prefill T = 4096 at
+  // 1024: 5510 against 4937 us (session 13).
+  if (max_groups > kMediumCallGroups) return row_groups && !prefill_calls ? 1024 : 2048;
   if (max_groups == 1) return 128;
   if (small_calls) return 256;
   // 9-64 groups: 128 heads fill about one wave of 2 CTAs per SM with 1024-token splits (T=32:
@@ -191,10 +203,10 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   // format, heads and device only, like the split, so batch invariant.
   plan.few_heads = few_heads_kernel(p.decode, p.format, plan.rows, tuning, device);
   if (plan.few_heads) plan.row_tiles = 1;
-  // bf16 sparse calls of many heads: the row-group kernel (64-row tiles, one CTA per SM, no dim
+  // bf16 calls of 64 / 128 rows: the row-group kernel (64-row tiles, one CTA per SM, no dim
   // split, below). A function of format, heads and the kernel's size, like the split, so batch
   // invariant.
-  plan.row_groups = row_groups_kernel(p.decode, p.format, plan.rows, max_groups, tuning);
+  plan.row_groups = row_groups_kernel(p.format, plan.rows, max_groups, tuning);
   if (plan.row_groups) {
     plan.row_tile = kRowGroupsRows;
     plan.row_tiles = (plan.rows + kRowGroupsRows - 1) / kRowGroupsRows;
@@ -261,7 +273,7 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
     if (plan.few_heads) {
       launch_sparse_fp8_fewheads(device, grid, p, la, stream);
     } else if (plan.row_groups) {
-      launch_sparse_bf16_rowgroups(device, grid, p, la, stream);
+      launch_bf16_rowgroups(device, grid, p, la, stream);
     } else if (fp8) {
       launch_fwd_fp8(device, config, grid, p, la, stream);
     } else {

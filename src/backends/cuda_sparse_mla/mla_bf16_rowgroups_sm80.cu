@@ -1,9 +1,10 @@
-// Sparse MLA over the bf16 cache for many heads (GLM-5 at TP1: 64, DeepSeek-V3.2: 128): warp
-// pairs own whole 16-row groups, so a KV tile needs one block barrier and one barrier per warp
+// Sparse MLA and dense paged MLA decode over the bf16 cache for many heads (GLM-5 and Kimi-K2 at
+// TP1: 64, DeepSeek-V3 / V3.2: 128): warp pairs own whole 16-row groups, so a KV tile needs one block barrier and one barrier per warp
 // pair, and Q stays in registers for the whole CTA. sm_80 ... sm_120 (mma.sync, ldmatrix,
 // cp.async; 90 KB of shared memory). Design notes: docs/kernels/sparse_mla.md, "Row groups".
 //
-// One CTA = 8 warps = 64 rows (heads) of one query token x one split of its slot list, in tiles
+// One CTA = 8 warps = 64 rows of one group (a query token's heads; decode: a request's (query,
+// head) pairs) x one split of its token list, in tiles
 // of 32 tokens (cp.async into 2 stages of 32 x 1152 bytes: the tile being computed and the next;
 // 16-byte chunks XOR-swizzled by the token so that ldmatrix reads 8 tokens without bank
 // conflicts). Warp w = (row group rg = w / 2, half dh = w % 2). Per tile:
@@ -20,7 +21,7 @@
 // the kernel only when the heads fill whole CTAs; with warps skipping the math, racecheck
 // reported hazards between the gather and the PV reads). Every sum has a fixed order and
 // nothing depends on the other tokens of the call: bitwise deterministic and batch invariant
-// (the kernel is chosen by format, heads and the kernel's size only, mla_plan_launch.cu).
+// (the kernel is chosen by format, rows and the kernel's size only, mla_plan_launch.cu).
 // The fp8_ds_mla cache keeps the row-tile kernel: widening each tile into a bf16 copy here
 // measured slower and rounds K to bf16 (docs/kernels/sparse_mla.md).
 #include <cuda_bf16.h>
@@ -67,8 +68,13 @@ __device__ __forceinline__ uint32_t chunk_at(int t, int j) {
 // The barrier of row group rg's two warps (ids 1-4; 0 is __syncthreads).
 __device__ __forceinline__ void pair_barrier(int rg) { asm volatile("bar.sync %0, 64;\n" ::"r"(1 + rg) : "memory"); }
 
+// DECODE: dense paged decode (mla_decode): group = request, rows = (query i, head h) pairs
+// i * heads + h, the token list the request's positions 0 .. seq_len - 1 through its block table,
+// row (i, h) seeing positions up to seq_len - s_q + i. Else sparse: rows = heads, the token list
+// the group's slot indices.
+template <bool DECODE>
 __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
-    mla_sparse_bf16_rowgroups_kernel(const MlaParams p, const LaunchArgs la) {
+    mla_bf16_rowgroups_kernel(const MlaParams p, const LaunchArgs la) {
   using C = RowGroupsCfg;
   using namespace latte::cuda::sm80;
   using latte::cuda::mma_bf16_m16n8k16;
@@ -91,11 +97,22 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   const int rt = static_cast<int>(bid % la.row_tiles);
   const int64_t g_local = bid / la.row_tiles;
   const int64_t grp = la.group_begin + g_local;
-  const int rows = p.heads;  // sparse: s_q = 1
+  const int rows = p.s_q * p.heads;  // sparse: s_q = 1
   const int row0 = rt * C::R;
-  const int nsplit_g = la.nsplit;
+  int n_items = p.topk;
+  int seq_len = 0;
+  int nsplit_g = la.nsplit;
+  if constexpr (DECODE) {
+    const int64_t cap = static_cast<int64_t>(p.max_blocks) * p.block_size;
+    int64_t len = p.seq_lens[grp * p.sl_s];
+    len = len < 0 ? 0 : (len > cap ? cap : len);
+    seq_len = static_cast<int>(len);
+    n_items = seq_len;
+    nsplit_g = seq_len > 0 ? (seq_len + la.chunk - 1) / la.chunk : 1;
+    if (split >= nsplit_g) return;  // the whole block leaves together
+  }
   const int k_begin = split * la.chunk;
-  const int k_end = min(p.topk, k_begin + la.chunk);
+  const int k_end = min(n_items, k_begin + la.chunk);
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
   const int64_t num_slots = p.num_blocks * static_cast<int64_t>(p.block_size);
   const int bs_mask = p.block_size - 1;
@@ -106,15 +123,28 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   // row, so each copy instruction reads 128 contiguous bytes of four rows. Every thread of a
   // token fetches the token's slot index one tile ahead. ----
   const int tt = tid >> 3, sub = tid & 7;
-  const int32_t* const idx_thread = p.indices + grp * p.idx_s + k_begin + tt;
+  const int32_t* const idx_thread = DECODE ? nullptr : p.indices + grp * p.idx_s + k_begin + tt;
+  // sparse: the token's slot; decode: the block of its position
   auto fetch_index = [&](int tile) -> int {
     const int k = k_begin + tile * BN + tt;
-    return tile < n_tiles && k < k_end ? idx_thread[tile * BN] : -1;
+    if (tile >= n_tiles || k >= k_end) return -1;
+    if constexpr (DECODE) {
+      return p.block_table[grp * p.bt_s + (bs_shift >= 0 ? (k >> bs_shift) : k / p.block_size)];
+    } else {
+      return idx_thread[tile * BN];
+    }
   };
   auto issue_tile = [&](int tile, int stage, int raw) {
     const int k = k_begin + tile * BN + tt;
-    const bool valid = k < k_end && raw >= 0 && raw < num_slots;
-    const int64_t row_off = valid ? slot_row_offset(p, raw, linear_slots, bs_shift, bs_mask) : 0;
+    bool valid;
+    int64_t row_off;
+    if constexpr (DECODE) {
+      valid = k < k_end && raw >= 0 && raw < p.num_blocks;
+      row_off = valid ? raw * p.kv_sblock + (bs_shift >= 0 ? (k & bs_mask) : k % p.block_size) * p.kv_stok : 0;
+    } else {
+      valid = k < k_end && raw >= 0 && raw < num_slots;
+      row_off = valid ? slot_row_offset(p, raw, linear_slots, bs_shift, bs_mask) : 0;
+    }
     const uint8_t* const src = p.kv + row_off + 16 * sub;
     const uint32_t dst = cuda::smem_addr(sST) + stage * BN * C::ROWB;
 #pragma unroll
@@ -125,18 +155,33 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   int raw_next = fetch_index(1);
 
   // ---- Q as A fragments of rows 16 rg + (g, g + 8), dims 288 dh + 16 ks + (2c, 2c+1, 2c+8,
-  // 2c+9); rows past the call's heads are zero. Loaded before tile 0's gather is issued. ----
+  // 2c+9); rows past the call's rows are zero. Loaded before tile 0's gather is issued. ----
+  // Row r = i * heads + h: query i, head h (sparse: i = 0).
+  auto row_query = [&](int r) { return r / p.heads; };
   uint32_t qa[KSTEPS][4];
   {
-    const int h0 = row0 + 16 * rg + g, h1 = h0 + 8;
-    const __nv_bfloat16* const q0 = p.q + grp * p.q_sg + (h0 < rows ? h0 : 0) * p.q_sh + 288 * dh + 2 * c;
-    const __nv_bfloat16* const q1 = p.q + grp * p.q_sg + (h1 < rows ? h1 : 0) * p.q_sh + 288 * dh + 2 * c;
+    const int r0 = row0 + 16 * rg + g, r1 = r0 + 8;
+    auto q_row = [&](int r) {
+      const int i = r < rows ? row_query(r) : 0, h = r < rows ? r - i * p.heads : 0;
+      return p.q + grp * p.q_sg + i * p.q_si + h * p.q_sh + 288 * dh + 2 * c;
+    };
+    const __nv_bfloat16* const q0 = q_row(r0);
+    const __nv_bfloat16* const q1 = q_row(r1);
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
-      qa[ks][0] = h0 < rows ? *reinterpret_cast<const uint32_t*>(q0 + 16 * ks) : 0u;
-      qa[ks][1] = h1 < rows ? *reinterpret_cast<const uint32_t*>(q1 + 16 * ks) : 0u;
-      qa[ks][2] = h0 < rows ? *reinterpret_cast<const uint32_t*>(q0 + 16 * ks + 8) : 0u;
-      qa[ks][3] = h1 < rows ? *reinterpret_cast<const uint32_t*>(q1 + 16 * ks + 8) : 0u;
+      qa[ks][0] = r0 < rows ? *reinterpret_cast<const uint32_t*>(q0 + 16 * ks) : 0u;
+      qa[ks][1] = r1 < rows ? *reinterpret_cast<const uint32_t*>(q1 + 16 * ks) : 0u;
+      qa[ks][2] = r0 < rows ? *reinterpret_cast<const uint32_t*>(q0 + 16 * ks + 8) : 0u;
+      qa[ks][3] = r1 < rows ? *reinterpret_cast<const uint32_t*>(q1 + 16 * ks + 8) : 0u;
+    }
+  }
+  // decode: the last position rows g and g + 8 see (causal among the request's s_q queries)
+  int vis_lim[2] = {0x7fffffff, 0x7fffffff};
+  if constexpr (DECODE) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 16 * rg + g + 8 * r;
+      vis_lim[r] = seq_len - p.s_q + (row < rows ? row_query(row) : 0);
     }
   }
   if (n_tiles > 0) issue_tile(0, 0, raw0);
@@ -193,10 +238,16 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
     for (int n = 0; n < 4; ++n) {
       const float4 o = sX[((warp ^ 1) * 4 + n) * 32 + lane];
       const int2 ok = *reinterpret_cast<const int2*>(sValid + stage * BN + 8 * n + 2 * c);
-      x[n][0] = ok.x ? (acc[n][0] + o.x) * scale_log2 : -INFINITY;
-      x[n][1] = ok.y ? (acc[n][1] + o.y) * scale_log2 : -INFINITY;
-      x[n][2] = ok.x ? (acc[n][2] + o.z) * scale_log2 : -INFINITY;
-      x[n][3] = ok.y ? (acc[n][3] + o.w) * scale_log2 : -INFINITY;
+      bool v[4] = {ok.x != 0, ok.y != 0, ok.x != 0, ok.y != 0};  // (row g | g + 8) x (token, token + 1)
+      if constexpr (DECODE) {
+        const int pos = k_begin + j * BN + 8 * n + 2 * c;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[e] = v[e] && pos + (e & 1) <= vis_lim[e >> 1];
+      }
+      x[n][0] = v[0] ? (acc[n][0] + o.x) * scale_log2 : -INFINITY;
+      x[n][1] = v[1] ? (acc[n][1] + o.y) * scale_log2 : -INFINITY;
+      x[n][2] = v[2] ? (acc[n][2] + o.z) * scale_log2 : -INFINITY;
+      x[n][3] = v[3] ? (acc[n][3] + o.w) * scale_log2 : -INFINITY;
     }
 
     // ---------------- online softmax, lazy rescaling ----------------
@@ -263,9 +314,10 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   for (int r = 0; r < 2; ++r) {
     const int row = row0 + 16 * rg + g + 8 * r;
     if (row >= rows) continue;
+    const int i = row_query(row), h = row - i * p.heads;
     const float l = l_part[r];
     const float inv = l > 0.f ? 1.f / l : 0.f;
-    __nv_bfloat16* const dst = direct ? p.out + grp * p.o_sg + row * p.o_sh
+    __nv_bfloat16* const dst = direct ? p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh
                                       : la.part_o + ((g_local * rows + row) * la.nsplit + split) * 512;
 #pragma unroll
     for (int n = 0; n < 32; ++n) {
@@ -275,7 +327,7 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
     if (dh == 0 && c == 0) {
       const float lse2 = l > 0.f ? m_ref[r] + __log2f(l) : -INFINITY;
       if (direct) {
-        if (p.lse != nullptr) p.lse[grp * p.l_sg + row * p.l_sh] = lse2 * 0.6931471805599453f;
+        if (p.lse != nullptr) p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] = lse2 * 0.6931471805599453f;
       } else {
         la.part_lse[(g_local * rows + row) * la.nsplit + split] = lse2;
       }
@@ -286,17 +338,25 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   combine_splits<C::kWarps, C::R / C::kWarps, false>(p, la, g_local, grp, row0, rows, nsplit_g);
 }
 
-}  // namespace
-
-std::size_t sparse_bf16_rowgroups_smem_bytes() { return RowGroupsCfg::SMEM; }
-
-void launch_sparse_bf16_rowgroups(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
-                                  cudaStream_t stream) {
-  auto* kernel = &mla_sparse_bf16_rowgroups_kernel;
+template <bool DECODE>
+void launch_rowgroups(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la, cudaStream_t stream) {
+  auto* kernel = &mla_bf16_rowgroups_kernel<DECODE>;
   static std::atomic<uint64_t> done{0};
   cuda::allow_dynamic_smem(kernel, RowGroupsCfg::SMEM, device, done);
   kernel<<<static_cast<unsigned>(grid), RowGroupsCfg::kThreads, RowGroupsCfg::SMEM, stream>>>(p, la);
-  LATTE_CUDA_CHECK_LAUNCH("mla_sparse_bf16_rowgroups_kernel");
+  LATTE_CUDA_CHECK_LAUNCH(DECODE ? "mla_bf16_rowgroups_kernel<decode>" : "mla_bf16_rowgroups_kernel<sparse>");
+}
+
+}  // namespace
+
+std::size_t bf16_rowgroups_smem_bytes() { return RowGroupsCfg::SMEM; }
+
+void launch_bf16_rowgroups(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la, cudaStream_t stream) {
+  if (p.decode) {
+    launch_rowgroups<true>(device, grid, p, la, stream);
+  } else {
+    launch_rowgroups<false>(device, grid, p, la, stream);
+  }
 }
 
 }  // namespace latte::cuda_sparse_mla
