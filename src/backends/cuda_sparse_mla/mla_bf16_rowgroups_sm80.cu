@@ -1,7 +1,7 @@
 // Sparse MLA and dense paged MLA decode over the bf16 cache for many heads (GLM-5 and Kimi-K2 at
-// TP1: 64, DeepSeek-V3 / V3.2: 128): warp pairs own whole 16-row groups, so a KV tile needs one block barrier and one barrier per warp
-// pair, and Q stays in registers for the whole CTA. sm_80 ... sm_120 (mma.sync, ldmatrix,
-// cp.async; 90 KB of shared memory). Design notes: docs/kernels/sparse_mla.md, "Row groups".
+// TP1: 64, DeepSeek-V3 / V3.2: 128): warp pairs own whole 16-row groups, so a KV tile needs one
+// block barrier and one barrier per warp pair, and Q stays in registers for the whole CTA.
+// sm_80 ... sm_120 (mma.sync, ldmatrix, cp.async; 90 KB of shared memory). Design notes: docs/kernels/sparse_mla.md, "Row groups".
 //
 // One CTA = 8 warps = 64 rows of one group (a query token's heads; decode: a request's (query,
 // head) pairs) x one split of its token list, in tiles

@@ -78,7 +78,8 @@ struct MlaPlan {
 // tiles at 2 CTAs per SM) and LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1 (every call takes the
 // row-tile kernel, none the few-heads or the row-group kernel: comparisons, tests),
 // LATTE_CUDA_SPARSE_MLA_ROW_GROUPS=1 (every bf16 call takes the row-group kernel, whatever its
-// rows and the kernel's size: tests) (0 = not set: the default rule). Any other value throws invalid_argument.
+// rows and the kernel's size: tests) (0 = not set: the default rule). Any other value throws
+// invalid_argument.
 struct Tuning {
   int chunk = 0;
   int row_tile = 0;
@@ -119,8 +120,8 @@ inline constexpr int kFewHeadsMax = 8;
 bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device);
 // The row-group kernel (mla_bf16_rowgroups_sm80.cu) serves sparse and dense-decode calls over
 // the bf16 cache whose rows (s_q x heads) are a multiple of kRowGroupsRows (64, 128 heads: whole
-// CTAs, no padded row computed), in kernels made for more than kSmallCallGroups groups or of unknown size
-// (max_groups 0); one CTA per SM of 8 warps, 90 KB of shared memory, the same on every arch.
+// CTAs, no padded row computed), in kernels made for more than kSmallCallGroups groups or of
+// unknown size (max_groups 0); one CTA per SM of 8 warps, 90 KB of shared memory on every arch.
 // Not with LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1; LATTE_CUDA_SPARSE_MLA_ROW_GROUPS=1 takes it for
 // any rows (the last CTA's padded rows computed) and kernel size.
 inline constexpr int kRowGroupsRows = 64;

@@ -204,8 +204,8 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   plan.few_heads = few_heads_kernel(p.decode, p.format, plan.rows, tuning, device);
   if (plan.few_heads) plan.row_tiles = 1;
   // bf16 calls of 64 / 128 rows: the row-group kernel (64-row tiles, one CTA per SM, no dim
-  // split, below). A function of format, heads and the kernel's size, like the split, so batch
-  // invariant.
+  // split, below). A function of format, rows and the kernel's size, like the split, so batch
+  // invariant. (LATTE_CUDA_SPARSE_MLA_ROW_TILE and _CTAS tune the row-tile kernel only.)
   plan.row_groups = row_groups_kernel(p.format, plan.rows, max_groups, tuning);
   if (plan.row_groups) {
     plan.row_tile = kRowGroupsRows;
