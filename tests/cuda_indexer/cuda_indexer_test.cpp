@@ -511,13 +511,6 @@ TEST_F(CudaIndexer, TiesGoToSmallerPositions) {
   }
 }
 
-// Sets an environment variable for the scope (the launchers read the test hooks per call).
-struct ScopedEnv {
-  const char* name;
-  ScopedEnv(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~ScopedEnv() { unsetenv(name); }
-};
-
 // The fused path's repair pass (the compaction kernel), forced for every token:
 // LATTE_CUDA_INDEXER_DEBUG=4 sets each token's admission threshold to its largest sampled
 // score, so fewer than topk candidates are admitted and the repair pass recomputes the row.

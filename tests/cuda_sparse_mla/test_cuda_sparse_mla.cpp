@@ -32,6 +32,7 @@ namespace latte {
 namespace {
 
 using testing::DeviceBuffer;
+using testing::ScopedEnv;
 
 constexpr float kGlmScale = 0.0625f;
 constexpr double kTol = 1e-2;
@@ -620,7 +621,8 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
                 "T=1: %d / %d / %d\n",
                 name_of(c).c_str(), plan_t.nsplit, plan_t.chunk, c.T, plan_t.row_tile, plan_t.ctas_per_sm,
                 plan_t.dim_split, plan_1.row_tile, plan_1.ctas_per_sm, plan_1.dim_split);
-    // the kernel (row tiles, few heads or row groups) depends on format and heads only
+    // the kernel (row tiles, few heads or row groups) depends on format, heads and the kernel's
+    // size, never on the call's
     EXPECT_EQ(plan_t.few_heads, plan_1.few_heads) << name_of(c);
     EXPECT_EQ(plan_t.row_groups, plan_1.row_groups) << name_of(c);
     EXPECT_EQ(plan_t.row_tile == cuda_sparse_mla::kRowGroupsRows, plan_t.row_groups) << name_of(c);
@@ -682,7 +684,7 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
 // are not a multiple of 16, splits and block sizes are all checked against the oracle.
 TEST_F(CudaSparseMla, RowGroupsKernelVsOracle) {
   Runner run;
-  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
+  const ScopedEnv forced("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1");
   uint32_t seed = 4321;
   for (const SparseCase& c : accuracy_cases()) {
     if (c.fmt != CacheFormat::bf16) continue;
@@ -699,7 +701,6 @@ TEST_F(CudaSparseMla, RowGroupsKernelVsOracle) {
       }
     }
   }
-  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
 }
 
 TEST_F(CudaSparseMla, CudaGraphCaptureReplay) {
@@ -865,7 +866,7 @@ TEST_F(CudaSparseMla, DecodeVsOracleAndSparse) {
 // for more than 8 requests): causal rows of s_q > 1 queries, rows past the call's, splits, block
 // sizes.
 TEST_F(CudaSparseMla, RowGroupsDecodeVsOracle) {
-  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
+  const ScopedEnv forced("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1");
   run_decode_cases({
                        {CacheFormat::bf16, 16, 1, 64, 3, {1, 700, 2500}},
                        {CacheFormat::bf16, 40, 2, 1, 2, {33, 5000}},
@@ -873,7 +874,6 @@ TEST_F(CudaSparseMla, RowGroupsDecodeVsOracle) {
                        {CacheFormat::bf16, 16, 4, 64, 3, {4, 1111, 4500}},
                    },
                    "row groups ");
-  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
 }
 
 // Small problems for compute-sanitizer (memcheck, racecheck): both formats, every configuration
@@ -922,34 +922,30 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
 // Small problems for compute-sanitizer through the row-group kernel (forced): whole CTAs (64 and
 // 128 heads; decode 2 x 32 rows) and CTAs with row groups past the rows (40 and 5 heads; decode
 // 2 x 40 rows), with splits and padding.
-void run_row_groups_small(const std::vector<SparseCase>& cases) {
+void run_row_groups_small(const std::vector<SparseCase>& cases, const DecodeCase& decode) {
+  const ScopedEnv forced("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1");
   Runner run;
-  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
   for (const SparseCase& c : cases) {
     auto s = setup_sparse(c, 3);
     run_vs_oracle(run, *s, "row groups " + name_of(c));
   }
-  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
+  run_decode_cases({decode}, "row groups ");
 }
 
 TEST_F(CudaSparseMla, SanitizerRowGroupsWhole) {
   IndexOpts padded;
   padded.empty = {1};
   run_row_groups_small({SparseCase{CacheFormat::bf16, 64, 700, 16, 3, padded},
-                        SparseCase{CacheFormat::bf16, 128, 300, 64, 2, padded}});
-  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
-  run_decode_cases({{CacheFormat::bf16, 32, 2, 16, 2, {300, 1000}}}, "row groups ");
-  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
+                        SparseCase{CacheFormat::bf16, 128, 300, 64, 2, padded}},
+                       {CacheFormat::bf16, 32, 2, 16, 2, {300, 1000}});
 }
 
 TEST_F(CudaSparseMla, SanitizerRowGroupsPartial) {
   IndexOpts padded;
   padded.empty = {1};
   run_row_groups_small({SparseCase{CacheFormat::bf16, 40, 700, 16, 3, padded},
-                        SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded}});
-  setenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1", 1);
-  run_decode_cases({{CacheFormat::bf16, 40, 2, 1, 2, {33, 700}}}, "row groups ");
-  unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS");
+                        SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded}},
+                       {CacheFormat::bf16, 40, 2, 1, 2, {33, 700}});
 }
 
 // Host-only: 16-row tiles run 3 CTAs per SM when the grid is more than one wave of 2 and the
