@@ -187,10 +187,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   int seq_len = 0;
   int nsplit_g = la.nsplit;
   if constexpr (DECODE) {
-    const int64_t cap = static_cast<int64_t>(p.max_blocks) * p.block_size;
-    int64_t len = p.seq_lens[grp * p.sl_s];
-    len = len < 0 ? 0 : (len > cap ? cap : len);
-    seq_len = static_cast<int>(len);
+    seq_len = decode_seq_len(p, grp);
     n_items = seq_len;
     nsplit_g = seq_len > 0 ? (seq_len + la.chunk - 1) / la.chunk : 1;
     if (split >= nsplit_g) return;  // the whole block leaves together

@@ -18,4 +18,11 @@ __device__ __forceinline__ int64_t slot_row_offset(const MlaParams& p, int slot,
   return (slot / p.block_size) * p.kv_sblock + (slot % p.block_size) * p.kv_stok;
 }
 
+// Dense decode: request grp's length, clamped to what its block table can address.
+__device__ __forceinline__ int decode_seq_len(const MlaParams& p, int64_t grp) {
+  const int64_t cap = static_cast<int64_t>(p.max_blocks) * p.block_size;
+  const int64_t len = p.seq_lens[grp * p.sl_s];
+  return static_cast<int>(len < 0 ? 0 : (len > cap ? cap : len));
+}
+
 }  // namespace latte::cuda_sparse_mla
