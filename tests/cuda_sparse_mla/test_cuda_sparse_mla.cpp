@@ -599,6 +599,10 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
   const std::vector<SparseCase> cases = {
       {CacheFormat::fp8_ds_mla, 64, 2048, 64, 96, IndexOpts{}},
       {CacheFormat::bf16, 128, 1000, 16, 64, IndexOpts{}},
+      // the row-group kernel with consecutive splits in one CTA for the batch and a CTA per split
+      // alone (all of a token's splits in one CTA; two of three)
+      {CacheFormat::bf16, 64, 2048, 64, 256, IndexOpts{}},
+      {CacheFormat::bf16, 128, 3000, 16, 30, IndexOpts{}},
       {CacheFormat::fp8_ds_mla, 8, 5000, 1, 64, IndexOpts{}},
       {CacheFormat::bf16, 40, 63, 64, 200, IndexOpts{}},
       {CacheFormat::bf16, 8, 2048, 16, 40, IndexOpts{}},
@@ -948,6 +952,17 @@ TEST_F(CudaSparseMla, SanitizerRowGroupsPartial) {
                        {CacheFormat::bf16, 40, 2, 1, 2, {33, 700}});
 }
 
+// Consecutive splits in one CTA (MlaPlan::chunks_per_cta 2 on the H200): 32-token splits cut a
+// 2048-token list into 64, and 3 tokens x 64 splits = 192 split CTAs overflow one wave, so each
+// CTA runs two splits back to back through the same shared-memory stages.
+TEST_F(CudaSparseMla, SanitizerRowGroupsPacked) {
+  const ScopedEnv chunk("LATTE_CUDA_SPARSE_MLA_CHUNK", "32");
+  IndexOpts padded;
+  padded.empty = {1};
+  run_row_groups_small({SparseCase{CacheFormat::bf16, 64, 2048, 16, 3, padded}},
+                       {CacheFormat::bf16, 32, 2, 16, 2, {300, 1000}});
+}
+
 // Host-only: 16-row tiles run 3 CTAs per SM when the grid is more than one wave of 2 and the
 // device holds 3 (the H200, not an A100), else 2; 32-row tiles always 2.
 TEST(CudaSparseMlaPlan, CtasPerSmRule) {
@@ -1142,6 +1157,23 @@ TEST(CudaSparseMlaPlan, RowGroupsKernelRule) {
   on.row_groups = 1;
   p.heads = 5;
   EXPECT_TRUE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, on, 1).row_groups);
+  // consecutive splits per CTA: the fewest that fit one wave, else all of a group's; 1 alone
+  p.heads = 64;
+  p.groups = 256;  // 2 splits of 1024
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 256).chunks_per_cta, 2);
+  p.groups = 1;
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 256).chunks_per_cta, 1);
+  p.heads = 128;
+  p.topk = 3000;
+  p.groups = 30;  // 3 splits of 1024 x 2 row tiles: 180 CTAs, 120 with two splits per CTA
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 30).chunks_per_cta, 2);
+  p.heads = 64;
+  p.topk = 2048;
+  p.groups = 3;  // SanitizerRowGroupsPacked's case: 64 splits of 32 tokens x 3 = 192 CTAs
+  cuda_sparse_mla::Tuning split32;  // as the test forces it: the kernel and 32-token splits
+  split32.chunk = 32;
+  split32.row_groups = 1;
+  EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, split32, 3).chunks_per_cta, 2);
   p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
   p.heads = 64;
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).row_groups);

@@ -4,7 +4,8 @@
 // sm_80 ... sm_120 (mma.sync, ldmatrix, cp.async; 90 KB of shared memory). Design notes: docs/kernels/sparse_mla.md, "Row groups".
 //
 // One CTA = 8 warps = 64 rows of one group (a query token's heads; decode: a request's (query,
-// head) pairs) x one split of its token list, in tiles
+// head) pairs) x one split of its token list, or several consecutive splits one after another
+// when a call's split CTAs would overflow one wave (LaunchArgs::chunks_per_cta), in tiles
 // of 32 tokens (cp.async into 2 stages of 32 x 1152 bytes: the tile being computed and the next;
 // 16-byte chunks XOR-swizzled by the token so that ldmatrix reads 8 tokens without bank
 // conflicts). Warp w = (row group rg = w / 2, half dh = w % 2). Per tile:
@@ -92,8 +93,12 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   const int rg = warp >> 1, dh = warp & 1;
 
   int64_t bid = blockIdx.x;
-  const int split = static_cast<int>(bid % la.nsplit);
-  bid /= la.nsplit;
+  // la.nsplit splits (chunks of la.chunk tokens) per group, la.chunks_per_cta consecutive ones per
+  // CTA: each chunk's partial is written and combined the same way whoever runs it
+  const int cpc = la.chunks_per_cta;
+  const int ctas = (la.nsplit + cpc - 1) / cpc;
+  const int part = static_cast<int>(bid % ctas);
+  bid /= ctas;
   const int rt = static_cast<int>(bid % la.row_tiles);
   const int64_t g_local = bid / la.row_tiles;
   const int64_t grp = la.group_begin + g_local;
@@ -106,53 +111,17 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
     seq_len = decode_seq_len(p, grp);
     n_items = seq_len;
     nsplit_g = seq_len > 0 ? (seq_len + la.chunk - 1) / la.chunk : 1;
-    if (split >= nsplit_g) return;  // the whole block leaves together
   }
-  const int k_begin = split * la.chunk;
-  const int k_end = min(n_items, k_begin + la.chunk);
-  const int n_tiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
+  const int ctas_g = (nsplit_g + cpc - 1) / cpc;
+  if (part >= ctas_g) return;  // the whole block leaves together
+  const int split_end = min(nsplit_g, (part + 1) * cpc);
   const int64_t num_slots = p.num_blocks * static_cast<int64_t>(p.block_size);
   const int bs_mask = p.block_size - 1;
   const int bs_shift = (p.block_size & bs_mask) == 0 ? __ffs(p.block_size) - 1 : -1;
   const bool linear_slots = p.kv_sblock == static_cast<int64_t>(p.block_size) * p.kv_stok;
 
-  // ---- gather: thread (token tt = tid / 8, sub = tid % 8) copies chunks sub + 8 i of its token's
-  // row, so each copy instruction reads 128 contiguous bytes of four rows. Every thread of a
-  // token fetches the token's slot index one tile ahead. ----
-  const int tt = tid >> 3, sub = tid & 7;
-  const int32_t* const idx_thread = DECODE ? nullptr : p.indices + grp * p.idx_s + k_begin + tt;
-  // sparse: the token's slot; decode: the block of its position
-  auto fetch_index = [&](int tile) -> int {
-    const int k = k_begin + tile * BN + tt;
-    if (tile >= n_tiles || k >= k_end) return -1;
-    if constexpr (DECODE) {
-      return p.block_table[grp * p.bt_s + (bs_shift >= 0 ? (k >> bs_shift) : k / p.block_size)];
-    } else {
-      return idx_thread[tile * BN];
-    }
-  };
-  auto issue_tile = [&](int tile, int stage, int raw) {
-    const int k = k_begin + tile * BN + tt;
-    bool valid;
-    int64_t row_off;
-    if constexpr (DECODE) {
-      valid = k < k_end && raw >= 0 && raw < p.num_blocks;
-      row_off = valid ? raw * p.kv_sblock + (bs_shift >= 0 ? (k & bs_mask) : k % p.block_size) * p.kv_stok : 0;
-    } else {
-      valid = k < k_end && raw >= 0 && raw < num_slots;
-      row_off = valid ? slot_row_offset(p, raw, linear_slots, bs_shift, bs_mask) : 0;
-    }
-    const uint8_t* const src = p.kv + row_off + 16 * sub;
-    const uint32_t dst = cuda::smem_addr(sST) + stage * BN * C::ROWB;
-#pragma unroll
-    for (int i = 0; i < C::CHUNKS / 8; ++i) cuda::cp_async_16_s(dst + chunk_at(tt, 8 * i + sub), src + 128 * i, valid);
-    if (sub == 0) sValid[stage * BN + tt] = valid ? 1 : 0;
-  };
-  const int raw0 = fetch_index(0);
-  int raw_next = fetch_index(1);
-
   // ---- Q as A fragments of rows 16 rg + (g, g + 8), dims 288 dh + 16 ks + (2c, 2c+1, 2c+8,
-  // 2c+9); rows past the call's rows are zero. Loaded before tile 0's gather is issued. ----
+  // 2c+9); rows past the call's rows are zero. Loaded once, for every chunk of the CTA. ----
   // Row r = i * heads + h: query i, head h (sparse: i = 0).
   auto row_query = [&](int r) { return r / p.heads; };
   uint32_t qa[KSTEPS][4];
@@ -181,157 +150,199 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
       vis_lim[r] = seq_len - p.s_q + (row < rows ? row_query(row) : 0);
     }
   }
-  if (n_tiles > 0) issue_tile(0, 0, raw0);
-  cuda::cp_async_commit();
-
-  // Softmax state of rows g, g + 8 (the same in the quad and in both warps of the pair).
-  float m_ref[2] = {-INFINITY, -INFINITY};
-  float l_part[2] = {0.f, 0.f};  // this lane's tokens only; reduced over the quad at the end
+  // Softmax state of rows g, g + 8 (the same in the quad and in both warps of the pair), reset per
+  // chunk.
+  float m_ref[2];
+  float l_part[2];  // this lane's tokens only; reduced over the quad at the end
   const float scale_log2 = p.scale * 1.4426950408889634f;
   float O[32][4];  // n tile n: dims 256 dh + 8n + (2c, 2c+1); rows g (0, 1) and g + 8 (2, 3)
-#pragma unroll
-  for (int n = 0; n < 32; ++n)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) O[n][e] = 0.f;
-
   // ldmatrix lane addresses (bytes inside a stage, before the chunk index):
   // QK (non-transposed): matrices (tokens 0-7, chunk j), (0-7, j+1), (8-15, j), (8-15, j+1)
   const int qk_tok = (lane & 7) + ((lane >> 4) << 3), qk_dj = (lane >> 3) & 1;
   // PV (transposed): matrices (tokens 0-7, chunk j), (8-15, j), (0-7, j+1), (8-15, j+1)
   const int pv_tok = (lane & 7) + (((lane >> 3) & 1) << 3), pv_dj = lane >> 4;
 
-  for (int j = 0; j < n_tiles; ++j) {
-    cuda::cp_async_wait<0>();
-    __syncthreads();  // tile j landed; every warp is done with tile j-1 (its stage, partials)
-    if (j + 1 < n_tiles) issue_tile(j + 1, (j + 1) % NSTAGE, raw_next);
-    cuda::cp_async_commit();
-    raw_next = fetch_index(j + 2);
-    const int stage = j % NSTAGE;
-    const uint32_t st_u32 = cuda::smem_addr(sST) + stage * BN * C::ROWB;
-
-    // ---------------- QK: this half's partial S ----------------
-    float acc[4][4];
-#pragma unroll
-    for (int n = 0; n < 4; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
-#pragma unroll
-    for (int ks = 0; ks < KSTEPS; ++ks) {
-      const int jc = 36 * dh + 2 * ks + qk_dj;  // chunk of dims 288 dh + 16 ks (+8)
-#pragma unroll
-      for (int n2 = 0; n2 < 2; ++n2) {  // tokens 16 n2 .. 16 n2 + 15
-        uint32_t b[4];
-        ldmatrix_x4(b, st_u32 + chunk_at(16 * n2 + qk_tok, jc));
-        mma_bf16_m16n8k16(acc[2 * n2], qa[ks], b[0], b[1]);
-        mma_bf16_m16n8k16(acc[2 * n2 + 1], qa[ks], b[2], b[3]);
-      }
-    }
-    // ---------------- exchange with the other half ----------------
-#pragma unroll
-    for (int n = 0; n < 4; ++n) sX[(warp * 4 + n) * 32 + lane] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
-    pair_barrier(rg);
-    float x[4][4];  // log2 units; -inf where the slot is invalid
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      const float4 o = sX[((warp ^ 1) * 4 + n) * 32 + lane];
-      const int2 ok = *reinterpret_cast<const int2*>(sValid + stage * BN + 8 * n + 2 * c);
-      bool v[4] = {ok.x != 0, ok.y != 0, ok.x != 0, ok.y != 0};  // (row g | g + 8) x (token, token + 1)
+  const bool direct = nsplit_g == 1;
+  for (int split = part * cpc; split < split_end; ++split) {
+    const int k_begin = split * la.chunk;
+    const int k_end = min(n_items, k_begin + la.chunk);
+    const int n_tiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
+    // ---- gather: thread (token tt = tid / 8, sub = tid % 8) copies chunks sub + 8 i of its token's
+    // row, so each copy instruction reads 128 contiguous bytes of four rows. Every thread of a
+    // token fetches the token's slot index one tile ahead. ----
+    const int tt = tid >> 3, sub = tid & 7;
+    const int32_t* const idx_thread = DECODE ? nullptr : p.indices + grp * p.idx_s + k_begin + tt;
+    // sparse: the token's slot; decode: the block of its position
+    auto fetch_index = [&](int tile) -> int {
+      const int k = k_begin + tile * BN + tt;
+      if (tile >= n_tiles || k >= k_end) return -1;
       if constexpr (DECODE) {
-        const int pos = k_begin + j * BN + 8 * n + 2 * c;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) v[e] = v[e] && pos + (e & 1) <= vis_lim[e >> 1];
+        return p.block_table[grp * p.bt_s + (bs_shift >= 0 ? (k >> bs_shift) : k / p.block_size)];
+      } else {
+        return idx_thread[tile * BN];
       }
-      x[n][0] = v[0] ? (acc[n][0] + o.x) * scale_log2 : -INFINITY;
-      x[n][1] = v[1] ? (acc[n][1] + o.y) * scale_log2 : -INFINITY;
-      x[n][2] = v[2] ? (acc[n][2] + o.z) * scale_log2 : -INFINITY;
-      x[n][3] = v[3] ? (acc[n][3] + o.w) * scale_log2 : -INFINITY;
-    }
+    };
+    auto issue_tile = [&](int tile, int stage, int raw) {
+      const int k = k_begin + tile * BN + tt;
+      bool valid;
+      int64_t row_off;
+      if constexpr (DECODE) {
+        valid = k < k_end && raw >= 0 && raw < p.num_blocks;
+        row_off = valid ? raw * p.kv_sblock + (bs_shift >= 0 ? (k & bs_mask) : k % p.block_size) * p.kv_stok : 0;
+      } else {
+        valid = k < k_end && raw >= 0 && raw < num_slots;
+        row_off = valid ? slot_row_offset(p, raw, linear_slots, bs_shift, bs_mask) : 0;
+      }
+      const uint8_t* const src = p.kv + row_off + 16 * sub;
+      const uint32_t dst = cuda::smem_addr(sST) + stage * BN * C::ROWB;
+#pragma unroll
+      for (int i = 0; i < C::CHUNKS / 8; ++i) cuda::cp_async_16_s(dst + chunk_at(tt, 8 * i + sub), src + 128 * i, valid);
+      if (sub == 0) sValid[stage * BN + tt] = valid ? 1 : 0;
+    };
+    const int raw0 = fetch_index(0);
+    int raw_next = fetch_index(1);
+    if (n_tiles > 0) issue_tile(0, 0, raw0);
+    cuda::cp_async_commit();
+    m_ref[0] = m_ref[1] = -INFINITY;
+    l_part[0] = l_part[1] = 0.f;
+#pragma unroll
+    for (int n = 0; n < 32; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) O[n][e] = 0.f;
+    for (int j = 0; j < n_tiles; ++j) {
+      cuda::cp_async_wait<0>();
+      __syncthreads();  // tile j landed; every warp is done with tile j-1 (its stage, partials)
+      if (j + 1 < n_tiles) issue_tile(j + 1, (j + 1) % NSTAGE, raw_next);
+      cuda::cp_async_commit();
+      raw_next = fetch_index(j + 2);
+      const int stage = j % NSTAGE;
+      const uint32_t st_u32 = cuda::smem_addr(sST) + stage * BN * C::ROWB;
 
-    // ---------------- online softmax, lazy rescaling ----------------
-    float mx[2];
+      // ---------------- QK: this half's partial S ----------------
+      float acc[4][4];
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(fmaxf(fmaxf(x[0][2 * r], x[0][2 * r + 1]), fmaxf(x[1][2 * r], x[1][2 * r + 1])),
-                    fmaxf(fmaxf(x[2][2 * r], x[2][2 * r + 1]), fmaxf(x[3][2 * r], x[3][2 * r + 1])));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    }
-    float alpha[2] = {1.f, 1.f};
+      for (int n = 0; n < 4; ++n)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (mx[r] > m_ref[r] + kLazyRescale) {
-        alpha[r] = fast_exp2(m_ref[r] - mx[r]);  // 0 when the reference was -inf
-        m_ref[r] = mx[r];
-        l_part[r] *= alpha[r];
+        for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
+#pragma unroll
+      for (int ks = 0; ks < KSTEPS; ++ks) {
+        const int jc = 36 * dh + 2 * ks + qk_dj;  // chunk of dims 288 dh + 16 ks (+8)
+#pragma unroll
+        for (int n2 = 0; n2 < 2; ++n2) {  // tokens 16 n2 .. 16 n2 + 15
+          uint32_t b[4];
+          ldmatrix_x4(b, st_u32 + chunk_at(16 * n2 + qk_tok, jc));
+          mma_bf16_m16n8k16(acc[2 * n2], qa[ks], b[0], b[1]);
+          mma_bf16_m16n8k16(acc[2 * n2 + 1], qa[ks], b[2], b[3]);
+        }
+      }
+      // ---------------- exchange with the other half ----------------
+#pragma unroll
+      for (int n = 0; n < 4; ++n) sX[(warp * 4 + n) * 32 + lane] = make_float4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]);
+      pair_barrier(rg);
+      float x[4][4];  // log2 units; -inf where the slot is invalid
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        const float4 o = sX[((warp ^ 1) * 4 + n) * 32 + lane];
+        const int2 ok = *reinterpret_cast<const int2*>(sValid + stage * BN + 8 * n + 2 * c);
+        bool v[4] = {ok.x != 0, ok.y != 0, ok.x != 0, ok.y != 0};  // (row g | g + 8) x (token, token + 1)
+        if constexpr (DECODE) {
+          const int pos = k_begin + j * BN + 8 * n + 2 * c;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) v[e] = v[e] && pos + (e & 1) <= vis_lim[e >> 1];
+        }
+        x[n][0] = v[0] ? (acc[n][0] + o.x) * scale_log2 : -INFINITY;
+        x[n][1] = v[1] ? (acc[n][1] + o.y) * scale_log2 : -INFINITY;
+        x[n][2] = v[2] ? (acc[n][2] + o.z) * scale_log2 : -INFINITY;
+        x[n][3] = v[3] ? (acc[n][3] + o.w) * scale_log2 : -INFINITY;
+      }
+
+      // ---------------- online softmax, lazy rescaling ----------------
+      float mx[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(fmaxf(fmaxf(x[0][2 * r], x[0][2 * r + 1]), fmaxf(x[1][2 * r], x[1][2 * r + 1])),
+                      fmaxf(fmaxf(x[2][2 * r], x[2][2 * r + 1]), fmaxf(x[3][2 * r], x[3][2 * r + 1])));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      }
+      float alpha[2] = {1.f, 1.f};
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        if (mx[r] > m_ref[r] + kLazyRescale) {
+          alpha[r] = fast_exp2(m_ref[r] - mx[r]);  // 0 when the reference was -inf
+          m_ref[r] = mx[r];
+          l_part[r] *= alpha[r];
+        }
+      }
+      if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
+#pragma unroll
+        for (int n = 0; n < 32; ++n) {
+          O[n][0] *= alpha[0];
+          O[n][1] *= alpha[0];
+          O[n][2] *= alpha[1];
+          O[n][3] *= alpha[1];
+        }
+      }
+      const float mu[2] = {m_ref[0] == -INFINITY ? 0.f : m_ref[0], m_ref[1] == -INFINITY ? 0.f : m_ref[1]};
+      uint32_t pa[2][4];  // P as the A fragments of tokens 16 kk .. 16 kk + 15
+#pragma unroll
+      for (int n = 0; n < 4; ++n) {
+        const float p0 = fast_exp2(x[n][0] - mu[0]), p1 = fast_exp2(x[n][1] - mu[0]);
+        const float p2 = fast_exp2(x[n][2] - mu[1]), p3 = fast_exp2(x[n][3] - mu[1]);
+        l_part[0] += p0 + p1;
+        l_part[1] += p2 + p3;
+        pa[n >> 1][2 * (n & 1)] = pack_bf16x2(p0, p1);
+        pa[n >> 1][2 * (n & 1) + 1] = pack_bf16x2(p2, p3);
+      }
+
+      // ---------------- PV: O[16 rows x 256 dims] += P V ----------------
+#pragma unroll
+      for (int kk = 0; kk < 2; ++kk) {
+#pragma unroll
+        for (int np = 0; np < 16; ++np) {  // dims 256 dh + 16 np .. + 15
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, st_u32 + chunk_at(16 * kk + pv_tok, 32 * dh + 2 * np + pv_dj));
+          mma_bf16_m16n8k16(O[2 * np], pa[kk], b[0], b[1]);
+          mma_bf16_m16n8k16(O[2 * np + 1], pa[kk], b[2], b[3]);
+        }
       }
     }
-    if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {
+    cuda::cp_async_wait<0>();
+
+    // ---------------- epilogue ----------------
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 1);
+      l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = row0 + 16 * rg + g + 8 * r;
+      if (row >= rows) continue;
+      const int i = row_query(row), h = row - i * p.heads;
+      const float l = l_part[r];
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      __nv_bfloat16* const dst = direct ? p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh
+                                        : la.part_o + ((g_local * rows + row) * la.nsplit + split) * 512;
 #pragma unroll
       for (int n = 0; n < 32; ++n) {
-        O[n][0] *= alpha[0];
-        O[n][1] *= alpha[0];
-        O[n][2] *= alpha[1];
-        O[n][3] *= alpha[1];
+        const int d = 256 * dh + 8 * n + 2 * c;
+        *reinterpret_cast<uint32_t*>(dst + d) = pack_bf16x2(O[n][2 * r] * inv, O[n][2 * r + 1] * inv);
+      }
+      if (dh == 0 && c == 0) {
+        const float lse2 = l > 0.f ? m_ref[r] + __log2f(l) : -INFINITY;
+        if (direct) {
+          if (p.lse != nullptr) p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] = lse2 * 0.6931471805599453f;
+        } else {
+          la.part_lse[(g_local * rows + row) * la.nsplit + split] = lse2;
+        }
       }
     }
-    const float mu[2] = {m_ref[0] == -INFINITY ? 0.f : m_ref[0], m_ref[1] == -INFINITY ? 0.f : m_ref[1]};
-    uint32_t pa[2][4];  // P as the A fragments of tokens 16 kk .. 16 kk + 15
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      const float p0 = fast_exp2(x[n][0] - mu[0]), p1 = fast_exp2(x[n][1] - mu[0]);
-      const float p2 = fast_exp2(x[n][2] - mu[1]), p3 = fast_exp2(x[n][3] - mu[1]);
-      l_part[0] += p0 + p1;
-      l_part[1] += p2 + p3;
-      pa[n >> 1][2 * (n & 1)] = pack_bf16x2(p0, p1);
-      pa[n >> 1][2 * (n & 1) + 1] = pack_bf16x2(p2, p3);
-    }
-
-    // ---------------- PV: O[16 rows x 256 dims] += P V ----------------
-#pragma unroll
-    for (int kk = 0; kk < 2; ++kk) {
-#pragma unroll
-      for (int np = 0; np < 16; ++np) {  // dims 256 dh + 16 np .. + 15
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, st_u32 + chunk_at(16 * kk + pv_tok, 32 * dh + 2 * np + pv_dj));
-        mma_bf16_m16n8k16(O[2 * np], pa[kk], b[0], b[1]);
-        mma_bf16_m16n8k16(O[2 * np + 1], pa[kk], b[2], b[3]);
-      }
-    }
-  }
-  cuda::cp_async_wait<0>();
-
-  // ---------------- epilogue ----------------
-  const bool direct = nsplit_g == 1;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 1);
-    l_part[r] += __shfl_xor_sync(0xffffffffu, l_part[r], 2);
-  }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 16 * rg + g + 8 * r;
-    if (row >= rows) continue;
-    const int i = row_query(row), h = row - i * p.heads;
-    const float l = l_part[r];
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    __nv_bfloat16* const dst = direct ? p.out + grp * p.o_sg + i * p.o_si + h * p.o_sh
-                                      : la.part_o + ((g_local * rows + row) * la.nsplit + split) * 512;
-#pragma unroll
-    for (int n = 0; n < 32; ++n) {
-      const int d = 256 * dh + 8 * n + 2 * c;
-      *reinterpret_cast<uint32_t*>(dst + d) = pack_bf16x2(O[n][2 * r] * inv, O[n][2 * r + 1] * inv);
-    }
-    if (dh == 0 && c == 0) {
-      const float lse2 = l > 0.f ? m_ref[r] + __log2f(l) : -INFINITY;
-      if (direct) {
-        if (p.lse != nullptr) p.lse[grp * p.l_sg + i * p.l_si + h * p.l_sh] = lse2 * 0.6931471805599453f;
-      } else {
-        la.part_lse[(g_local * rows + row) * la.nsplit + split] = lse2;
-      }
-    }
+    __syncthreads();  // every warp is done with the stages before the next chunk's gather
   }
   if (direct) return;
-  if (!last_to_arrive(la.counters + g_local * la.row_tiles + rt, nsplit_g, sFlag)) return;
+  if (ctas_g > 1 && !last_to_arrive(la.counters + g_local * la.row_tiles + rt, ctas_g, sFlag)) return;
+  // ctas_g == 1: this CTA wrote every partial (the barrier above makes them visible to it)
   combine_splits<C::kWarps, C::R / C::kWarps, false>(p, la, g_local, grp, row0, rows, nsplit_g);
 }
 

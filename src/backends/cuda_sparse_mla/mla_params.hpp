@@ -69,6 +69,9 @@ struct MlaPlan {
                            // dimension, row_tiles 1); chosen by format and heads only
   bool row_groups = false;  // the row-group kernel (bf16, 64-row tiles, warp pairs own 16-row
                             // groups); chosen by format, rows and the kernel's size only
+  int chunks_per_cta = 1;   // row groups: consecutive splits one CTA runs, each partial written
+                            // and combined as if by its own CTA; follows the call's size, never
+                            // changes a result bit
 };
 
 // Tuning hooks (environment variables), read once when a Kernel is made, not on every call:

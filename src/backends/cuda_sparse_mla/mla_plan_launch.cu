@@ -128,7 +128,11 @@ int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, con
   // whole list (GLM-5 TP1 bf16 T = 1 / 32: 158 us against the row-tile kernel's 100 / 115), with
   // 1024 it is faster than the row-tile kernel at every T (93 / 95 us; T = 128 190 against 198,
   // 164 at 2048; DeepSeek-V3.2 T = 32 / 128 99 / 366 against 150 / 388). Prefill T = 4096 at
-  // 1024: 5510 against 4937 us (session 13).
+  // 1024: 5510 against 4937 us (session 13). Since a CTA runs consecutive splits when a call's
+  // split CTAs overflow one wave (chunks_per_cta), T = 128 no longer pays a second wave: GLM-5
+  // T = 1 / 8 / 32 / 128 at 1024 88.6 / 89.3 / 90.6 / 169.5 us, at 512 55.6 / 57.0 / 62.7 / 188.1
+  // (DeepSeek-V3.2 T = 32 / 128: 94.6 / 329.6 at 1024, 104.8 / 366.1 at 512); prefill T = 4096
+  // at 1024 with two splits per CTA 5222 against 4602 at 2048 (the partials' traffic; session 14).
   if (max_groups > kMediumCallGroups) return row_groups && !prefill_calls ? 1024 : 2048;
   if (max_groups == 1) return 128;
   if (small_calls) return 256;
@@ -220,6 +224,17 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   plan.ctas_per_sm = row_tiles16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
   if (tuning.ctas != 0) plan.ctas_per_sm = row_tiles16 ? tuning.ctas : 2;  // test hook
   if (plan.row_groups) plan.ctas_per_sm = 1;
+  // Row groups: a call whose split CTAs would overflow one wave runs consecutive splits in one
+  // CTA (the fewest per CTA that fit one wave, else all of a group's), so a full batch needs no
+  // second wave while a small call keeps a CTA per split; the arithmetic is the split's either
+  // way (docs/kernels/sparse_mla.md, "Row groups"). Sparse only: a dense-decode request's splits
+  // follow its own length.
+  if (plan.row_groups && !p.decode && plan.nsplit > 1) {
+    const int64_t per_split = static_cast<int64_t>(p.groups) * plan.row_tiles;
+    int cpc = 1;
+    while (cpc < plan.nsplit && per_split * ((plan.nsplit + cpc - 1) / cpc) > sm_count) ++cpc;
+    plan.chunks_per_cta = cpc;
+  }
   // Far below one wave, a lone CTA per SM runs a chain of dependent phases per KV tile; two
   // CTAs per (group, row tile, split), each writing half of the output dims, halve its PV
   // phase (both compute every score) when the doubled grid still has one CTA per SM or fewer.
@@ -241,7 +256,8 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
     plan.slab = p.groups;
   }
   const int64_t max_grid = (int64_t{1} << 31) - 1;
-  const int64_t per_group_ctas = static_cast<int64_t>(plan.row_tiles) * plan.nsplit;
+  const int64_t per_group_ctas =
+      static_cast<int64_t>(plan.row_tiles) * ((plan.nsplit + plan.chunks_per_cta - 1) / plan.chunks_per_cta);
   plan.slab = std::max<int64_t>(1, std::min(plan.slab, max_grid / per_group_ctas));
   return plan;
 }
@@ -268,7 +284,8 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
       const std::size_t ncnt = static_cast<std::size_t>(n) * plan.row_tiles;
       LATTE_CUDA_TRY(cudaMemsetAsync(la.counters, 0, ncnt * sizeof(int), stream));
     }
-    const int64_t grid = n * plan.row_tiles * plan.nsplit;
+    la.chunks_per_cta = plan.chunks_per_cta;
+    const int64_t grid = n * plan.row_tiles * ((plan.nsplit + plan.chunks_per_cta - 1) / plan.chunks_per_cta);
     const FwdConfig config{plan.row_tile, plan.warps, plan.ctas_per_sm, plan.dim_split, p.decode};
     if (plan.few_heads) {
       launch_sparse_fp8_fewheads(device, grid, p, la, stream);

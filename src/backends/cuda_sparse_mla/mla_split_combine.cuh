@@ -24,6 +24,7 @@ struct LaunchArgs {
   __nv_bfloat16* part_o;
   float* part_lse;
   int* counters;  // [groups in slab][row_tiles], zero at launch
+  int chunks_per_cta = 1;  // the row-group kernel: consecutive splits run by one CTA (the others: 1)
 };
 
 // Called by every thread of the CTA after its partial is written: true in every thread of the
