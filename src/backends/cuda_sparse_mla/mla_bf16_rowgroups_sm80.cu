@@ -62,6 +62,10 @@ struct RowGroupsCfg {
 
 // Byte offset of 16-byte chunk j of token t inside a stage: chunks XOR-swizzled by t within
 // each group of 8 (128 bytes), so 8 consecutive tokens' chunk j sit in 8 different bank groups.
+// The swizzle changes only the low 3 bits of j, so chunk_at(t, j + 8 q) = chunk_at(t, j) + 128 q
+// and chunk_at(t + 16, j) = chunk_at(t, j) + 16 ROWB: a lane's ldmatrix and cp.async addresses are
+// a few bases computed once plus immediates (recomputing each swizzle cost 3 instructions per
+// ldmatrix).
 __device__ __forceinline__ uint32_t chunk_at(int t, int j) {
   return static_cast<uint32_t>(t * RowGroupsCfg::ROWB + 16 * ((j & ~7) | ((j ^ t) & 7)));
 }
@@ -161,6 +165,14 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   const int qk_tok = (lane & 7) + ((lane >> 4) << 3), qk_dj = (lane >> 3) & 1;
   // PV (transposed): matrices (tokens 0-7, chunk j), (8-15, j), (0-7, j+1), (8-15, j+1)
   const int pv_tok = (lane & 7) + (((lane >> 3) & 1) << 3), pv_dj = lane >> 4;
+  // k16 step ks = 4 q + m of QK reads chunk 36 dh + 2 ks + qk_dj: qk_at[m] + 128 q; PV's dims
+  // 16 np, np = 4 q + m, chunk 32 dh + 2 np + pv_dj: pv_at[m] + 128 q
+  uint32_t qk_at[4], pv_at[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    qk_at[m] = chunk_at(qk_tok, 36 * dh + 2 * m + qk_dj);
+    pv_at[m] = chunk_at(pv_tok, 32 * dh + 2 * m + pv_dj);
+  }
 
   const bool direct = nsplit_g == 1;
   for (int split = part * cpc; split < split_end; ++split) {
@@ -194,9 +206,9 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
         row_off = valid ? slot_row_offset(p, raw, linear_slots, bs_shift, bs_mask) : 0;
       }
       const uint8_t* const src = p.kv + row_off + 16 * sub;
-      const uint32_t dst = cuda::smem_addr(sST) + stage * BN * C::ROWB;
+      const uint32_t dst = cuda::smem_addr(sST) + stage * BN * C::ROWB + chunk_at(tt, sub);
 #pragma unroll
-      for (int i = 0; i < C::CHUNKS / 8; ++i) cuda::cp_async_16_s(dst + chunk_at(tt, 8 * i + sub), src + 128 * i, valid);
+      for (int i = 0; i < C::CHUNKS / 8; ++i) cuda::cp_async_16_s(dst + 128 * i, src + 128 * i, valid);  // chunk sub + 8 i
       if (sub == 0) sValid[stage * BN + tt] = valid ? 1 : 0;
     };
     const int raw0 = fetch_index(0);
@@ -226,11 +238,10 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
         for (int e = 0; e < 4; ++e) acc[n][e] = 0.f;
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
-        const int jc = 36 * dh + 2 * ks + qk_dj;  // chunk of dims 288 dh + 16 ks (+8)
 #pragma unroll
-        for (int n2 = 0; n2 < 2; ++n2) {  // tokens 16 n2 .. 16 n2 + 15
+        for (int n2 = 0; n2 < 2; ++n2) {  // tokens 16 n2 .. 16 n2 + 15, dims 288 dh + 16 ks (+8)
           uint32_t b[4];
-          ldmatrix_x4(b, st_u32 + chunk_at(16 * n2 + qk_tok, jc));
+          ldmatrix_x4(b, st_u32 + qk_at[ks & 3] + 128 * (ks >> 2) + 16 * n2 * C::ROWB);
           mma_bf16_m16n8k16(acc[2 * n2], qa[ks], b[0], b[1]);
           mma_bf16_m16n8k16(acc[2 * n2 + 1], qa[ks], b[2], b[3]);
         }
@@ -301,7 +312,7 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
 #pragma unroll
         for (int np = 0; np < 16; ++np) {  // dims 256 dh + 16 np .. + 15
           uint32_t b[4];
-          ldmatrix_x4_trans(b, st_u32 + chunk_at(16 * kk + pv_tok, 32 * dh + 2 * np + pv_dj));
+          ldmatrix_x4_trans(b, st_u32 + pv_at[np & 3] + 128 * (np >> 2) + 16 * kk * C::ROWB);
           mma_bf16_m16n8k16(O[2 * np], pa[kk], b[0], b[1]);
           mma_bf16_m16n8k16(O[2 * np + 1], pa[kk], b[2], b[3]);
         }
