@@ -29,6 +29,10 @@ class Kernel {
   // Validates `args` (latte/validate.hpp), then computes. Asynchronous on CUDA streams unless
   // RunContext::check_indices is set. Throws latte::Error.
   virtual void run(const OpArgs& args, const RunContext& ctx) = 0;
+  // OPTIONAL: one line on how this kernel computes a call of spec.max_tokens tokens (the kernel
+  // variant, its splits, what chose them), for `latte select` and `latte run`; empty when the
+  // backend has nothing to add.
+  [[nodiscard]] virtual std::string describe() const { return {}; }
 };
 
 class Backend {

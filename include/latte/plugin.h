@@ -107,7 +107,15 @@ typedef struct latte_backend_v1 {
   size_t (*workspace_bytes)(void* kernel);
   int (*run)(void* kernel, const latte_call_v1* call, char* error, size_t error_len);
   void (*destroy)(void* kernel);
+  /* OPTIONAL, appended after ABI version 1's first release (a plugin whose struct_size ends at
+   * `destroy` is still accepted and has none): one line on how the kernel computes, valid until
+   * the kernel is destroyed; NULL or "" for nothing to add (latte::Kernel::describe). */
+  const char* (*describe)(void* kernel);
 } latte_backend_v1;
+
+/* The size of latte_backend_v1 as ABI version 1 first shipped (up to `destroy`): the smallest
+ * struct_size the host accepts. */
+#define LATTE_BACKEND_V1_BASE_SIZE offsetof(latte_backend_v1, describe)
 
 typedef struct latte_plugin_v1 {
   uint32_t struct_size;

@@ -89,6 +89,11 @@ struct Selection {
   [[nodiscard]] std::string explain() const;
   // The same as JSON with stable keys (docs/architecture.md, "Selection JSON").
   [[nodiscard]] std::string to_json() const;
+  // What the chosen backend would run: Kernel::describe() of a kernel made for `spec` on
+  // `device` (described architectures work for backends whose make() needs no GPU, as the
+  // built-in ones). "" when nothing is chosen or the backend has nothing to add;
+  // "(not made for <device>: <why>)" when make() throws.
+  [[nodiscard]] std::string describe_kernel() const;
 };
 
 }  // namespace latte

@@ -34,6 +34,7 @@ struct StageReport {
   Op op = Op::sparse_mla;
   std::string backend;       // the backend that ran
   std::string rule;          // the policy rule that ranked it first
+  std::string kernel;        // Kernel::describe(): the variant and splits it ran (may be empty)
   double ms = 0;             // median time per run
   double rate = 0;           // throughput in `rate_unit`
   std::string rate_unit;     // "TFLOP/s", "GB/s"

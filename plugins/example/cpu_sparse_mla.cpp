@@ -79,6 +79,7 @@ int check_tensor(const latte_tensor_v1& t, const char* name, int32_t dtype, int 
 
 struct Kernel {
   int32_t num_heads;
+  char description[96];  // describe()'s line, valid while the kernel lives
 };
 
 int check_spec(const latte_spec_v1* spec, const latte_device_v1* device, latte_reason_sink_fn sink, void* state) {
@@ -95,8 +96,10 @@ int check_spec(const latte_spec_v1* spec, const latte_device_v1* device, latte_r
 
 int make_kernel(const latte_spec_v1* spec, const latte_device_v1* device, void** kernel, char* error, size_t error_len) {
   if (device->kind != LATTE_DEVICE_CPU) return fail(error, error_len, "example.cpu_sparse_mla runs on the CPU only");
-  Kernel* k = new (std::nothrow) Kernel{spec->num_heads};
+  Kernel* k = new (std::nothrow) Kernel{spec->num_heads, {}};
   if (!k) return fail(error, error_len, "out of memory");
+  std::snprintf(k->description, sizeof k->description, "one host thread, %d heads per token, float32 sums",
+                static_cast<int>(spec->num_heads));
   *kernel = k;
   return 0;
 }
@@ -107,6 +110,8 @@ size_t workspace_bytes(void* kernel) {
 }
 
 void destroy_kernel(void* kernel) { delete static_cast<Kernel*>(kernel); }
+
+const char* describe_kernel(void* kernel) { return static_cast<const Kernel*>(kernel)->description; }
 
 int run_sparse_mla(void* kernel_ptr, const latte_call_v1* call, char* error, size_t error_len) {
   const Kernel& kernel = *static_cast<const Kernel*>(kernel_ptr);
@@ -244,6 +249,7 @@ const latte_backend_v1 kBackends[] = {{
     workspace_bytes,
     run,
     destroy_kernel,
+    describe_kernel,
 }};
 
 const latte_plugin_v1 kPlugin = {

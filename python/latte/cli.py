@@ -127,11 +127,14 @@ def _cmd_select(a: argparse.Namespace) -> None:
             op=op, tokens=a.tokens, force=_split(a.force), exclude=_split(a.exclude),
             policy_path=a.policy, strict=False))
     if a.json:
-        dicts = [s.to_dict() for s in results]
+        dicts = [dict(s.to_dict(), kernel=s.describe_kernel()) for s in results]
         print(_dump(dicts[0] if len(dicts) == 1 else dicts))
     else:
         for s in results:
             print(s.explain())
+            kernel = s.describe_kernel()
+            if kernel:
+                print(f"kernel: {kernel}\n")
     if not all(s.ok for s in results):
         raise _CheckFailed()
 

@@ -128,6 +128,10 @@ void bind_selection(nb::module_& m) {
            "for refusing; then the nearest changes that would work when nothing is valid. The "
            "same text `latte select` prints.")
       .def("to_json", &Selection::to_json, "The decision as JSON (`latte select --json`).")
+      .def("describe_kernel", &Selection::describe_kernel,
+           "What the chosen backend would run (Kernel::describe() of a kernel made for this spec "
+           "and device: the kernel variant and its splits), the `kernel:` line of `latte select`; "
+           "'' when the backend has nothing to add.")
       .def("to_dict", [](const Selection& s) { return json_loads(s.to_json()); },
            "to_json() parsed into dicts and lists.")
       .def("__str__", &Selection::explain)

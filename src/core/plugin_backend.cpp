@@ -2,6 +2,7 @@
 // C structs of latte/plugin.h, and nothing a plugin throws escapes into the host.
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <cstring>
 #include <type_traits>
 #include <variant>
@@ -135,6 +136,20 @@ class PluginKernel final : public Kernel {
       desc_->destroy(kernel_);
     } catch (...) {
       // A destructor must not throw; a plugin that throws here leaks its kernel.
+    }
+  }
+
+  std::string describe() const override {
+    // OPTIONAL entry, present only in plugins whose struct reaches it
+    if (desc_->struct_size < offsetof(latte_backend_v1, describe) + sizeof desc_->describe || !desc_->describe) {
+      return {};
+    }
+    try {
+      const char* text = desc_->describe(kernel_);
+      return text ? std::string(text) : std::string();
+    } catch (...) {
+      throw Error(ErrorCode::plugin_error,
+                  fmt::format("plugin backend {} ({}) threw from describe()", id_, library_->path));
     }
   }
 

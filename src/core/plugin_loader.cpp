@@ -87,12 +87,20 @@ OpenedPlugin open_plugin(const std::string& path) {
   if (out.info.name.empty()) refuse(path, "its latte_plugin_v1.name is empty; give the plugin a name");
 
   std::set<std::string> ids;
+  // The array's stride is the plugin's sizeof(latte_backend_v1), which is smaller than this
+  // host's when the plugin was built before fields were appended: step by its struct_size.
+  const uint32_t stride = plugin->num_backends > 0 ? plugin->backends[0].struct_size : 0;
+  if (plugin->num_backends > 0 && stride < LATTE_BACKEND_V1_BASE_SIZE) {
+    refuse(path, fmt::format("backends[0] has struct_size {}, smaller than the {} bytes of ABI version 1",
+                             stride, LATTE_BACKEND_V1_BASE_SIZE));
+  }
   for (uint32_t i = 0; i < plugin->num_backends; ++i) {
-    const latte_backend_v1& desc = plugin->backends[i];
     const std::string where = fmt::format("backends[{}]", i);
-    if (desc.struct_size < sizeof(latte_backend_v1)) {
-      refuse(path, fmt::format("{} has struct_size {}, smaller than the {} bytes of ABI version 1",
-                               where, desc.struct_size, sizeof(latte_backend_v1)));
+    const auto& desc = *reinterpret_cast<const latte_backend_v1*>(
+        reinterpret_cast<const unsigned char*>(plugin->backends) + static_cast<std::size_t>(i) * stride);
+    if (desc.struct_size != stride) {
+      refuse(path, fmt::format("{} has struct_size {}, backends[0] {}; every entry of the array has "
+                               "sizeof(latte_backend_v1)", where, desc.struct_size, stride));
     }
     if (!desc.id) refuse(path, where + " has no id");
     const std::string id = desc.id;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "latte/error.hpp"
 #include "latte/selector.hpp"
 
 namespace latte {
@@ -118,6 +119,15 @@ std::string Selection::to_json() const {
         {{"field", sug.field}, {"value", sug.value}, {"backends", sug.backends}, {"text", sug.text}});
   }
   return root.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+std::string Selection::describe_kernel() const {
+  if (!ok() || !backend) return {};
+  try {
+    return backend->make(spec, device)->describe();
+  } catch (const Error& e) {
+    return fmt::format("(not made for {}: {})", device.label(), e.what());
+  }
 }
 
 }  // namespace latte

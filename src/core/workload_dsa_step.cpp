@@ -93,6 +93,7 @@ class StageRunner {
     report.rule = selection.valid.empty() ? std::string() : selection.valid.front().rule;
     if (progress) progress(fmt::format("{} on {} ({})", name, report.backend, report.rule));
     const std::unique_ptr<Kernel> kernel = selection.backend->make(spec, device_);
+    report.kernel = kernel->describe();
     WorkBuffer workspace(kernel->workspace_bytes(), device_.handle());
     RunContext ctx;
     ctx.workspace = workspace.bytes() ? workspace.view(DType::u8, {static_cast<int64_t>(workspace.bytes())}).data : nullptr;

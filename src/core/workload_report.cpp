@@ -45,6 +45,14 @@ std::string DsaStepReport::to_text() const {
                        fmt::format("{:.3g} {}", s.rate, s.rate_unit), s.check, w_check, fmt_error(s),
                        s.passed ? "ok" : "FAILED");
   }
+  bool any_kernel = false;
+  for (const StageReport& s : stages) any_kernel = any_kernel || !s.kernel.empty();
+  if (any_kernel) {
+    out += "\nkernels (what each backend ran, from Kernel::describe()):\n";
+    for (const StageReport& s : stages) {
+      if (!s.kernel.empty()) out += fmt::format("  {:<{}}  {}\n", s.name, w_stage, s.kernel);
+    }
+  }
   std::size_t ok = 0;
   for (const StageReport& s : stages) ok += s.passed ? 1 : 0;
   out += fmt::format("\n{} ({}/{} stages passed their check)\n", passed ? "PASSED" : "FAILED", ok,
@@ -71,6 +79,7 @@ std::string DsaStepReport::to_json() const {
                            {"op", std::string(to_string(s.op))},
                            {"backend", s.backend},
                            {"rule", s.rule},
+                           {"kernel", s.kernel},
                            {"time_ms", s.ms},
                            {"rate", s.rate},
                            {"rate_unit", s.rate_unit},

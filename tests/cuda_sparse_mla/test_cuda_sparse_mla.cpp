@@ -1275,5 +1275,44 @@ TEST(CudaSparseMlaCaps, DeclaredCapabilities) {
   EXPECT_FALSE(check(*be, sp, describe_device("sm_90")).empty());
 }
 
+// Host-only: Kernel::describe() names the kernel variant, the splits and the grid the plan gives
+// a call of the kernel's size, on described devices (no GPU needed to make the kernel).
+TEST(CudaSparseMlaCaps, DescribeNamesTheVariantAndTheSplits) {
+  auto be = Registry::global().find("cuda.sparse_mla");
+  if (!be) GTEST_SKIP() << "cuda.sparse_mla not built";
+  const auto starts = [](const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; };
+  AttentionSpec sp;
+  sp.op = Op::sparse_mla;
+  sp.num_heads = 64;
+  sp.kv_cache = CacheFormat::bf16;
+  sp.topk = 2048;
+  sp.max_tokens = 128;
+  EXPECT_EQ(be->make(sp, describe_device("sm_90"))->describe(),
+            "row-group kernel: 64 rows per CTA, 8 warps, 1 CTA per SM, bf16 mma.sync; 2 splits of 1024 tokens "
+            "per list, 2 consecutive splits per CTA; a call of 128 tokens: 128 CTAs on 132 SMs");
+  sp.max_tokens = 32;  // 32 x 2 = 64 split CTAs fit one wave: a CTA per split
+  EXPECT_EQ(be->make(sp, describe_device("sm_120"))->describe(),
+            "row-group kernel: 64 rows per CTA, 8 warps, 1 CTA per SM, bf16 mma.sync; 4 splits of 512 tokens "
+            "per list; a call of 32 tokens: 128 CTAs on 188 SMs");
+  sp.max_tokens = 1;  // single-token kernels keep the row-tile kernel
+  EXPECT_PRED2(starts, be->make(sp, describe_device("sm_90"))->describe(), "row-tile kernel: 16-row tiles");
+  sp.kv_cache = CacheFormat::fp8_ds_mla;
+  sp.num_heads = 8;
+  sp.max_tokens = 128;
+  EXPECT_PRED2(starts, be->make(sp, describe_device("sm_90"))->describe(),
+               "few-heads kernel: the 8 heads on the mma's N dimension");
+  // sm_120 holds one few-heads CTA per SM: the row-tile kernel until measured there
+  EXPECT_PRED2(starts, be->make(sp, describe_device("sm_120"))->describe(), "row-tile kernel:");
+  sp.op = Op::mla_decode;
+  sp.kv_cache = CacheFormat::bf16;
+  sp.num_heads = 128;
+  sp.topk = 0;
+  sp.s_q = 1;
+  sp.max_tokens = 32;
+  EXPECT_EQ(be->make(sp, describe_device("sm_90"))->describe(),
+            "row-group kernel: 64 rows per CTA, 8 warps, 1 CTA per SM, bf16 mma.sync; splits of 2048 positions, "
+            "as many as a request's length needs; a kernel for 32 requests per call");
+}
+
 }  // namespace
 }  // namespace latte

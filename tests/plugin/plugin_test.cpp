@@ -172,6 +172,7 @@ TEST_F(PluginTest, ExamplePluginIsSelectedThroughItsShippedRuleAndComputesCorrec
 
   auto kernel = s.backend->make(s.spec, s.device);
   EXPECT_EQ(kernel->workspace_bytes(), 0u);
+  EXPECT_EQ(kernel->describe(), "one host thread, 8 heads per token, float32 sums");  // OPTIONAL entry
   SparseCase c(1234);
   kernel->run(c.args(), RunContext{});
   c.expect_matches_float64();
@@ -293,6 +294,19 @@ INSTANTIATE_TEST_SUITE_P(
         BrokenCase{"latte_broken_bad_id", "backend id 'no_namespace' is not valid"},
         BrokenCase{"latte_broken_dup_builtin", "'test.builtin_backend' is already registered from built-in"}),
     [](const ::testing::TestParamInfo<BrokenCase>& info) { return std::string(info.param.library).substr(13); });
+
+// A plugin built before `describe` was appended: its array has the old stride, both backends
+// load, and their kernels describe nothing.
+TEST_F(PluginTest, PluginWithTheFirstVersion1LayoutLoadsWithoutDescribe) {
+  const PluginInfo info = context.load_plugin(LATTE_V1_BASE_PLUGIN);
+  EXPECT_EQ(info.backend_ids, (std::vector<std::string>{"old.first", "old.second"}));
+  for (const char* id : {"old.first", "old.second"}) {
+    const auto kernel = registry.get(id)->make(glm5_sparse(8), describe_device("cpu"));
+    EXPECT_EQ(kernel->describe(), "") << id;
+    EXPECT_EQ(kernel->workspace_bytes(), 0u) << id;
+  }
+  expect_host_works();
+}
 
 TEST_F(PluginTest, IdClashWithAnotherPluginNamesBothSources) {
   context.load_plugin(LATTE_EXAMPLE_PLUGIN);

@@ -20,6 +20,18 @@ def test_select_chooses_and_explains():
     assert str(s) == text
 
 
+def test_describe_kernel_names_what_the_chosen_backend_runs():
+    # cpu.reference has nothing to add; with a CUDA build, cuda.sparse_mla names its variant on a
+    # described sm_90 (no GPU needed to make the kernel).
+    assert latte.select("glm-5").describe_kernel() == ""
+    try:
+        s = latte.select("glm-5", device="sm_90", tokens=128)
+    except latte.NoValidBackendError:
+        pytest.skip("skipped: this latte build has no CUDA backends")
+    assert s.describe_kernel().startswith("row-group kernel: 64 rows per CTA")
+    assert "a call of 128 tokens" in s.describe_kernel()
+
+
 def test_select_default_op_follows_the_model():
     assert latte.select("glm-5").to_dict()["spec"]["op"] == "sparse_mla"
     assert latte.select("deepseek-v3").to_dict()["spec"]["op"] == "mla_decode"
@@ -99,4 +111,6 @@ def test_run_dsa_step_passes_and_reports_progress():
     assert report.passed, report.to_text()
     stages = [s["stage"] for s in report.to_dict()["stages"]]
     assert stages == ["kv_store", "indexer_k_store", "indexer_topk", "sparse_mla"]
+    # cpu.reference describes no kernel; a CUDA backend names its variant here
+    assert all(isinstance(s["kernel"], str) for s in report.to_dict()["stages"])
     assert lines and "PASSED" in report.to_text()

@@ -56,8 +56,15 @@ void add_select(CLI::App& app) {
     for (Op op : ops_to_select(*a, model)) {
       const Selection selection = Context::global().explain(attention_spec(model, op, attention), device, options);
       all_valid = all_valid && !selection.chosen.empty();
-      if (a->json) selections.push_back(nlohmann::json::parse(selection.to_json()));
-      else fmt::print("{}\n", selection.explain());
+      const std::string kernel = selection.describe_kernel();
+      if (a->json) {
+        nlohmann::json j = nlohmann::json::parse(selection.to_json());
+        j["kernel"] = kernel;
+        selections.push_back(std::move(j));
+      } else {
+        fmt::print("{}\n", selection.explain());
+        if (!kernel.empty()) fmt::print("kernel: {}\n\n", kernel);
+      }
     }
     if (a->json) fmt::print("{}\n", (selections.size() == 1 ? selections[0] : selections).dump(2));
     if (!all_valid) throw CLI::RuntimeError(1);

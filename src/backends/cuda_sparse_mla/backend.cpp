@@ -72,6 +72,21 @@ class CudaSparseMlaKernel final : public Kernel {
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
 
+  // The plan of a call of the kernel's size (a decode request spanning the workspace's context).
+  [[nodiscard]] std::string describe() const override {
+    MlaParams p;
+    p.decode = spec_.op == Op::mla_decode;
+    p.format = spec_.kv_cache == CacheFormat::fp8_ds_mla ? KvFormat::fp8_ds_mla : KvFormat::bf16;
+    p.s_q = p.decode ? std::max(1, spec_.s_q) : 1;
+    p.heads = std::max(1, spec_.num_heads);
+    p.topk = std::max(1, spec_.topk);
+    p.block_size = std::max(1, spec_.block_size);
+    p.max_blocks = p.decode ? (kWorkspaceContext + p.block_size - 1) / p.block_size : 0;
+    p.groups = static_cast<int>(std::max<int64_t>(1, max_groups_));
+    const MlaPlan plan = make_plan(p, device_, workspace_, tuning_, max_groups_);
+    return describe_plan(p, plan, device_, max_groups_);
+  }
+
   void run(const OpArgs& args, const RunContext& ctx) override {
     if (op_of(args) != spec_.op) {
       throw Error(ErrorCode::invalid_argument,

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace latte::cuda_sparse_mla {
 
@@ -133,6 +134,9 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
                   const Tuning& tuning, int64_t max_groups);
 std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
                                 int64_t max_groups, const Tuning& tuning, const PlanDevice& device);
+// One line for Kernel::describe(): the kernel variant, the splits and the grid of a call of
+// `max_groups` groups (0: not known) planned by make_plan.
+std::string describe_plan(const MlaParams& p, const MlaPlan& plan, const PlanDevice& device, int64_t max_groups);
 
 // Launches the main kernel (and the combine kernel when split) on `stream`. `workspace` must
 // hold at least plan.slab * plan.part_bytes_per_group bytes when plan.nsplit > 1.
