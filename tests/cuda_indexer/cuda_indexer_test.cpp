@@ -971,5 +971,30 @@ TEST_F(CudaIndexer, RowTopkSplitSmall) {
   check_rows(d, 2, n, 2048, "split small", true);
 }
 
+// Host-only: Kernel::describe() names the score kernel's matrix path of the described arch
+// (sm_80 bf16, sm_89 / sm_120 e4m3, sm_90 / sm_100 f16), the top-k and the per-call path rule.
+TEST(CudaIndexerDescribe, NamesTheMatrixPathAndThePathRule) {
+  auto be = Registry::global().find("cuda.indexer");
+  if (!be) GTEST_SKIP() << "skipped: cuda.indexer not built";
+  AttentionSpec spec;
+  spec.op = Op::indexer_topk;
+  spec.num_heads = 64;
+  spec.head_dim = 128;
+  spec.q_dtype = DType::e4m3;
+  spec.topk = 2048;
+  spec.max_tokens = 32;
+  const auto text = [&](const char* arch) { return be->make(spec, describe_device(arch))->describe(); };
+  EXPECT_EQ(text("sm_90"),
+            "scores by f16 mma.sync (q and K widened from e4m3) on sm_90; exact radix top-2048; per call: fused "
+            "(no [T, L] scores) for 1 query token, or up to 32 at contexts of 128K+, or when the workspace "
+            "holds no row of scores; else unfused");
+  EXPECT_EQ(text("sm_89").rfind("scores by mma.sync e4m3 on sm_89; exact radix top-2048", 0), 0u) << text("sm_89");
+  EXPECT_EQ(text("sm_80").rfind("scores by bf16 mma.sync (q and K widened exactly from e4m3) on sm_80", 0), 0u)
+      << text("sm_80");
+  spec.q_dtype = DType::bf16;
+  spec.op = Op::indexer_logits;
+  EXPECT_EQ(text("sm_120"), "scores by bf16 mma.sync (K widened exactly from e4m3) on sm_120; logits [T, L] written");
+}
+
 }  // namespace
 }  // namespace latte::testing

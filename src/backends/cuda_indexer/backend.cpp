@@ -156,7 +156,11 @@ void require_limits(const IndexerShape& s, const char* op) {
 class IndexerKernel final : public Kernel {
  public:
   IndexerKernel(const AttentionSpec& spec, const DeviceInfo& device)
-      : op_(spec.op), traits_(traits_of(device)) {
+      : op_(spec.op),
+        traits_(traits_of(device)),
+        q_fp8_(spec.q_dtype == DType::e4m3),
+        topk_(std::max(1, spec.topk)),
+        probed_(device.probed) {
     if (op_ == Op::indexer_topk) {
       const int64_t tokens = std::max<int64_t>(1, spec.max_tokens);
       const std::size_t fused = fused_workspace_bound(tokens, std::max(1, spec.topk),
@@ -171,6 +175,12 @@ class IndexerKernel final : public Kernel {
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
+
+  // The matrix path of the architecture the launchers will use (a probed device: the lower of
+  // its arch and the kernels' compiled one; a described one: its arch), the top-k, the path rule.
+  [[nodiscard]] std::string describe() const override {
+    return describe_indexer(op_ == Op::indexer_topk, q_fp8_, probed_ ? path_arch(traits_) : traits_.arch, topk_);
+  }
 
   void run(const OpArgs& args, const RunContext& ctx) override {
     const Op op = op_of(args);
@@ -211,6 +221,9 @@ class IndexerKernel final : public Kernel {
  private:
   Op op_;
   DeviceTraits traits_;
+  bool q_fp8_;
+  int topk_;
+  bool probed_;
   std::size_t workspace_ = 0;
 };
 

@@ -72,9 +72,8 @@ namespace {
 // than e4m3 mma.sync on the H200, docs/performance.md; sm_100 by analogy, not measured),
 // bf16 widening below sm_89. bf16 queries: bf16. LATTE_CUDA_INDEXER_MATH=fp8|f16|bf16 forces a
 // path where the device can run it (measurements, tests).
-int math_for(const IndexerProblem& p, const DeviceTraits& dev) {
-  const int arch = path_arch(dev);
-  if (!p.q_fp8 || arch < 89 || dev.force_bf16_math) return kMathBf16;
+int math_on(bool q_fp8, int arch, bool force_bf16) {
+  if (!q_fp8 || arch < 89 || force_bf16) return kMathBf16;
   const char* env = std::getenv("LATTE_CUDA_INDEXER_MATH");
   if (env && *env != '\0') {
     if (std::strcmp(env, "bf16") == 0) return kMathBf16;
@@ -84,6 +83,10 @@ int math_for(const IndexerProblem& p, const DeviceTraits& dev) {
                                                  " is not a matrix path; use fp8, f16 or bf16 (or unset it)");
   }
   return (arch == 90 || arch == 100) ? kMathF16 : kMathFp8;
+}
+
+int math_for(const IndexerProblem& p, const DeviceTraits& dev) {
+  return math_on(p.q_fp8, path_arch(dev), dev.force_bf16_math);
 }
 
 // Calls f.template run<MODE, MATH>() for a plan's mode and math (one kernel instantiation per
@@ -719,6 +722,27 @@ TopkPath env_path() {
 }
 
 }  // namespace
+
+std::string describe_indexer(bool topk_op, bool q_fp8, int arch, int topk) {
+  const int math = math_on(q_fp8, arch, false);
+  std::string out = math == kMathFp8   ? "scores by mma.sync e4m3"
+                    : math == kMathF16 ? "scores by f16 mma.sync (q and K widened from e4m3)"
+                                       : std::string("scores by bf16 mma.sync (") + (q_fp8 ? "q and " : "") +
+                                             "K widened exactly from e4m3)";
+  out += " on sm_" + std::to_string(arch);
+  if (!topk_op) return out + "; logits [T, L] written";
+  out += "; exact radix top-" + std::to_string(topk);
+  switch (env_path()) {
+    case TopkPath::fused:
+      return out + "; fused path (forced by LATTE_CUDA_INDEXER_PATH)";
+    case TopkPath::unfused:
+      return out + "; unfused path (forced by LATTE_CUDA_INDEXER_PATH)";
+    case TopkPath::automatic:
+      break;
+  }
+  return out + "; per call: fused (no [T, L] scores) for 1 query token, or up to 32 at contexts of 128K+, "
+               "or when the workspace holds no row of scores; else unfused";
+}
 
 void launch_indexer_logits(const IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
                            int64_t logits_len, const DeviceTraits& dev, void* stream) {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace latte::cuda_indexer {
 
@@ -55,6 +56,12 @@ struct DeviceTraits {
 [[nodiscard]] int path_arch(const DeviceTraits& dev);
 
 enum class TopkPath { automatic, fused, unfused };
+
+// Kernel::describe() of cuda.indexer for `op` (indexer_topk or indexer_logits): the score
+// kernel's matrix path on architecture `arch` (the one the launchers use: path_arch for a
+// probed device, the described arch otherwise), the top-k and the per-call path rule, with the
+// tuning variables that override them. Reads LATTE_CUDA_INDEXER_MATH / _PATH (throws on a bad value).
+[[nodiscard]] std::string describe_indexer(bool topk_op, bool q_fp8, int arch, int topk);
 
 // indexer_logits: logits [T, L] f32 with strides (ld_t, ld_s); -inf where not visible.
 void launch_indexer_logits(const IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
