@@ -107,6 +107,13 @@ struct IndexOpts {
   std::vector<int> empty;     // tokens whose row is all -1
 };
 
+// The default padding and out-of-range entries, and token 1's row all -1.
+IndexOpts row1_empty() {
+  IndexOpts o;
+  o.empty = {1};
+  return o;
+}
+
 std::vector<int32_t> make_indices(int64_t T, int topk, int64_t slots, const IndexOpts& o,
                                   std::mt19937& rng) {
   std::vector<int32_t> idx(static_cast<std::size_t>(T) * topk);
@@ -434,8 +441,7 @@ class CudaSparseMla : public ::testing::Test {
 // Each value of the sets appears in some case: H {1,5,8,16,40,64,128}, topk {1,63,100,
 // 2048,5000}, block size {1,16,64}, both formats, T {1,3,128,4096}.
 std::vector<SparseCase> accuracy_cases() {
-  IndexOpts padded;
-  padded.empty = {1};
+  const IndexOpts padded = row1_empty();
   IndexOpts dense;
   dense.pad = 0;
   dense.oob = 0;
@@ -897,8 +903,7 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
     setenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE", tile, 1);
     setenv("LATTE_CUDA_SPARSE_MLA_CTAS", ctas, 1);
     setenv("LATTE_CUDA_SPARSE_MLA_DIM_SPLIT", dims, 1);
-    IndexOpts padded;
-    padded.empty = {1};
+    const IndexOpts padded = row1_empty();
     for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 40, 700, 16, 3, padded},
                                 SparseCase{CacheFormat::bf16, 40, 700, 16, 3, padded},
                                 SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded},
@@ -914,8 +919,7 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
   unsetenv("LATTE_CUDA_SPARSE_MLA_CTAS");
   unsetenv("LATTE_CUDA_SPARSE_MLA_DIM_SPLIT");
   unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY");
-  IndexOpts padded;
-  padded.empty = {1};
+  const IndexOpts padded = row1_empty();
   for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 5, 300, 16, 3, padded},
                               SparseCase{CacheFormat::fp8_ds_mla, 8, 700, 1, 2, padded}}) {
     auto s = setup_sparse(c, 3);
@@ -937,16 +941,14 @@ void run_row_groups_small(const std::vector<SparseCase>& cases, const DecodeCase
 }
 
 TEST_F(CudaSparseMla, SanitizerRowGroupsWhole) {
-  IndexOpts padded;
-  padded.empty = {1};
+  const IndexOpts padded = row1_empty();
   run_row_groups_small({SparseCase{CacheFormat::bf16, 64, 700, 16, 3, padded},
                         SparseCase{CacheFormat::bf16, 128, 300, 64, 2, padded}},
                        {CacheFormat::bf16, 32, 2, 16, 2, {300, 1000}});
 }
 
 TEST_F(CudaSparseMla, SanitizerRowGroupsPartial) {
-  IndexOpts padded;
-  padded.empty = {1};
+  const IndexOpts padded = row1_empty();
   run_row_groups_small({SparseCase{CacheFormat::bf16, 40, 700, 16, 3, padded},
                         SparseCase{CacheFormat::bf16, 5, 33, 1, 2, padded}},
                        {CacheFormat::bf16, 40, 2, 1, 2, {33, 700}});
@@ -957,8 +959,7 @@ TEST_F(CudaSparseMla, SanitizerRowGroupsPartial) {
 // CTA runs two splits back to back through the same shared-memory stages.
 TEST_F(CudaSparseMla, SanitizerRowGroupsPacked) {
   const ScopedEnv chunk("LATTE_CUDA_SPARSE_MLA_CHUNK", "32");
-  IndexOpts padded;
-  padded.empty = {1};
+  const IndexOpts padded = row1_empty();
   run_row_groups_small({SparseCase{CacheFormat::bf16, 64, 2048, 16, 3, padded}},
                        {CacheFormat::bf16, 32, 2, 16, 2, {300, 1000}});
 }

@@ -114,7 +114,7 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   if constexpr (DECODE) {
     seq_len = decode_seq_len(p, grp);
     n_items = seq_len;
-    nsplit_g = seq_len > 0 ? (seq_len + la.chunk - 1) / la.chunk : 1;
+    nsplit_g = decode_nsplit(seq_len, la.chunk);
   }
   const int ctas_g = (nsplit_g + cpc - 1) / cpc;
   if (part >= ctas_g) return;  // the whole block leaves together

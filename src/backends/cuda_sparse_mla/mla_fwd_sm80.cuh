@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   if constexpr (DECODE) {
     seq_len = decode_seq_len(p, grp);
     n_items = seq_len;
-    nsplit_g = seq_len > 0 ? (seq_len + la.chunk - 1) / la.chunk : 1;
+    nsplit_g = decode_nsplit(seq_len, la.chunk);
     if (split >= nsplit_g) return;  // the whole block leaves together
   } else {
     n_items = p.topk;

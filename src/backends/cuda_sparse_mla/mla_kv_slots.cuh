@@ -25,4 +25,10 @@ __device__ __forceinline__ int decode_seq_len(const MlaParams& p, int64_t grp) {
   return static_cast<int>(len < 0 ? 0 : (len > cap ? cap : len));
 }
 
+// Dense decode: the splits of `chunk` positions a request of seq_len positions has (an empty
+// request keeps one, which writes its zero rows and -inf lse).
+__device__ __forceinline__ int decode_nsplit(int seq_len, int chunk) {
+  return seq_len > 0 ? (seq_len + chunk - 1) / chunk : 1;
+}
+
 }  // namespace latte::cuda_sparse_mla

@@ -73,6 +73,9 @@ struct MlaPlan {
   int chunks_per_cta = 1;   // row groups: consecutive splits one CTA runs, each partial written
                             // and combined as if by its own CTA; follows the call's size, never
                             // changes a result bit
+
+  // CTAs per (group, row tile) of one dim part: the splits, chunks_per_cta to a CTA.
+  [[nodiscard]] int split_ctas() const { return (nsplit + chunks_per_cta - 1) / chunks_per_cta; }
 };
 
 // Tuning hooks (environment variables), read once when a Kernel is made, not on every call:

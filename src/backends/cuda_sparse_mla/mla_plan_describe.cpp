@@ -37,8 +37,7 @@ std::string describe_plan(const MlaParams& p, const MlaPlan& plan, const PlanDev
                           : std::string("a kernel for any number of requests per call");
   } else {
     // a kernel of unknown size plans each call by its own size: shown for one token (p.groups)
-    const int64_t ctas = static_cast<int64_t>(p.groups) * plan.row_tiles * plan.dim_split *
-                         ((plan.nsplit + plan.chunks_per_cta - 1) / plan.chunks_per_cta);
+    const int64_t ctas = static_cast<int64_t>(p.groups) * plan.row_tiles * plan.dim_split * plan.split_ctas();
     call = fmt::format("{}a call of {} token{}: {} CTAs on {} SMs",
                        max_groups > 0 ? "" : "a kernel for calls of any size, tiles and CTAs per call; ",
                        p.groups, p.groups == 1 ? "" : "s", ctas, device.sm_count);

@@ -256,8 +256,7 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
     plan.slab = p.groups;
   }
   const int64_t max_grid = (int64_t{1} << 31) - 1;
-  const int64_t per_group_ctas =
-      static_cast<int64_t>(plan.row_tiles) * ((plan.nsplit + plan.chunks_per_cta - 1) / plan.chunks_per_cta);
+  const int64_t per_group_ctas = static_cast<int64_t>(plan.row_tiles) * plan.split_ctas();
   plan.slab = std::max<int64_t>(1, std::min(plan.slab, max_grid / per_group_ctas));
   return plan;
 }
@@ -285,7 +284,7 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
       LATTE_CUDA_TRY(cudaMemsetAsync(la.counters, 0, ncnt * sizeof(int), stream));
     }
     la.chunks_per_cta = plan.chunks_per_cta;
-    const int64_t grid = n * plan.row_tiles * ((plan.nsplit + plan.chunks_per_cta - 1) / plan.chunks_per_cta);
+    const int64_t grid = n * plan.row_tiles * plan.split_ctas();
     const FwdConfig config{plan.row_tile, plan.warps, plan.ctas_per_sm, plan.dim_split, p.decode};
     if (plan.few_heads) {
       launch_sparse_fp8_fewheads(device, grid, p, la, stream);
