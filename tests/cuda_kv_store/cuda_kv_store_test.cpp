@@ -176,5 +176,29 @@ TEST_F(CudaKvStore, CheckModeReportsBadSlot) {
   EXPECT_THROW(make("cuda.kv_store", Op::indexer_k_store, describe_device("cuda:0"))->run(d, ctx), Error);
 }
 
+// Host-only: Kernel::describe() says what each kernel writes and how, by op and cache format
+// (no GPU needed: the text depends only on the spec).
+TEST(CudaKvStoreDescribe, NamesTheRowLayoutPerOpAndFormat) {
+  auto be = Registry::global().find("cuda.kv_store");
+  if (!be) GTEST_SKIP() << "skipped: cuda.kv_store not built";
+  const DeviceInfo dev = describe_device("sm_120");
+  const auto text = [&](Op op, CacheFormat format) {
+    AttentionSpec spec;
+    spec.op = op;
+    spec.head_dim = op == Op::indexer_k_store ? kIndexDim : kQkDim;
+    spec.kv_cache = format;
+    return be->make(spec, dev)->describe();
+  };
+  const std::string fp8 = text(Op::kv_store, CacheFormat::fp8_ds_mla);
+  EXPECT_NE(fp8.find("4 groups of 128 latent values to e4m3"), std::string::npos) << fp8;
+  EXPECT_NE(fp8.find("656-byte row per slot"), std::string::npos) << fp8;
+  const std::string bf16 = text(Op::kv_store, CacheFormat::bf16);
+  EXPECT_NE(bf16.find("the 576 bf16 values copied"), std::string::npos) << bf16;
+  const std::string k = text(Op::indexer_k_store, CacheFormat::bf16);
+  EXPECT_NE(k.find("128 values to e4m3 with one f32 scale"), std::string::npos) << k;
+  const std::string slots = text(Op::logical_to_slots, CacheFormat::bf16);
+  EXPECT_NE(slots.find("one thread per (token, position)"), std::string::npos) << slots;
+}
+
 }  // namespace
 }  // namespace latte::testing

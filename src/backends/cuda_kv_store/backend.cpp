@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cuda/check.cuh"
@@ -44,10 +45,34 @@ void check_slot_mapping(const TensorView& sm, int64_t tokens, int64_t num_slots,
   check_values_in_range(host.data(), tokens, 1, -1, num_slots - 1, what, "-1 (skip) or a slot of the cache");
 }
 
+// Kernel::describe(): what the kernel made for `op` (and, for kv_store, the cache format) writes
+// and how (kv_store_kernels.cu).
+std::string describe_cache_write(Op op, CacheFormat format) {
+  switch (op) {
+    case Op::kv_store:
+      return format == CacheFormat::fp8_ds_mla
+                 ? "one warp per token: 4 groups of 128 latent values to e4m3 with an f32 scale each (amax / 448, "
+                   "or the power of two at or above it when the call asks for pow2 scales), the 64 rope values kept bf16: one "
+                   "656-byte row per slot, bit-identical to formats.hpp; slot -1 or outside the cache skips the token"
+                 : "one warp per token: the 576 bf16 values copied into the slot's row (16-byte stores when every "
+                   "row is 16-byte aligned); slot -1 or outside the cache skips the token";
+    case Op::indexer_k_store:
+      return "one warp per token: 128 values to e4m3 with one f32 scale (amax / 448, or the power of two at or above "
+             "it when the call asks for pow2 scales) in the page's scale area, bit-identical to formats.hpp; slot -1 or "
+             "outside the cache skips the token";
+    case Op::logical_to_slots:
+      return "one thread per (token, position): the block table's entry times block_size plus the offset; -1 for "
+             "negative positions, positions past the table, negative blocks and slots past int32";
+    default:
+      return {};
+  }
+}
+
 class KvStoreKernel final : public Kernel {
  public:
-  explicit KvStoreKernel(Op op) : op_(op) {}
+  KvStoreKernel(Op op, CacheFormat format) : op_(op), format_(format) {}
   [[nodiscard]] std::size_t workspace_bytes() const override { return 0; }
+  [[nodiscard]] std::string describe() const override { return describe_cache_write(op_, format_); }
 
   void run(const OpArgs& args, const RunContext& ctx) override {
     const Op op = op_of(args);
@@ -167,6 +192,7 @@ class KvStoreKernel final : public Kernel {
   }
 
   Op op_;
+  CacheFormat format_;
 };
 
 class CudaKvStoreBackend final : public Backend {
@@ -178,7 +204,7 @@ class CudaKvStoreBackend final : public Backend {
   [[nodiscard]] const BackendInfo& info() const override { return info_; }
   [[nodiscard]] std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
     (void)device;
-    return std::make_unique<KvStoreKernel>(spec.op);
+    return std::make_unique<KvStoreKernel>(spec.op, spec.kv_cache);
   }
 
  private:
