@@ -7,6 +7,7 @@
 #        [env:VAR=VALUE (bench again without the peer, with VAR set)]
 #        [lib:DIR (bench again without the peer, with the liblatte.so of DIR, e.g. a base build)]
 #        [sass] [ncu=FILTER_WORD] [ncu-src=FILTER_WORD (executed instructions per SASS line, csv)]
+#        [pipes=FILTER_WORD (tensor pipe, shared-memory wavefronts, issue slots and stalls per issue)]
 #        (in filters, '_' stands for a space)
 set -u
 export LD_LIBRARY_PATH=$PWD/.gpu/attn:$PWD/.deps/lib:${LD_LIBRARY_PATH:-}
@@ -58,6 +59,19 @@ for step in $steps; do
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum" \
       "$B" "$f" 5 > "$OUT/ncu_$n.log" 2>&1
     grep -E "Duration|SM Frequency|Throughput|Warp Cycles|Achieved Occupancy|Theoretical Occ|Block Limit|Registers Per|stalled_[a-z_]*_per_issue_active.ratio +[a-z]* +[0-9.]*[1-9]|Issue Slots|No Eligible|inst_executed|L2 Hit|Mem Busy|Max Bandwidth|L1/TEX Hit|Bank" "$OUT/ncu_$n.log" | head -60
+    ;;
+  pipes=*)
+    f=$(echo "${step#pipes=}" | tr '_' ' ')
+    echo "== ncu pipes '$f'"
+    m=sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+    m=$m,l1tex__data_pipe_lsu_wavefronts_mem_shared.avg.pct_of_peak_sustained_elapsed
+    m=$m,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum
+    m=$m,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+    m=$m,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,smsp__inst_executed.sum
+    m=$m,smsp__inst_executed_op_ldsm.sum,smsp__inst_executed_pipe_tensor_op_hmma.sum
+    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_ --launch-skip 3 --launch-count 1 \
+      --metrics "$m,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" "$B" "$f" 5 2>&1 | \
+      grep -E "^ +(sm|l1tex|smsp|gpu)__" | awk '$NF+0 > 0.05'
     ;;
   ncu-src=*)
     f=$(echo "${step#ncu-src=}" | tr '_' ' ')
