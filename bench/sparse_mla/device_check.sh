@@ -20,6 +20,8 @@ mkdir -p "$OUT"
 T=.gpu/attn/test_cuda_sparse_mla
 B=.gpu/attn/bench_sparse_mla
 filter=""
+# Nsight Compute on one launch of the forward kernels (the 4th: after warm-up), clocks as they run
+ncu_one=(ncu --clock-control none -k regex:mla_ --launch-skip 3 --launch-count 1)
 steps="$*"
 [ -z "$steps" ] && steps="tests memcheck racecheck bench"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader
@@ -53,7 +55,7 @@ for step in $steps; do
     f=$(echo "${step#ncu=}" | tr '_' ' ')  # '_' stands for ' ' (shape names have none)
     n=$(echo "$f" | tr -c 'A-Za-z0-9' '_')
     echo "== ncu '$f'"
-    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_ --launch-skip 3 --launch-count 1 \
+    LATTE_BENCH_QUICK=1 timeout 150 "${ncu_one[@]}" \
       --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
       --section SchedulerStats --section WarpStateStats \
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum" \
@@ -69,7 +71,7 @@ for step in $steps; do
     m=$m,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
     m=$m,gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,smsp__inst_executed.sum
     m=$m,smsp__inst_executed_op_ldsm.sum,smsp__inst_executed_pipe_tensor_op_hmma.sum
-    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_ --launch-skip 3 --launch-count 1 \
+    LATTE_BENCH_QUICK=1 timeout 150 "${ncu_one[@]}" \
       --metrics "$m,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" "$B" "$f" 5 2>&1 | \
       grep -E "^ +(sm|l1tex|smsp|gpu)__" | awk '$NF+0 > 0.05'
     ;;
@@ -77,7 +79,7 @@ for step in $steps; do
     f=$(echo "${step#ncu-src=}" | tr '_' ' ')
     n=$(echo "$f" | tr -c 'A-Za-z0-9' '_')
     echo "== ncu source counters '$f'"
-    LATTE_BENCH_QUICK=1 timeout 150 ncu --clock-control none -k regex:mla_ --launch-skip 3 --launch-count 1 \
+    LATTE_BENCH_QUICK=1 timeout 150 "${ncu_one[@]}" \
       --section SourceCounters --section SpeedOfLight --import-source no -f -o "$OUT/src_$n" "$B" "$f" 5 \
       > "$OUT/ncu_src_$n.log" 2>&1
     tail -3 "$OUT/ncu_src_$n.log"

@@ -21,10 +21,12 @@
 namespace latte::testing {
 namespace {
 
-std::unique_ptr<Kernel> make(const char* id, Op op, const DeviceInfo& dev) {
+std::unique_ptr<Kernel> make(const char* id, Op op, const DeviceInfo& dev,
+                             CacheFormat format = CacheFormat::bf16) {
   AttentionSpec spec;
   spec.op = op;
   spec.head_dim = op == Op::indexer_k_store ? kIndexDim : kQkDim;
+  spec.kv_cache = format;
   return Registry::global().get(id)->make(spec, dev);
 }
 
@@ -179,16 +181,9 @@ TEST_F(CudaKvStore, CheckModeReportsBadSlot) {
 // Host-only: Kernel::describe() says what each kernel writes and how, by op and cache format
 // (no GPU needed: the text depends only on the spec).
 TEST(CudaKvStoreDescribe, NamesTheRowLayoutPerOpAndFormat) {
-  auto be = Registry::global().find("cuda.kv_store");
-  if (!be) GTEST_SKIP() << "skipped: cuda.kv_store not built";
+  if (!Registry::global().find("cuda.kv_store")) GTEST_SKIP() << "skipped: cuda.kv_store not built";
   const DeviceInfo dev = describe_device("sm_120");
-  const auto text = [&](Op op, CacheFormat format) {
-    AttentionSpec spec;
-    spec.op = op;
-    spec.head_dim = op == Op::indexer_k_store ? kIndexDim : kQkDim;
-    spec.kv_cache = format;
-    return be->make(spec, dev)->describe();
-  };
+  const auto text = [&](Op op, CacheFormat format) { return make("cuda.kv_store", op, dev, format)->describe(); };
   const std::string fp8 = text(Op::kv_store, CacheFormat::fp8_ds_mla);
   EXPECT_NE(fp8.find("4 groups of 128 latent values to e4m3"), std::string::npos) << fp8;
   EXPECT_NE(fp8.find("656-byte row per slot"), std::string::npos) << fp8;

@@ -51,15 +51,16 @@ std::string describe_cache_write(Op op, CacheFormat format) {
   switch (op) {
     case Op::kv_store:
       return format == CacheFormat::fp8_ds_mla
-                 ? "one warp per token: 4 groups of 128 latent values to e4m3 with an f32 scale each (amax / 448, "
-                   "or the power of two at or above it when the call asks for pow2 scales), the 64 rope values kept bf16: one "
-                   "656-byte row per slot, bit-identical to formats.hpp; slot -1 or outside the cache skips the token"
+                 ? "one warp per token: 4 groups of 128 latent values to e4m3 with an f32 scale each (amax / "
+                   "448, or the power of two at or above it when the call asks for pow2 scales), the 64 rope "
+                   "values kept bf16: one 656-byte row per slot, bit-identical to formats.hpp; slot -1 or outside "
+                   "the cache skips the token"
                  : "one warp per token: the 576 bf16 values copied into the slot's row (16-byte stores when every "
                    "row is 16-byte aligned); slot -1 or outside the cache skips the token";
     case Op::indexer_k_store:
-      return "one warp per token: 128 values to e4m3 with one f32 scale (amax / 448, or the power of two at or above "
-             "it when the call asks for pow2 scales) in the page's scale area, bit-identical to formats.hpp; slot -1 or "
-             "outside the cache skips the token";
+      return "one warp per token: 128 values to e4m3 with one f32 scale (amax / 448, or the power of two at or "
+             "above it when the call asks for pow2 scales) in the page's scale area, bit-identical to formats.hpp; "
+             "slot -1 or outside the cache skips the token";
     case Op::logical_to_slots:
       return "one thread per (token, position): the block table's entry times block_size plus the offset; -1 for "
              "negative positions, positions past the table, negative blocks and slots past int32";
