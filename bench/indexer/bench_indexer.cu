@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "backends/cuda_indexer/indexer_launch.hpp"
+#if LATTE_BENCH_HOPPER
+#include "backends/hopper_indexer/logits_launch.hpp"
+#endif
 
 using namespace latte::cuda_indexer;
 
@@ -92,6 +95,22 @@ T* dalloc(std::size_t count) {
   void* p = nullptr;
   CK(cudaMalloc(&p, std::max<std::size_t>(count, 1) * sizeof(T)));
   return static_cast<T*>(p);
+}
+
+// hopper.indexer's logits (built with 90 in the CUDA architectures, run on sm_90); false when
+// there is none to time.
+bool hopper_logits(const IndexerProblem& p, float* logits, int64_t ctx, const DeviceTraits& dev) {
+#if LATTE_BENCH_HOPPER
+  if (dev.arch != 90) return false;
+  latte::hopper_indexer::launch_logits_sm90a(p, logits, ctx, 1, ctx, dev.sm_count, nullptr);
+  return true;
+#else
+  (void)p;
+  (void)logits;
+  (void)ctx;
+  (void)dev;
+  return false;
+#endif
 }
 
 // GPU time in microseconds between two events recorded around `body` (default stream).
@@ -359,8 +378,8 @@ int main(int argc, char** argv) {
     ctxs = {shape_ctx};
     heads = {shape_h};
   }
-  std::fprintf(stderr, "\n%-8s %4s %5s %7s | %9s %7s | %9s %9s %9s | %9s\n", "shape", "H", "B", "ctx", "logits",
-               "GB/s", "unfused", "fused", "topk", "rowtopk");
+  std::fprintf(stderr, "\n%-8s %4s %5s %7s | %9s %7s | %9s %7s | %9s %9s %9s | %9s\n", "shape", "H", "B", "ctx",
+               "logits", "GB/s", "hopper", "GB/s", "unfused", "fused", "topk", "rowtopk");
   for (int H : heads) {
     for (int B : batches) {
       for (int64_t ctx : ctxs) {
@@ -383,6 +402,10 @@ int main(int argc, char** argv) {
         });
         const double sync_logits = fused_only || unfused_only ? 0.0 : sync_time_us([&](int i) {
           launch_indexer_logits(s.problem(i), logits, ctx, 1, ctx, dev, nullptr);
+        });
+        const bool has_hopper = hopper_logits(p0, logits, ctx, dev);
+        const double t_hopper = fused_only || unfused_only || !has_hopper ? 0.0 : time_us([&](int i) {
+          hopper_logits(s.problem(i), logits, ctx, dev);
         });
         // Unfused and fused in alternating blocks of 10 calls (6 rounds, the order swapped every
         // round), each path's figure the median block: the B = 128 shapes hold the GPU at its
@@ -420,16 +443,19 @@ int main(int argc, char** argv) {
         cudaFree(wsr);
         const double kbytes = static_cast<double>(B) * ctx * 132;
         const double gbs = kbytes / (t_logits * 1e3);
+        const double hopper_gbs = t_hopper > 0 ? kbytes / (t_hopper * 1e3) : 0.0;
         const TopkPath autop = choose_topk_path(p0, k, std::max(ws_u, ws_f), dev);
         emit("decode", "\"H\": " + std::to_string(H) + ", \"B\": " + std::to_string(B) + ", \"ctx\": " +
                            std::to_string(ctx) + ", \"k\": 2048, \"logits_us\": " + std::to_string(t_logits) +
-                           ", \"logits_gbs\": " + std::to_string(gbs) + ", \"logits_sync_us\": " +
+                           ", \"logits_gbs\": " + std::to_string(gbs) + ", \"hopper_logits_us\": " +
+                           std::to_string(t_hopper) + ", \"hopper_logits_gbs\": " + std::to_string(hopper_gbs) +
+                           ", \"logits_sync_us\": " +
                            std::to_string(sync_logits) + ", \"unfused_us\": " +
                            std::to_string(t_unfused) + ", \"fused_us\": " + std::to_string(t_fused) +
                            ", \"rows_topk_us\": " + std::to_string(t_rows) + ", \"auto\": \"" +
                            (autop == TopkPath::fused ? "fused" : "unfused") + "\", \"rot\": " + std::to_string(s.rot));
-        std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %7.0f | %7.1fus %7.1fus %7s | %7.1fus\n", "decode", H, B,
-                     static_cast<long long>(ctx), t_logits, gbs, t_unfused, t_fused,
+        std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %7.0f | %7.1fus %7.0f | %7.1fus %7.1fus %7s | %7.1fus\n",
+                     "decode", H, B, static_cast<long long>(ctx), t_logits, gbs, t_hopper, hopper_gbs, t_unfused, t_fused,
                      autop == TopkPath::fused ? "->fused" : "->unfus", t_rows);
         cudaFree(logits);
         cudaFree(idx);
@@ -462,6 +488,9 @@ int main(int argc, char** argv) {
     const int warm = prefill_only ? 0 : 1;
     std::fprintf(stderr, "prefill H=%d: logits\n", H);
     const double t_logits = time_us([&](int) { launch_indexer_logits(p0, logits, ctx, 1, ctx, dev, nullptr); }, reps, warm);
+    const double t_hopper = hopper_logits(p0, logits, ctx, dev) ? time_us([&](int) {
+      hopper_logits(p0, logits, ctx, dev);
+    }, reps, warm) : 0.0;
     std::fprintf(stderr, "prefill H=%d: unfused\n", H);
     const double t_unfused = time_us([&](int) { launch_indexer_topk(p0, o, TopkPath::unfused, ws, ws_u, dev, nullptr); }, reps, warm);
     std::fprintf(stderr, "prefill H=%d: fused\n", H);
@@ -469,12 +498,15 @@ int main(int argc, char** argv) {
     double pairs = 0;
     for (int t = 0; t < T; ++t) pairs += static_cast<double>(ctx - T + t + 1);
     const double tflops = pairs * H * 128 * 2 / (t_logits * 1e6);
+    const double hopper_tflops = t_hopper > 0 ? pairs * H * 128 * 2 / (t_hopper * 1e6) : 0.0;
     emit("prefill", "\"H\": " + std::to_string(H) + ", \"T\": 4096, \"ctx\": 32768, \"k\": 2048, \"logits_us\": " +
                         std::to_string(t_logits) + ", \"logits_tflops\": " + std::to_string(tflops) +
+                        ", \"hopper_logits_us\": " + std::to_string(t_hopper) + ", \"hopper_logits_tflops\": " +
+                        std::to_string(hopper_tflops) +
                         ", \"unfused_us\": " + std::to_string(t_unfused) + ", \"fused_us\": " + std::to_string(t_fused) +
                         ", \"unfused_ws_bytes\": " + std::to_string(ws_u) + ", \"fused_ws_bytes\": " + std::to_string(ws_f));
-    std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %5.0fTF | %7.1fus %7.1fus\n", "prefill", H, T,
-                 static_cast<long long>(ctx), t_logits, tflops, t_unfused, t_fused);
+    std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %5.0fTF | hopper %7.1fus %5.0fTF | %7.1fus %7.1fus\n", "prefill",
+                 H, T, static_cast<long long>(ctx), t_logits, tflops, t_hopper, hopper_tflops, t_unfused, t_fused);
     cudaFree(logits);
     cudaFree(idx);
     cudaFree(ws);

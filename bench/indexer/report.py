@@ -9,6 +9,13 @@ def load(path):
         return [json.loads(line) for line in f if line.strip().startswith("{")]
 
 
+def hopper_cells(r, copy):
+    """hopper.indexer's logits time and GB/s (% of copy), or dashes where it was not run."""
+    if r.get("hopper_logits_us", 0) <= 0:
+        return "- | -"
+    return f"{r['hopper_logits_us']:.1f} | {r['hopper_logits_gbs']:.0f} ({100.0 * r['hopper_logits_gbs'] / copy:.0f}%)"
+
+
 def main():
     ours = load(sys.argv[1])
     peers = load(sys.argv[2])
@@ -23,9 +30,10 @@ def main():
     print("| top-k alone | latte | latte sync | torch.topk | target |\n|---|---|---|---|---|")
     print(f"| 2048 of 131072, 8 rows | {rt['us']:.1f} us | {rt.get('sync_us', float('nan')):.1f} us | "
           f"{topk_peer.get((8, 131072), float('nan')):.1f} us | <= 30 us |\n")
-    print("| H_i | B | context | logits us | GB/s (% copy) | logits sync us | unfused top-k us | fused top-k us | "
-          "fused / unfused | auto | top-k of logits us | torch.topk us |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| H_i | B | context | logits us | GB/s (% copy) | hopper.indexer logits us | GB/s (% copy) | "
+          "logits sync us | unfused top-k us | fused top-k us | fused / unfused | auto | top-k of logits us | "
+          "torch.topk us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     slower_at_128k = []
     shapes_at_128k = 0
     for r in ours:
@@ -39,7 +47,7 @@ def main():
             if not ratio < 1.0:
                 slower_at_128k.append(f"H_i {r['H']} B {r['B']} ({ratio:.2f})")
         print(f"| {r['H']} | {r['B']} | {r['ctx']} | {r['logits_us']:.1f} | {r['logits_gbs']:.0f} ({pct:.0f}%) | "
-              f"{r.get('logits_sync_us', float('nan')):.1f} | "
+              f"{hopper_cells(r, copy)} | {r.get('logits_sync_us', float('nan')):.1f} | "
               f"{r['unfused_us']:.1f} | {r['fused_us']:.1f} | {ratio:.2f} | {r['auto']} | {r['rows_topk_us']:.1f} | "
               f"{peer:.1f} |")
     if shapes_at_128k == 0:
@@ -49,10 +57,13 @@ def main():
     else:
         verdict = f"met at every shape ({shapes_at_128k})"
     print("\nFused faster than unfused at 128K: " + verdict)
-    print("\n| prefill | H_i | logits us | TFLOP/s | unfused top-k us | fused top-k us |\n|---|---|---|---|---|---|")
+    print("\n| prefill | H_i | logits us | TFLOP/s | hopper.indexer logits us | TFLOP/s | unfused top-k us | "
+          "fused top-k us |\n|---|---|---|---|---|---|---|---|")
     for r in ours:
         if r["kind"] == "prefill":
-            print(f"| 4096 tokens @ 32K | {r['H']} | {r['logits_us']:.0f} | {r['logits_tflops']:.0f} | "
+            hopper = (f"{r['hopper_logits_us']:.0f} | {r['hopper_logits_tflops']:.0f}"
+                      if r.get("hopper_logits_us", 0) > 0 else "- | -")
+            print(f"| 4096 tokens @ 32K | {r['H']} | {r['logits_us']:.0f} | {r['logits_tflops']:.0f} | {hopper} | "
                   f"{r['unfused_us']:.0f} | {r['fused_us']:.0f} |")
     eager = [r for r in peers if r["kind"] == "torch_eager_indexer"]
     if eager:

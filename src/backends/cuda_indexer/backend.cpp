@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cuda/check.cuh"
-#include "cuda/host_copy.hpp"
+#include "cuda/indexer_inputs.hpp"
 #include "indexer_launch.hpp"
 #include "latte/backend.hpp"
 #include "latte/error.hpp"
@@ -66,66 +66,6 @@ DeviceTraits traits_of(const DeviceInfo& device) {
     if (t.arch <= 0) t.arch = major * 10 + minor;
   }
   return t;
-}
-
-IndexerProblem problem_of(const IndexerInputs& in, const IndexerShape& s) {
-  IndexerProblem p;
-  p.q = in.q.data;
-  p.q_fp8 = s.q_dtype == DType::e4m3;
-  p.q_st = in.q.stride(0);
-  p.q_sh = in.q.stride(1);
-  if (p.q_fp8) {
-    p.q_scale = in.q_scale.ptr<const float>();
-    p.qs_st = in.q_scale.stride(0);
-    p.qs_sh = in.q_scale.stride(1);
-  }
-  p.weights = in.weights.ptr<const float>();
-  p.w_st = in.weights.stride(0);
-  p.w_sh = in.weights.stride(1);
-  p.k_cache = in.k_cache.ptr<const uint8_t>();
-  p.page_stride = in.k_cache.stride(0);
-  p.num_blocks = static_cast<int>(s.num_blocks);
-  p.block_size = static_cast<int>(s.block_size);
-  p.block_table = in.block_table.ptr<const int32_t>();
-  p.bt_sr = in.block_table.stride(0);
-  p.bt_sc = in.block_table.stride(1);
-  p.batch = static_cast<int>(s.batch);
-  p.max_blocks = static_cast<int>(s.max_blocks);
-  if (in.token_request.defined()) {
-    p.token_request = in.token_request.ptr<const int32_t>();
-    p.tr_s = in.token_request.stride(0);
-  }
-  p.visible_lens = in.visible_lens.ptr<const int32_t>();
-  p.vl_s = in.visible_lens.stride(0);
-  p.tokens = static_cast<int>(s.tokens);
-  p.heads = static_cast<int>(s.heads);
-  return p;
-}
-
-
-// Check mode: the same index rules as cpu.reference (token_request rows, visible lengths and
-// the blocks they cover).
-void check_indexer_indices(const IndexerInputs& in, const IndexerShape& s, const char* op,
-                           cudaStream_t stream) {
-  const std::string prefix(op);
-  std::vector<int32_t> rows;
-  if (in.token_request.defined()) {
-    rows = cuda::download_i32(in.token_request, stream);
-    check_values_in_range(rows.data(), s.tokens, 1, 0, s.batch - 1, (prefix + ": token_request").c_str(),
-                          "rows of block_table");
-  }
-  const std::vector<int32_t> lens = cuda::download_i32(in.visible_lens, stream);
-  check_values_in_range(lens.data(), s.tokens, 1, 0, s.max_len(), (prefix + ": visible_lens").c_str(),
-                        "max_blocks * block_size positions of block_table");
-  std::vector<int64_t> used(static_cast<std::size_t>(s.batch), 0);
-  for (int64_t t = 0; t < s.tokens; ++t) {
-    const int64_t row = rows.empty() ? t : rows[static_cast<std::size_t>(t)];
-    auto& u = used[static_cast<std::size_t>(row)];
-    u = std::max<int64_t>(u, (lens[static_cast<std::size_t>(t)] + s.block_size - 1) / s.block_size);
-  }
-  const std::vector<int32_t> table = cuda::download_i32(in.block_table, stream);
-  check_block_table_prefix(table.data(), s.batch, s.max_blocks, used.data(), s.num_blocks,
-                           (prefix + ": block_table").c_str());
 }
 
 void require_cuda_tensors(const OpArgs& args, Op op) {
@@ -195,21 +135,21 @@ class IndexerKernel final : public Kernel {
       const IndexerShape s = validate(*a);
       require_cuda_tensors(args, op);
       require_limits(s, "indexer_topk");
-      if (ctx.check_indices) check_indexer_indices(a->in, s, "indexer_topk", stream);
+      if (ctx.check_indices) cuda::check_indexer_indices(a->in, s, "indexer_topk", stream);
       TopkOutput out;
       out.indices = a->indices.ptr<int32_t>();
       out.st = a->indices.stride(0);
       out.sc = a->indices.stride(1);
       out.topk = static_cast<int>(s.topk);
       out.physical = a->kind == IndexKind::physical;
-      launch_indexer_topk(problem_of(a->in, s), out, TopkPath::automatic, ctx.workspace,
+      launch_indexer_topk(cuda::indexer_problem(a->in, s), out, TopkPath::automatic, ctx.workspace,
                           ctx.workspace_bytes, traits_, ctx.stream);
     } else if (const auto* l = std::get_if<IndexerLogitsArgs>(&args)) {
       const IndexerShape s = validate(*l);
       require_cuda_tensors(args, op);
       require_limits(s, "indexer_logits");
-      if (ctx.check_indices) check_indexer_indices(l->in, s, "indexer_logits", stream);
-      launch_indexer_logits(problem_of(l->in, s), l->logits.ptr<float>(), l->logits.stride(0),
+      if (ctx.check_indices) cuda::check_indexer_indices(l->in, s, "indexer_logits", stream);
+      launch_indexer_logits(cuda::indexer_problem(l->in, s), l->logits.ptr<float>(), l->logits.stride(0),
                             l->logits.stride(1), s.logits_len, traits_, ctx.stream);
     } else {
       throw Error(ErrorCode::invalid_argument,

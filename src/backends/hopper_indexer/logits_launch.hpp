@@ -1,0 +1,45 @@
+// hopper.indexer's launcher: indexer_logits with e4m3 queries on sm_90 by wgmma (sm_90a).
+// Raw device pointers in (cuda/indexer_problem.hpp), one kernel launched on a stream, no host
+// synchronization. Semantics as cuda.indexer's (DESIGN.md 2.2, cpu.reference's indexer.cpp):
+//   I[t, p] = sum_j w[t, j] * ReLU(q_scale[t, j] * dot(q[t, j], k[p])) * k_scale[p]
+// for visible positions p < visible_lens[t] in a valid block, -inf elsewhere.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "cuda/indexer_problem.hpp"
+
+namespace latte::hopper_indexer {
+
+constexpr int kMaxHeads = 128;
+
+// How a problem is cut (for describe and the tests): index heads padded to a power of two
+// >= 8 (the wgmma n granularity used), query tokens of one block_table row per CTA, the CTA's
+// wgmma columns (tokens x padded heads), and chunks of positions per token group.
+struct LogitsPlan {
+  int padded_heads = 8;
+  int group = 1;
+  int columns = 8;
+  int num_groups = 0;
+  int chunk_len = 0;
+  bool tma = false;     // the TMA kernel (block sizes 8, 16, 32, multiples of 64), else cp.async
+  int piece_rows = 0;   // TMA: rows per copy, min(block_size, 64)
+  int stages = 0;
+  int num_chunks = 0;
+  int smem_bytes = 0;
+  int ctas_per_sm = 0;
+};
+
+[[nodiscard]] LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count);
+
+// logits [T, logits_len] f32 with strides (ld_t, ld_s). Needs e4m3 queries (p.q_fp8) and an
+// sm_90 device; throws latte::Error otherwise.
+void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
+                         int64_t logits_len, int sm_count, void* stream);
+
+// Kernel::describe() text: the matrix path, the kernel and its copies for this block size, the
+// columns of a CTA.
+[[nodiscard]] std::string describe_logits(int heads, int block_size);
+
+}  // namespace latte::hopper_indexer

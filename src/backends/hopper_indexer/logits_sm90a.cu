@@ -1,0 +1,262 @@
+// hopper.indexer's logits launcher (sm_90a): the DSA indexer score I[t, p] by wgmma e4m3.
+// Two kernels: logits_tma.cuh (warp-specialized, TMA copies; block sizes 8, 16, 32 and
+// multiples of 64) and logits_cpasync.cuh (any block size); shared parts in logits_common.cuh.
+//
+// Why a separate backend: e4m3 mma.sync is not native on sm_90 (its fp8 matrix units are
+// wgmma's), and the portable kernel's f16 mma.sync path computes the 64-head logits at about
+// half the copy bandwidth (docs/performance.md); fp8 wgmma has several times the needed rate.
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "cuda/check.cuh"
+#include "cuda/smem_limit.hpp"
+#include "latte/error.hpp"
+#include "logits_cpasync.cuh"
+#include "logits_launch.hpp"
+#include "logits_tma.cuh"
+
+namespace latte::hopper_indexer {
+namespace {
+
+constexpr int kDefaultTmaStages = 6;  // LATTE_HOPPER_INDEXER_STAGES=4|6 overrides (measurements)
+
+int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
+// Block sizes whose 64-position stages split into whole-page pieces of min(bs, 64) rows that
+// start on 1024-byte boundaries of the swizzled tile.
+bool tma_block_size(int bs) { return bs == 8 || bs == 16 || bs == 32 || (bs > 0 && bs % 64 == 0); }
+
+// Measurement switches (read per call): LATTE_HOPPER_INDEXER_STAGES, LATTE_HOPPER_INDEXER_KERNEL.
+int tma_stages_from_env() {
+  const char* v = std::getenv("LATTE_HOPPER_INDEXER_STAGES");
+  if (v == nullptr || *v == 0) return kDefaultTmaStages;
+  const std::string s(v);
+  if (s == "4" || s == "6") return std::stoi(s);
+  throw Error(ErrorCode::invalid_argument,
+              "hopper.indexer: LATTE_HOPPER_INDEXER_STAGES=" + s + " is not 4 or 6; unset it for the default");
+}
+
+bool cpasync_forced() {
+  const char* v = std::getenv("LATTE_HOPPER_INDEXER_KERNEL");
+  if (v == nullptr || *v == 0 || std::string(v) == "auto") return false;
+  if (std::string(v) == "cpasync") return true;
+  throw Error(ErrorCode::invalid_argument, std::string("hopper.indexer: LATTE_HOPPER_INDEXER_KERNEL=") + v +
+                                               " is not auto or cpasync; unset it for the default");
+}
+
+// Calls f.template run<NI, NR, ONE>() for a CTA of `columns` wgmma columns (a power of two,
+// 8..256) of one token (ONE) or several.
+template <bool ONE, typename F>
+void with_columns(int columns, F&& f) {
+  switch (columns) {
+    case 8: f.template run<8, 1, ONE>(); break;
+    case 16: f.template run<16, 1, ONE>(); break;
+    case 32: f.template run<32, 1, ONE>(); break;
+    case 64: f.template run<64, 1, ONE>(); break;
+    case 128: f.template run<64, 2, ONE>(); break;
+    default: f.template run<64, 4, ONE>(); break;
+  }
+}
+
+template <typename F>
+void with_columns(int columns, bool one_token, F&& f) {
+  if (one_token) with_columns<true>(columns, f);
+  else with_columns<false>(columns, f);
+}
+
+// The kernel instance of a plan: its function pointer, threads and shared memory.
+struct KernelRef {
+  const void* fn = nullptr;
+  int threads = 0;
+  int smem = 0;
+};
+
+template <int S>
+struct TmaRef {
+  KernelRef* out;
+  template <int NI, int NR, bool ONE>
+  void run() const {
+    *out = KernelRef{reinterpret_cast<const void*>(&logits_tma_kernel<NI, NR, S, ONE>), kTmaThreads,
+                     tma_smem_bytes(NI * NR, S)};
+  }
+};
+
+struct CpAsyncRef {
+  KernelRef* out;
+  template <int NI, int NR, bool ONE>
+  void run() const {
+    *out = KernelRef{reinterpret_cast<const void*>(&logits_cpasync_kernel<NI, NR, ONE>), kCpAsyncThreads,
+                     cpasync_smem_bytes(NI * NR)};
+  }
+};
+
+KernelRef kernel_of(const LogitsPlan& pl) {
+  KernelRef k;
+  const bool one = pl.group == 1;
+  if (!pl.tma) with_columns(pl.columns, one, CpAsyncRef{&k});
+  else if (pl.stages == 4) with_columns(pl.columns, one, TmaRef<4>{&k});
+  else with_columns(pl.columns, one, TmaRef<6>{&k});
+  return k;
+}
+
+// Raises the kernel's shared-memory limit once per (kernel, device) and returns its resident
+// CTAs per SM, cached (the occupancy query costs microseconds of host time per launch).
+int prepare(const KernelRef& k) {
+  int device = 0;
+  LATTE_CUDA_TRY(cudaGetDevice(&device));
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, int> cache;
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto key = std::make_pair(k.fn, device);
+  const auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  LATTE_CUDA_TRY(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem));
+  int n = 0;
+  LATTE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.fn, k.threads, k.smem));
+  n = std::max(1, n);
+  cache[key] = n;
+  return n;
+}
+
+// The K pages as a 3-D tensor map (128 bytes, block_size rows, num_blocks pages), boxes of
+// piece_rows rows written in the 128-byte swizzle. The driver's encoder, found through the
+// runtime once.
+CUtensorMap k_pages_map(const cuda::IndexerProblem& p, int piece_rows) {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* fn = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    LATTE_CUDA_TRY(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &found));
+    if (fn == nullptr || found != cudaDriverEntryPointSuccess) {
+      throw Error(ErrorCode::unsupported,
+                  "hopper.indexer: the CUDA driver has no cuTensorMapEncodeTiled (needs a CUDA 12+ driver); "
+                  "use cuda.indexer");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  CUtensorMap map{};
+  const cuuint64_t dims[3] = {128, static_cast<cuuint64_t>(p.block_size), static_cast<cuuint64_t>(p.num_blocks)};
+  const cuuint64_t strides[2] = {128, static_cast<cuuint64_t>(p.page_stride)};
+  const cuuint32_t box[3] = {128, static_cast<cuuint32_t>(piece_rows), 1};
+  const cuuint32_t elem[3] = {1, 1, 1};
+  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 3, const_cast<uint8_t*>(p.k_cache), dims, strides, box,
+                            elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    throw Error(ErrorCode::invalid_argument,
+                "hopper.indexer: cuTensorMapEncodeTiled refused the K cache (error " + std::to_string(static_cast<int>(r)) +
+                    ", block size " + std::to_string(p.block_size) + ", page stride " + std::to_string(p.page_stride) +
+                    " bytes): the pages must be 16-byte aligned with a stride below 2^40; or set "
+                    "LATTE_HOPPER_INDEXER_KERNEL=cpasync");
+  }
+  return map;
+}
+
+}  // namespace
+
+LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count) {
+  LogitsPlan pl;
+  while (pl.padded_heads < p.heads) pl.padded_heads *= 2;
+  const int gmax = std::min(kMaxGroup, kMaxColumns / pl.padded_heads);
+  if (p.token_request) {
+    const int64_t per = p.tokens / std::max(1, p.batch);
+    while (pl.group * 2 <= gmax && pl.group * 2 <= per) pl.group *= 2;
+  }
+  pl.columns = pl.group * pl.padded_heads;
+  pl.num_groups = static_cast<int>(ceil_div(p.tokens, pl.group));
+  pl.tma = tma_block_size(p.block_size) && !cpasync_forced();
+  pl.piece_rows = pl.tma ? std::min(p.block_size, kTileTokens) : 0;
+  pl.stages = pl.tma ? tma_stages_from_env() : kCpAsyncStages;
+  const KernelRef k = kernel_of(pl);
+  pl.smem_bytes = k.smem;
+  pl.ctas_per_sm = sm_count > 0 ? prepare(k) : 0;
+  // Chunks of positions: one full wave when the groups are fewer than the CTA slots (decode),
+  // about four waves otherwise (prefill).
+  const int64_t slots = static_cast<int64_t>(std::max(1, sm_count)) * std::max(1, pl.ctas_per_sm);
+  const int64_t cover = std::max<int64_t>(1, logits_len);
+  int64_t chunks = pl.num_groups <= slots ? slots / std::max(1, pl.num_groups)
+                                          : (4 * slots + pl.num_groups / 2) / pl.num_groups;
+  chunks = std::clamp<int64_t>(chunks, 1, ceil_div(cover, kTileTokens));
+  pl.chunk_len = static_cast<int>(ceil_div(ceil_div(cover, chunks), kTileTokens) * kTileTokens);
+  pl.num_chunks = static_cast<int>(ceil_div(cover, pl.chunk_len));
+  return pl;
+}
+
+void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
+                         int64_t logits_len, int sm_count, void* stream) {
+  if (!p.q_fp8) {
+    throw Error(ErrorCode::unsupported,
+                "hopper.indexer: indexer_logits with bf16 queries; this backend takes e4m3 queries "
+                "(wgmma e4m3). Use cuda.indexer for bf16 queries.");
+  }
+  if (p.heads < 1 || p.heads > kMaxHeads) {
+    throw Error(ErrorCode::unsupported, "hopper.indexer: " + std::to_string(p.heads) +
+                                            " index heads; this backend takes 1..128. Use cuda.indexer or "
+                                            "cpu.reference.");
+  }
+  if (p.tokens == 0 || logits_len == 0) return;
+  if (logits_len >= (int64_t{1} << 31)) {
+    throw Error(ErrorCode::unsupported, "hopper.indexer: logits rows of " + std::to_string(logits_len) +
+                                            " positions; this backend takes fewer than 2^31. Use cuda.indexer");
+  }
+  const LogitsPlan pl = plan_logits(p, logits_len, sm_count);
+  const int64_t grid = static_cast<int64_t>(pl.num_groups) * pl.num_chunks;
+  if (grid >= (int64_t{1} << 31)) {
+    throw Error(ErrorCode::unsupported, "hopper.indexer: the problem needs more than 2^31 CTAs; split the batch");
+  }
+  LogitsArgs a{};
+  a.p = p;
+  a.logits = logits;
+  a.lg_st = ld_t;
+  a.lg_ss = ld_s;
+  a.logits_len = logits_len;
+  a.vis_cap = std::min<int64_t>(p.max_len(), logits_len);
+  a.hp = pl.padded_heads;
+  a.group = pl.group;
+  a.num_groups = pl.num_groups;
+  a.chunk_len = pl.chunk_len;
+  a.q_vec = (reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_st % 16 == 0 && p.q_sh % 16 == 0) ? 1 : 0;
+  a.piece_rows = pl.piece_rows;
+  a.piece_shift = pl.piece_rows > 0 ? __builtin_ctz(static_cast<unsigned>(pl.piece_rows)) : 0;
+  a.hp8_shift = __builtin_ctz(static_cast<unsigned>(pl.padded_heads / 8));
+  const KernelRef k = kernel_of(pl);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (pl.tma) {
+    const CUtensorMap map = k_pages_map(p, pl.piece_rows);
+    void* args[] = {&a, const_cast<CUtensorMap*>(&map)};
+    LATTE_CUDA_TRY(cudaLaunchKernel(k.fn, dim3(static_cast<unsigned>(grid)), dim3(k.threads), args, k.smem, s));
+  } else {
+    void* args[] = {&a};
+    LATTE_CUDA_TRY(cudaLaunchKernel(k.fn, dim3(static_cast<unsigned>(grid)), dim3(k.threads), args, k.smem, s));
+  }
+}
+
+std::string describe_logits(int heads, int block_size) {
+  cuda::IndexerProblem p;
+  p.heads = std::clamp(heads, 1, kMaxHeads);
+  p.block_size = std::max(1, block_size);
+  p.tokens = 1;
+  p.batch = 1;
+  const LogitsPlan pl = plan_logits(p, 1, 0);
+  const std::string copies =
+      pl.tma ? "TMA copies of " + std::to_string(pl.piece_rows) + "-row page pieces by a producer warp, " +
+                   std::to_string(pl.stages) + " stages"
+             : "cp.async by the consumer threads (block size " + std::to_string(p.block_size) +
+                   " is not 8, 16, 32 or a multiple of 64), " + std::to_string(pl.stages) + " stages";
+  return "indexer_logits: wgmma m64n" + std::to_string(std::min(pl.columns, 64)) +
+         "k32 e4m3 (sm_90a), K the A operand in 64-position tiles in the 128-byte swizzle (" + copies +
+         "); the queries of up to " + std::to_string(kMaxColumns / pl.padded_heads) +
+         " tokens of one request as columns (heads padded to " + std::to_string(pl.padded_heads) +
+         "); ReLU, head weights and k_scale in registers; f32 logits";
+}
+
+}  // namespace latte::hopper_indexer

@@ -1,0 +1,215 @@
+// hopper.indexer against cpu.reference, through the registry as a user calls it: every head
+// count, block sizes, multi-token decode (token groups, mixed rows in one group), ragged
+// prefill, no token_request, invalid block ids, negative q scales, poisoned outputs,
+// determinism and CUDA-graph replay. And its selection on described devices (host only).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cuda_indexer/indexer_problem.hpp"
+#include "gpu_test_util.hpp"
+#include "latte/context.hpp"
+#include "latte/selector.hpp"
+
+namespace latte::testing {
+namespace {
+
+constexpr const char* kId = "hopper.indexer";
+
+bool hopper_built() { return Registry::global().find(kId) != nullptr; }
+
+#define SKIP_WITHOUT_HOPPER()                                                                          \
+  do {                                                                                                 \
+    LATTE_SKIP_WITHOUT_GPU();                                                                          \
+    if (!hopper_built()) GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)"; \
+    if (describe_device("cuda:0").arch() != 90)                                                        \
+      GTEST_SKIP() << "skipped: hopper.indexer runs on sm_90 (H100 / H200) only";                      \
+  } while (0)
+
+// hopper.indexer's logits of p on the GPU into a poisoned [T, max_len] tensor.
+std::vector<float> run_logits(const Problem& p, Kernel& kernel, cudaStream_t stream = nullptr) {
+  MirrorTensor lg(DType::f32, {p.T, p.max_len()});
+  lg.poison_device(0x7F);
+  IndexerLogitsArgs a;
+  a.in = p.inputs(true);
+  a.logits = lg.dev_view();
+  RunContext ctx;
+  ctx.stream = stream;
+  kernel.run(a, ctx);
+  LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+  lg.download();
+  return std::vector<float>(lg.host<float>(), lg.host<float>() + lg.numel());
+}
+
+std::unique_ptr<Kernel> hopper_kernel(const Problem& p) {
+  return make_kernel(kId, Op::indexer_logits, p, 0, describe_device("cuda:0"));
+}
+
+void check(const Problem& p, const std::string& what) {
+  const std::vector<float> ref = reference_logits(p);
+  auto kernel = hopper_kernel(p);
+  const std::vector<float> got = run_logits(p, *kernel);
+  expect_logits_close(p, ref, got.data(), 2e-3, what.c_str());
+  const std::vector<float> again = run_logits(p, *kernel);
+  EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0) << what << ": not deterministic";
+}
+
+class HopperIndexer : public ::testing::Test {
+ protected:
+  void SetUp() override { SKIP_WITHOUT_HOPPER(); }
+  std::mt19937 rng{20261130};
+};
+
+TEST_F(HopperIndexer, DecodeEveryHeadCount) {
+  for (int heads : {1, 5, 8, 32, 40, 64, 100, 128}) {
+    Options o;
+    o.heads = heads;
+    const Problem p = make_problem(rng, decode_tokens({1, 63, 64, 65, 1000, 2500}, 1), 6, o);
+    check(p, "decode H=" + std::to_string(heads));
+  }
+}
+
+// 2-4 query tokens per request share a CTA's K reads; 3 per request puts two requests' tokens
+// in one group (each row then gets its own pass).
+TEST_F(HopperIndexer, MultiTokenDecodeAndBlockSizes) {
+  for (int heads : {32, 64, 128})
+    for (int bs : {4, 16, 64, 128})  // 4: the cp.async kernel; dense pages need bs * 132 % 16 == 0
+      for (int nq : {2, 3, 4}) {
+        Options o;
+        o.heads = heads;
+        o.block_size = bs;
+        const Problem p = make_problem(rng, decode_tokens({5, 700, 1537}, nq), 3, o);
+        check(p, "decode H=" + std::to_string(heads) + " bs=" + std::to_string(bs) + " nq=" + std::to_string(nq));
+      }
+}
+
+TEST_F(HopperIndexer, PrefillRaggedCausal) {
+  std::vector<std::pair<int, int>> tokens;
+  for (int i = 0; i < 300; ++i) tokens.emplace_back(0, 1 + i);      // a new prompt
+  for (int i = 0; i < 200; ++i) tokens.emplace_back(1, 1801 + i);   // a chunk after a prefix
+  for (int heads : {8, 64}) {
+    Options o;
+    o.heads = heads;
+    const Problem p = make_problem(rng, tokens, 2, o);
+    check(p, "prefill H=" + std::to_string(heads));
+  }
+}
+
+TEST_F(HopperIndexer, NoTokenRequestInvalidBlocksNegativeScales) {
+  Options o;
+  o.heads = 64;
+  o.token_request = false;
+  o.invalid_block = true;
+  Problem p = make_problem(rng, {{0, 900}, {1, 130}, {2, 1}}, 3, o);
+  for (int t = 0; t < p.T; ++t)
+    for (int h = 1; h < p.H; h += 2) p.qs.host<float>()[t * p.H + h] *= -1.0f;
+  p.qs.upload();
+  check(p, "no token_request, invalid block, negative q_scale");
+}
+
+// Both kernels compute the same wgmma batches and epilogue in the same order: bit-identical.
+TEST_F(HopperIndexer, TmaAndCpAsyncKernelsAgreeBitwise) {
+  for (int bs : {8, 32, 64}) {
+    Options o;
+    o.heads = 64;
+    o.block_size = bs;
+    o.invalid_block = true;
+    const Problem p = make_problem(rng, decode_tokens({2000, 333, 4096}, 2), 3, o);
+    auto kernel = hopper_kernel(p);
+    const std::vector<float> tma = run_logits(p, *kernel);
+    setenv("LATTE_HOPPER_INDEXER_KERNEL", "cpasync", 1);
+    const std::vector<float> cpasync = run_logits(p, *kernel);
+    unsetenv("LATTE_HOPPER_INDEXER_KERNEL");
+    EXPECT_EQ(std::memcmp(tma.data(), cpasync.data(), tma.size() * sizeof(float)), 0) << "bs " << bs;
+    expect_logits_close(p, reference_logits(p), tma.data(), 2e-3, ("bs " + std::to_string(bs)).c_str());
+  }
+}
+
+TEST_F(HopperIndexer, GraphReplayEqualsEagerRun) {
+  Options o;
+  o.heads = 64;
+  const Problem p = make_problem(rng, decode_tokens({3000, 4096, 77}, 2), 3, o);
+  auto kernel = hopper_kernel(p);
+  const std::vector<float> eager = run_logits(p, *kernel);
+
+  cudaStream_t stream = nullptr;
+  LATTE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  MirrorTensor lg(DType::f32, {p.T, p.max_len()});
+  lg.poison_device(0x7F);
+  IndexerLogitsArgs a;
+  a.in = p.inputs(true);
+  a.logits = lg.dev_view();
+  RunContext ctx;
+  ctx.stream = stream;
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  kernel->run(a, ctx);
+  LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  lg.download();
+  EXPECT_EQ(std::memcmp(eager.data(), lg.host<float>(), lg.bytes()), 0) << "graph replay differs from the eager run";
+  LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
+  LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Host only (runs in CI): the default policy puts hopper.indexer first for e4m3 logits on
+// sm_90, and every other case falls to cuda.indexer with hopper.indexer's reason.
+AttentionSpec logits_spec(DType q, Op op = Op::indexer_logits) {
+  AttentionSpec spec;
+  spec.op = op;
+  spec.num_heads = 64;
+  spec.head_dim = 128;
+  spec.q_dtype = q;
+  spec.block_size = 64;
+  spec.topk = op == Op::indexer_topk ? 2048 : 0;
+  spec.max_tokens = 32;
+  return spec;
+}
+
+std::string hopper_reason(const Selection& s) {
+  for (const auto& r : s.rejected)
+    if (r.id == kId && !r.reasons.empty()) return r.reasons[0].code;
+  return "";
+}
+
+TEST(HopperIndexerSelection, FirstForE4m3LogitsOnSm90Only) {
+  if (!hopper_built()) GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";
+  Context context{Registry::global()};
+  SelectOptions no_env;
+  no_env.use_environment = false;
+  const Selection s = context.select(logits_spec(DType::e4m3), describe_device("sm_90"), no_env);
+  EXPECT_EQ(s.chosen, kId);
+  EXPECT_EQ(s.valid[0].rule, "defaults:built-in#hopper-indexer-logits");
+  EXPECT_EQ(s.valid[1].id, "cuda.indexer");
+  EXPECT_EQ(s.describe_kernel(),
+            "indexer_logits: wgmma m64n64k32 e4m3 (sm_90a), K the A operand in 64-position tiles in the 128-byte "
+            "swizzle (TMA copies of 64-row page pieces by a producer warp, 6 stages); the queries of up to 4 tokens "
+            "of one request as columns (heads padded to 64); ReLU, head weights and k_scale in registers; f32 logits");
+  AttentionSpec odd = logits_spec(DType::e4m3);
+  odd.block_size = 4;
+  EXPECT_NE(context.select(odd, describe_device("sm_90"), no_env).describe_kernel().find(
+                "cp.async by the consumer threads (block size 4 is not 8, 16, 32 or a multiple of 64), 3 stages"),
+            std::string::npos);
+
+  const Selection bf16 = context.select(logits_spec(DType::bf16), describe_device("sm_90"), no_env);
+  EXPECT_EQ(bf16.chosen, "cuda.indexer");
+  EXPECT_EQ(hopper_reason(bf16), "q_dtype");
+  const Selection sm89 = context.select(logits_spec(DType::e4m3), describe_device("sm_89"), no_env);
+  EXPECT_EQ(sm89.chosen, "cuda.indexer");
+  EXPECT_EQ(hopper_reason(sm89), "arch");
+  const Selection topk = context.select(logits_spec(DType::e4m3, Op::indexer_topk), describe_device("sm_90"), no_env);
+  EXPECT_EQ(topk.chosen, "cuda.indexer");
+  EXPECT_EQ(hopper_reason(topk), "op");
+}
+
+}  // namespace
+}  // namespace latte::testing
