@@ -8,7 +8,11 @@
 // scales by one bulk copy, both completing the stage's `full` barrier; the consumers release
 // the slot through its `empty` barrier once their wgmma has read it. The producer lanes load
 // the block ids of up to 32 pieces with one coalesced read, a batch ahead, so the block_table
-// latency stays off the pipeline. Per position the consumers execute only the wgmma batch and
+// latency stays off the pipeline. A piece without a readable page (past the visible end, an
+// invalid block id) gets marker scales by a bulk copy too (kUnreadableScales), so everything a
+// consumer reads of a stage arrives through its `full` barrier; every consumer thread arrives
+// on `empty` after its own reads. (Validity flags stored by the producer's threads, ordered by
+// the same barriers, made racecheck report a hazard in one run of three.) Per position the consumers execute only the wgmma batch and
 // the epilogue: no address arithmetic, no copy instructions (the cp.async kernel measured
 // about 420 instructions per warp per stage, which set its pace, docs/performance.md).
 #pragma once
@@ -21,18 +25,26 @@
 namespace latte::hopper_indexer {
 
 constexpr int kTmaThreads = 160;  // 4 consumer warps + 1 producer warp
-constexpr int kMaxPieces = 8;     // 64 positions / 8 rows
 
-// Shared memory: queries, the stages' K tiles, scales and piece flags, full and empty barriers,
-// coef per column, the group's rows and visible lengths; plus 1024 bytes of alignment.
+// Shared memory: queries, the stages' K tiles and scales, full and empty barriers, coef per
+// column, the group's rows and visible lengths; plus 1024 bytes of alignment.
 __host__ __device__ constexpr int tma_smem_bytes(int columns, int stages) {
-  return 1024 + columns * 128 + stages * (kTileBytes + kTileTokens * 4 + kMaxPieces + 16) + columns * 4 +
-         2 * kMaxGroup * 4;
+  return 1024 + columns * 128 + stages * (kTileBytes + kTileTokens * 4 + 16) + columns * 4 + 2 * kMaxGroup * 4;
 }
 
-// One token, at most 64 columns: 72 registers, five CTAs per SM (83 without the bound: four).
+// The scales a piece without a readable page gets instead of its page's (a NaN payload no
+// k_scale written by indexer_k_store has): everything the consumers read of a stage arrives
+// through the stage's barrier, no flag written by the producer's threads.
+constexpr uint32_t kUnreadableBits = 0x7FBADBADu;
+#define LATTE_UNREADABLE_8 kUnreadableBits, kUnreadableBits, kUnreadableBits, kUnreadableBits, \
+                           kUnreadableBits, kUnreadableBits, kUnreadableBits, kUnreadableBits
+__device__ __align__(16) const uint32_t kUnreadableScales[kTileTokens] = {
+    LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8,
+    LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8};
+#undef LATTE_UNREADABLE_8
+
 template <int NI, int NR, int S, bool ONE>
-__global__ void __launch_bounds__(kTmaThreads, NR == 1 && ONE ? 5 : 1) logits_tma_kernel(const LogitsArgs a, const __grid_constant__ CUtensorMap tmk) {
+__global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArgs a, const __grid_constant__ CUtensorMap tmk) {
   constexpr int NC = NI * NR;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw_s = cuda::smem_addr(smem_raw);
@@ -40,8 +52,7 @@ __global__ void __launch_bounds__(kTmaThreads, NR == 1 && ONE ? 5 : 1) logits_tm
   uint8_t* sq = smem;
   uint8_t* stiles = sq + NC * 128;
   float* sscale = reinterpret_cast<float*>(stiles + S * kTileBytes);
-  uint8_t* sok = reinterpret_cast<uint8_t*>(sscale + S * kTileTokens);  // [S][kMaxPieces]
-  uint64_t* sbar = reinterpret_cast<uint64_t*>(sok + S * kMaxPieces);   // full[S], empty[S]
+  uint64_t* sbar = reinterpret_cast<uint64_t*>(sscale + S * kTileTokens);  // full[S], empty[S]
   float* scoef = reinterpret_cast<float*>(sbar + 2 * S);
   int* stok = reinterpret_cast<int*>(scoef + NC);
   const uint32_t sq_s = cuda::smem_addr(sq), stiles_s = cuda::smem_addr(stiles);
@@ -60,7 +71,7 @@ __global__ void __launch_bounds__(kTmaThreads, NR == 1 && ONE ? 5 : 1) logits_tm
   if (tid == 32) {
     for (int s = 0; s < S; ++s) {
       wg::mbarrier_init(full_s + 8 * s, 1);
-      wg::mbarrier_init(empty_s + 8 * s, 4);  // one arrival per consumer warp
+      wg::mbarrier_init(empty_s + 8 * s, 128);  // every consumer thread, after its reads of the slot
     }
     wg::mbarrier_init_fence();
   }
@@ -119,15 +130,18 @@ __global__ void __launch_bounds__(kTmaThreads, NR == 1 && ONE ? 5 : 1) logits_tm
           const unsigned mask = __ballot_sync(0xffffffffu, ok);
           const uint32_t q = seq + st, slot = q % S;
           wg::mbarrier_wait(empty_s + 8 * slot, ((q / S) & 1u) ^ 1u);
-          if (lane < pieces) sok[slot * kMaxPieces + lane] = ok ? 1 : 0;
+          if (lane == 0) {
+            wg::mbarrier_arrive_expect_tx(full_s + 8 * slot, (__popc(mask) * 128 + pieces * 4) * rows);
+          }
           __syncwarp();
-          if (lane == 0) wg::mbarrier_arrive_expect_tx(full_s + 8 * slot, __popc(mask) * rows * (128 + 4));
-          __syncwarp();
+          const uint32_t scale_dst = sscale_s + (slot * kTileTokens + lane * rows) * 4;
           if (ok) {
             wg::tma_load_3d(stiles_s + slot * kTileBytes + lane * rows * 128, &tmk, 0, off, b, full_s + 8 * slot);
-            wg::bulk_load(sscale_s + (slot * kTileTokens + lane * rows) * 4,
+            wg::bulk_load(scale_dst,
                           p.k_cache + static_cast<int64_t>(b) * p.page_stride + static_cast<int64_t>(bs) * 128 + off * 4,
                           rows * 4, full_s + 8 * slot);
+          } else if (lane < pieces) {
+            wg::bulk_load(scale_dst, kUnreadableScales, rows * 4, full_s + 8 * slot);
           }
         }
       }
@@ -143,10 +157,8 @@ __global__ void __launch_bounds__(kTmaThreads, NR == 1 && ONE ? 5 : 1) logits_tm
       auto finish = [&](int st, const float (&acc)[NR][NI / 2], const auto& coef) {
         const uint32_t slot = (seq + st) % S;
         const float sc_a = sscale[slot * kTileTokens + ra], sc_b = sscale[slot * kTileTokens + ra + 8];
-        const bool ok_a = sok[slot * kMaxPieces + (ra >> a.piece_shift)] != 0,
-                   ok_b = sok[slot * kMaxPieces + ((ra + 8) >> a.piece_shift)] != 0;
-        __syncwarp();
-        if (lane == 0) wg::mbarrier_arrive(empty_s + 8 * slot);
+        const bool ok_a = __float_as_uint(sc_a) != kUnreadableBits, ok_b = __float_as_uint(sc_b) != kUnreadableBits;
+        wg::mbarrier_arrive(empty_s + 8 * slot);
         write_logits<NI, NR, ONE>(acc, a, coef, stok, active, t0, c0 + st * kTileTokens + ra, c1, sc_a,
                              sc_b, ok_a, ok_b, lane);
       };
