@@ -1,6 +1,5 @@
 // hopper.indexer against cpu.reference, through the registry as a user calls it: every head
-// count, block sizes, multi-token decode (token groups, mixed rows in one group), ragged
-// prefill, no token_request, invalid block ids, negative q scales, poisoned outputs,
+// count, block sizes (both kernels), multi-token decode, ragged prefill, no token_request, invalid block ids, negative q scales, poisoned outputs,
 // determinism and CUDA-graph replay. And its selection on described devices (host only).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -74,8 +73,7 @@ TEST_F(HopperIndexer, DecodeEveryHeadCount) {
   }
 }
 
-// 2-4 query tokens per request share a CTA's K reads; 3 per request puts two requests' tokens
-// in one group (each row then gets its own pass).
+// 2-4 query tokens per request (multi-token prediction), causal among them.
 TEST_F(HopperIndexer, MultiTokenDecodeAndBlockSizes) {
   for (int heads : {32, 64, 128})
     for (int bs : {4, 16, 64, 128})  // 4: the cp.async kernel; dense pages need bs * 132 % 16 == 0
@@ -192,8 +190,8 @@ TEST(HopperIndexerSelection, FirstForE4m3LogitsOnSm90Only) {
   EXPECT_EQ(s.valid[1].id, "cuda.indexer");
   EXPECT_EQ(s.describe_kernel(),
             "indexer_logits: wgmma m64n64k32 e4m3 (sm_90a), K the A operand in 64-position tiles in the 128-byte "
-            "swizzle (TMA copies of 64-row page pieces by a producer warp, 6 stages); the queries of up to 4 tokens "
-            "of one request as columns (heads padded to 64); ReLU, head weights and k_scale in registers; f32 logits");
+            "swizzle (TMA copies of 64-row page pieces by a producer warp, 6 stages); one query token per CTA, its "
+            "heads as the columns (padded to 64); ReLU, head weights and k_scale in registers; f32 logits");
   AttentionSpec odd = logits_spec(DType::e4m3);
   odd.block_size = 4;
   EXPECT_NE(context.select(odd, describe_device("sm_90"), no_env).describe_kernel().find(

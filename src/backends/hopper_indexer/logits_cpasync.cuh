@@ -14,13 +14,12 @@ constexpr int kCpAsyncThreads = 128;
 constexpr int kCpAsyncStages = 3;  // 3, 4 and 6 measured: 3 fastest (B = 32 x 32K, H_i 32 / 64)
 
 // Shared memory: queries, the stages' K tiles, scales, validity flags, block ids and offsets,
-// coef per column, the group's rows and visible lengths; plus 1024 bytes of alignment.
+// coef per column; plus 1024 bytes of alignment.
 __host__ __device__ constexpr int cpasync_smem_bytes(int columns) {
-  return 1024 + columns * 128 + kCpAsyncStages * (kTileBytes + kTileTokens * (4 + 1 + 4 + 4)) + columns * 4 +
-         2 * kMaxGroup * 4;
+  return 1024 + columns * 128 + kCpAsyncStages * (kTileBytes + kTileTokens * (4 + 1 + 4 + 4)) + columns * 4;
 }
 
-template <int NI, int NR, bool ONE>
+template <int NI, int NR>
 __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const LogitsArgs a) {
   constexpr int NC = NI * NR, S = kCpAsyncStages;
   extern __shared__ uint8_t smem_raw[];
@@ -33,116 +32,96 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
   int* sbt = reinterpret_cast<int*>(sok + S * kTileTokens);  // block id ring
   int* sbo = sbt + S * kTileTokens;                            // offset in the block
   float* scoef = reinterpret_cast<float*>(sbo + S * kTileTokens);
-  int* stok = reinterpret_cast<int*>(scoef + NC);
   const uint32_t sq_s = cuda::smem_addr(sq), stiles_s = cuda::smem_addr(stiles);
   const cuda::IndexerProblem& p = a.p;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int grp = static_cast<int>(blockIdx.x % static_cast<unsigned>(a.num_groups));
-  const int chunk = static_cast<int>(blockIdx.x / static_cast<unsigned>(a.num_groups));
-  const int t0 = grp * a.group;
-  // Positions fit int: the launcher refuses logits_len >= 2^31.
-  const int c0 = chunk * a.chunk_len;
-  const int c1 = c0 + a.chunk_len < a.logits_len ? c0 + a.chunk_len : static_cast<int>(a.logits_len);
+  const TokenChunk w = token_chunk(a);
+  const int s_end = w.c1 < w.vis ? w.c1 : w.vis;
+  const int nst = s_end > w.c0 ? (s_end - w.c0 + kTileTokens - 1) / kTileTokens : 0;
+  float* out = a.logits + static_cast<int64_t>(w.t) * a.lg_st;
 
-  stage_tokens(a, t0, tid, stok);
-  stage_queries<NC>(a, t0, tid, kCpAsyncThreads, sq, scoef);
+  stage_queries<NC>(a, w.t, tid, kCpAsyncThreads, sq, scoef);
   wg::fence_proxy_async_smem();
   __syncthreads();
 
-  float acc[NR][NI / 2];
-#pragma unroll
-  for (int r = 0; r < NR; ++r)
-#pragma unroll
-    for (int i = 0; i < NI / 2; ++i) acc[r][i] = 0.0f;
-
-  const int bs = p.block_size;
-  const int crow = tid >> 1, half = tid & 1;  // the K row this thread copies, and which half
-
-  for (int gi = 0; gi < a.group; ++gi) {
-    if (stok[gi] == -2) break;
-    uint32_t active;
-    int maxvis;
-    if (!row_class(stok, a.group, gi, active, maxvis)) continue;
-    const int s_end = c1 < maxvis ? c1 : maxvis;
-    const int nst = s_end > c0 ? static_cast<int>((s_end - c0 + kTileTokens - 1) / kTileTokens) : 0;
-
-    if (nst > 0) {
-      const int32_t* btrow = p.block_table + static_cast<int64_t>(stok[gi]) * p.bt_sr;
-      // Thread pair (2 r, 2 r + 1) copies row r of every stage: chunks 2 k + half, k < 4, so
-      // each copy instruction of a warp reads 16 rows x 32 contiguous bytes (whole sectors).
-      // The row's block ids travel through the same pipeline, S - 1 stages ahead of its K
-      // bytes; the half-0 thread walks the row's position by 64 a stage as (block index,
-      // offset), without a division.
-      int64_t bi = (c0 + crow) / bs;
-      int off = static_cast<int>(c0 + crow - bi * bs);
-      const int step_blocks = kTileTokens / bs, step_off = kTileTokens % bs;
-      // Stage st's block id (-1: none) and offset of row crow into ring slot st % S. Every
-      // lane calls it: the warp barrier orders the pair's earlier reads of the slot.
-      auto fetch_ids = [&](int st) {
-        __syncwarp();
-        if (half != 0 || st >= nst) return;
-        const int64_t pos = c0 + static_cast<int64_t>(st) * kTileTokens + crow;
-        int* id = sbt + (st % S) * kTileTokens + crow;
-        if (pos < s_end && bi < p.max_blocks) cuda::cp_async_4(id, btrow + bi * p.bt_sc, true);
-        else *id = -1;
-        sbo[(st % S) * kTileTokens + crow] = off;
-        off += step_off;
-        bi += step_blocks;
-        if (off >= bs) {
-          off -= bs;
-          ++bi;
-        }
-      };
-      // One cp.async group: stage st's K rows into its slot (swizzled; the half-0 thread also
-      // copies the row's scale and sets its flag; unreadable rows are zero-filled), and the
-      // block ids of stage st + S - 1.
-      auto issue = [&](int st) {
-        if (st < nst) {
-          const int slot = st % S;
-          const int nb = sbt[slot * kTileTokens + crow], noff = sbo[slot * kTileTokens + crow];
-          const bool ok = nb >= 0 && nb < p.num_blocks;
-          const uint8_t* src = p.k_cache + (ok ? static_cast<int64_t>(nb) * p.page_stride : 0);
-          const uint32_t dst = stiles_s + slot * kTileBytes;
-#pragma unroll
-          for (int k = 0; k < 4; ++k)
-            cuda::cp_async_16_s(dst + wg::sw128_offset(crow, 2 * k + half), src + noff * 128 + 16 * (2 * k + half), ok);
-          if (half == 0) {
-            cuda::cp_async_4(sscale + slot * kTileTokens + crow, src + static_cast<int64_t>(bs) * 128 + noff * 4, ok);
-            sok[slot * kTileTokens + crow] = ok ? 1 : 0;
-          }
-        }
-        fetch_ids(st + S - 1);
-        cuda::cp_async_commit();
-      };
-
-      // The first S - 1 stages' block ids, then their K rows.
-#pragma unroll 1
-      for (int st = 0; st < S - 1; ++st) fetch_ids(st);
-      cuda::cp_async_commit();
-      cuda::cp_async_wait<0>();
-      __syncthreads();
-#pragma unroll 1
-      for (int st = 0; st < S - 1; ++st) issue(st);
-
-#pragma unroll 1
-      for (int it = 0; it < nst; ++it) {
-        cuda::cp_async_wait<S - 2>();
-        wg::fence_proxy_async_smem();
-        __syncthreads();  // stage it landed for every thread; stage it - 1's slot is free
-        issue(it + S - 1);
-        const int slot = it % S;
-        tile_scores<NI, NR>(acc, stiles_s + slot * kTileBytes, sq_s);
-        const int ra = warp * 16 + (lane >> 2);
-        write_logits<NI, NR, ONE>(acc, a, SharedCoef{scoef, lane & 3}, stok, active, t0, c0 + it * kTileTokens + ra, c1,
-                             sscale[slot * kTileTokens + ra], sscale[slot * kTileTokens + ra + 8],
-                             sok[slot * kTileTokens + ra] != 0, sok[slot * kTileTokens + ra + 8] != 0, lane);
+  if (nst > 0) {
+    const int bs = p.block_size;
+    const int crow = tid >> 1, half = tid & 1;  // the K row this thread copies, and which half
+    const int32_t* btrow = p.block_table + static_cast<int64_t>(w.row) * p.bt_sr;
+    // Thread pair (2 r, 2 r + 1) copies row r of every stage: chunks 2 k + half, k < 4, so each
+    // copy instruction of a warp reads 16 rows x 32 contiguous bytes (whole sectors). The row's
+    // block ids travel through the same pipeline, S - 1 stages ahead of its K bytes; the half-0
+    // thread walks the row's position by 64 a stage as (block index, offset), without a division.
+    int bi = (w.c0 + crow) / bs;
+    int off = w.c0 + crow - bi * bs;
+    const int step_blocks = kTileTokens / bs, step_off = kTileTokens % bs;
+    // Stage st's block id (-1: none) and offset of row crow into ring slot st % S. Every lane
+    // calls it: the warp barrier orders the pair's earlier reads of the slot.
+    auto fetch_ids = [&](int st) {
+      __syncwarp();
+      if (half != 0 || st >= nst) return;
+      const int pos = w.c0 + st * kTileTokens + crow;
+      int* id = sbt + (st % S) * kTileTokens + crow;
+      if (pos < s_end && bi < p.max_blocks) cuda::cp_async_4(id, btrow + static_cast<int64_t>(bi) * p.bt_sc, true);
+      else *id = -1;
+      sbo[(st % S) * kTileTokens + crow] = off;
+      off += step_off;
+      bi += step_blocks;
+      if (off >= bs) {
+        off -= bs;
+        ++bi;
       }
-      cuda::cp_async_wait<0>();
-      __syncthreads();  // the next row's pass reuses the slots
+    };
+    // One cp.async group: stage st's K rows into its slot (swizzled; the half-0 thread also
+    // copies the row's scale and sets its flag; unreadable rows are zero-filled), and the
+    // block ids of stage st + S - 1.
+    auto issue = [&](int st) {
+      if (st < nst) {
+        const int slot = st % S;
+        const int nb = sbt[slot * kTileTokens + crow], noff = sbo[slot * kTileTokens + crow];
+        const bool ok = nb >= 0 && nb < p.num_blocks;
+        const uint8_t* src = p.k_cache + (ok ? static_cast<int64_t>(nb) * p.page_stride : 0);
+        const uint32_t dst = stiles_s + slot * kTileBytes;
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          cuda::cp_async_16_s(dst + wg::sw128_offset(crow, 2 * k + half), src + noff * 128 + 16 * (2 * k + half), ok);
+        if (half == 0) {
+          cuda::cp_async_4(sscale + slot * kTileTokens + crow, src + static_cast<int64_t>(bs) * 128 + noff * 4, ok);
+          sok[slot * kTileTokens + crow] = ok ? 1 : 0;
+        }
+      }
+      fetch_ids(st + S - 1);
+      cuda::cp_async_commit();
+    };
+
+    // The first S - 1 stages' block ids, then their K rows.
+#pragma unroll 1
+    for (int st = 0; st < S - 1; ++st) fetch_ids(st);
+    cuda::cp_async_commit();
+    cuda::cp_async_wait<0>();
+    __syncthreads();
+#pragma unroll 1
+    for (int st = 0; st < S - 1; ++st) issue(st);
+
+    float acc[NR][NI / 2] = {};
+    const SharedCoef coef{scoef, lane & 3};
+    const int ra = warp * 16 + (lane >> 2);
+#pragma unroll 1
+    for (int it = 0; it < nst; ++it) {
+      cuda::cp_async_wait<S - 2>();
+      wg::fence_proxy_async_smem();
+      __syncthreads();  // stage it landed for every thread; stage it - 1's slot is free
+      issue(it + S - 1);
+      const int slot = it % S;
+      tile_scores<NI, NR>(acc, stiles_s + slot * kTileBytes, sq_s);
+      write_logits<NI, NR>(acc, a, coef, out, w.vis, w.c0 + it * kTileTokens + ra, w.c1, sscale[slot * kTileTokens + ra],
+                           sscale[slot * kTileTokens + ra + 8], sok[slot * kTileTokens + ra] != 0,
+                           sok[slot * kTileTokens + ra + 8] != 0, lane);
     }
-    fill_invisible(a, active, t0, c0 + static_cast<int64_t>(nst) * kTileTokens, c1, tid, kCpAsyncThreads);
+    cuda::cp_async_wait<0>();
   }
+  fill_invisible(a, out, w.c0 + nst * kTileTokens, w.c1, tid, kCpAsyncThreads);
 }
 
 }  // namespace latte::hopper_indexer

@@ -14,14 +14,10 @@ namespace latte::hopper_indexer {
 
 constexpr int kMaxHeads = 128;
 
-// How a problem is cut (for describe and the tests): index heads padded to a power of two
-// >= 8 (the wgmma n granularity used), query tokens of one block_table row per CTA, the CTA's
-// wgmma columns (tokens x padded heads), and chunks of positions per token group.
+// How a problem is cut (for describe): index heads padded to a power of two >= 8 (the wgmma
+// columns of a CTA), the kernel, and chunks of positions per query token (one token per CTA).
 struct LogitsPlan {
   int padded_heads = 8;
-  int group = 1;
-  int columns = 8;
-  int num_groups = 0;
   int chunk_len = 0;
   bool tma = false;     // the TMA kernel (block sizes 8, 16, 32, multiples of 64), else cp.async
   int piece_rows = 0;   // TMA: rows per copy, min(block_size, 64)

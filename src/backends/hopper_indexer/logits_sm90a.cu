@@ -49,24 +49,16 @@ bool cpasync_forced() {
                                                " is not auto or cpasync; unset it for the default");
 }
 
-// Calls f.template run<NI, NR, ONE>() for a CTA of `columns` wgmma columns (a power of two,
-// 8..256) of one token (ONE) or several.
-template <bool ONE, typename F>
+// Calls f.template run<NI, NR>() for `columns` wgmma columns (the padded heads: 8 ... 128).
+template <typename F>
 void with_columns(int columns, F&& f) {
   switch (columns) {
-    case 8: f.template run<8, 1, ONE>(); break;
-    case 16: f.template run<16, 1, ONE>(); break;
-    case 32: f.template run<32, 1, ONE>(); break;
-    case 64: f.template run<64, 1, ONE>(); break;
-    case 128: f.template run<64, 2, ONE>(); break;
-    default: f.template run<64, 4, ONE>(); break;
+    case 8: f.template run<8, 1>(); break;
+    case 16: f.template run<16, 1>(); break;
+    case 32: f.template run<32, 1>(); break;
+    case 64: f.template run<64, 1>(); break;
+    default: f.template run<64, 2>(); break;
   }
-}
-
-template <typename F>
-void with_columns(int columns, bool one_token, F&& f) {
-  if (one_token) with_columns<true>(columns, f);
-  else with_columns<false>(columns, f);
 }
 
 // The kernel instance of a plan: its function pointer, threads and shared memory.
@@ -79,27 +71,26 @@ struct KernelRef {
 template <int S>
 struct TmaRef {
   KernelRef* out;
-  template <int NI, int NR, bool ONE>
+  template <int NI, int NR>
   void run() const {
-    *out = KernelRef{reinterpret_cast<const void*>(&logits_tma_kernel<NI, NR, S, ONE>), kTmaThreads,
+    *out = KernelRef{reinterpret_cast<const void*>(&logits_tma_kernel<NI, NR, S>), kTmaThreads,
                      tma_smem_bytes(NI * NR, S)};
   }
 };
 
 struct CpAsyncRef {
   KernelRef* out;
-  template <int NI, int NR, bool ONE>
+  template <int NI, int NR>
   void run() const {
-    *out = KernelRef{reinterpret_cast<const void*>(&logits_cpasync_kernel<NI, NR, ONE>), kCpAsyncThreads,
+    *out = KernelRef{reinterpret_cast<const void*>(&logits_cpasync_kernel<NI, NR>), kCpAsyncThreads,
                      cpasync_smem_bytes(NI * NR)};
   }
 };
 
 KernelRef kernel_of(const LogitsPlan& pl) {
   KernelRef k;
-  const bool one = pl.group == 1;
-  if (pl.tma) with_columns(pl.columns, one, TmaRef<kTmaStages>{&k});
-  else with_columns(pl.columns, one, CpAsyncRef{&k});
+  if (pl.tma) with_columns(pl.padded_heads, TmaRef<kTmaStages>{&k});
+  else with_columns(pl.padded_heads, CpAsyncRef{&k});
   return k;
 }
 
@@ -160,25 +151,18 @@ CUtensorMap k_pages_map(const cuda::IndexerProblem& p, int piece_rows) {
 LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count) {
   LogitsPlan pl;
   while (pl.padded_heads < p.heads) pl.padded_heads *= 2;
-  const int gmax = std::min(kMaxGroup, kMaxColumns / pl.padded_heads);
-  if (p.token_request) {
-    const int64_t per = p.tokens / std::max(1, p.batch);
-    while (pl.group * 2 <= gmax && pl.group * 2 <= per) pl.group *= 2;
-  }
-  pl.columns = pl.group * pl.padded_heads;
-  pl.num_groups = static_cast<int>(ceil_div(p.tokens, pl.group));
   pl.tma = tma_block_size(p.block_size) && !cpasync_forced();
   pl.piece_rows = pl.tma ? std::min(p.block_size, kTileTokens) : 0;
   pl.stages = pl.tma ? kTmaStages : kCpAsyncStages;
   const KernelRef k = kernel_of(pl);
   pl.smem_bytes = k.smem;
   pl.ctas_per_sm = sm_count > 0 ? prepare(k) : 0;
-  // Chunks of positions: one full wave when the groups are fewer than the CTA slots (decode),
+  // Chunks of positions: one full wave when the tokens are fewer than the CTA slots (decode),
   // about four waves otherwise (prefill).
   const int64_t slots = static_cast<int64_t>(std::max(1, sm_count)) * std::max(1, pl.ctas_per_sm);
   const int64_t cover = std::max<int64_t>(1, logits_len);
-  int64_t chunks = pl.num_groups <= slots ? slots / std::max(1, pl.num_groups)
-                                          : (4 * slots + pl.num_groups / 2) / pl.num_groups;
+  const int64_t tokens = std::max(1, p.tokens);
+  int64_t chunks = tokens <= slots ? slots / tokens : (4 * slots + tokens / 2) / tokens;
   chunks = std::clamp<int64_t>(chunks, 1, ceil_div(cover, kTileTokens));
   pl.chunk_len = static_cast<int>(ceil_div(ceil_div(cover, chunks), kTileTokens) * kTileTokens);
   pl.num_chunks = static_cast<int>(ceil_div(cover, pl.chunk_len));
@@ -203,7 +187,7 @@ void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t l
                                             " positions; this backend takes fewer than 2^31. Use cuda.indexer");
   }
   const LogitsPlan pl = plan_logits(p, logits_len, sm_count);
-  const int64_t grid = static_cast<int64_t>(pl.num_groups) * pl.num_chunks;
+  const int64_t grid = static_cast<int64_t>(p.tokens) * pl.num_chunks;
   if (grid >= (int64_t{1} << 31)) {
     throw Error(ErrorCode::unsupported, "hopper.indexer: the problem needs more than 2^31 CTAs; split the batch");
   }
@@ -212,16 +196,12 @@ void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t l
   a.logits = logits;
   a.lg_st = ld_t;
   a.lg_ss = ld_s;
-  a.logits_len = logits_len;
-  a.vis_cap = std::min<int64_t>(p.max_len(), logits_len);
+  a.logits_len = static_cast<int>(logits_len);
+  a.vis_cap = static_cast<int>(std::min<int64_t>(p.max_len(), logits_len));
   a.hp = pl.padded_heads;
-  a.group = pl.group;
-  a.num_groups = pl.num_groups;
   a.chunk_len = pl.chunk_len;
   a.q_vec = (reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_st % 16 == 0 && p.q_sh % 16 == 0) ? 1 : 0;
   a.piece_rows = pl.piece_rows;
-  a.piece_shift = pl.piece_rows > 0 ? __builtin_ctz(static_cast<unsigned>(pl.piece_rows)) : 0;
-  a.hp8_shift = __builtin_ctz(static_cast<unsigned>(pl.padded_heads / 8));
   const KernelRef k = kernel_of(pl);
   const auto s = static_cast<cudaStream_t>(stream);
   if (pl.tma) {
@@ -246,10 +226,9 @@ std::string describe_logits(int heads, int block_size) {
                    std::to_string(pl.stages) + " stages"
              : "cp.async by the consumer threads (block size " + std::to_string(p.block_size) +
                    " is not 8, 16, 32 or a multiple of 64), " + std::to_string(pl.stages) + " stages";
-  return "indexer_logits: wgmma m64n" + std::to_string(std::min(pl.columns, 64)) +
+  return "indexer_logits: wgmma m64n" + std::to_string(std::min(pl.padded_heads, 64)) +
          "k32 e4m3 (sm_90a), K the A operand in 64-position tiles in the 128-byte swizzle (" + copies +
-         "); the queries of up to " + std::to_string(kMaxColumns / pl.padded_heads) +
-         " tokens of one request as columns (heads padded to " + std::to_string(pl.padded_heads) +
+         "); one query token per CTA, its heads as the columns (padded to " + std::to_string(pl.padded_heads) +
          "); ReLU, head weights and k_scale in registers; f32 logits";
 }
 

@@ -27,9 +27,9 @@ namespace latte::hopper_indexer {
 constexpr int kTmaThreads = 160;  // 4 consumer warps + 1 producer warp
 
 // Shared memory: queries, the stages' K tiles and scales, full and empty barriers, coef per
-// column, the group's rows and visible lengths; plus 1024 bytes of alignment.
+// column; plus 1024 bytes of alignment.
 __host__ __device__ constexpr int tma_smem_bytes(int columns, int stages) {
-  return 1024 + columns * 128 + stages * (kTileBytes + kTileTokens * 4 + 16) + columns * 4 + 2 * kMaxGroup * 4;
+  return 1024 + columns * 128 + stages * (kTileBytes + kTileTokens * 4 + 16) + columns * 4;
 }
 
 // The scales a piece without a readable page gets instead of its page's (a NaN payload no
@@ -43,7 +43,7 @@ __device__ __align__(16) const uint32_t kUnreadableScales[kTileTokens] = {
     LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8};
 #undef LATTE_UNREADABLE_8
 
-template <int NI, int NR, int S, bool ONE>
+template <int NI, int NR, int S>
 __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArgs a, const __grid_constant__ CUtensorMap tmk) {
   constexpr int NC = NI * NR;
   extern __shared__ uint8_t smem_raw[];
@@ -54,20 +54,16 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
   float* sscale = reinterpret_cast<float*>(stiles + S * kTileBytes);
   uint64_t* sbar = reinterpret_cast<uint64_t*>(sscale + S * kTileTokens);  // full[S], empty[S]
   float* scoef = reinterpret_cast<float*>(sbar + 2 * S);
-  int* stok = reinterpret_cast<int*>(scoef + NC);
   const uint32_t sq_s = cuda::smem_addr(sq), stiles_s = cuda::smem_addr(stiles);
   const uint32_t sscale_s = cuda::smem_addr(sscale), full_s = cuda::smem_addr(sbar), empty_s = full_s + 8 * S;
   const cuda::IndexerProblem& p = a.p;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int grp = static_cast<int>(blockIdx.x % static_cast<unsigned>(a.num_groups));
-  const int chunk = static_cast<int>(blockIdx.x / static_cast<unsigned>(a.num_groups));
-  const int t0 = grp * a.group;
-  // Positions fit int: the launcher refuses logits_len >= 2^31.
-  const int c0 = chunk * a.chunk_len;
-  const int c1 = c0 + a.chunk_len < a.logits_len ? c0 + a.chunk_len : static_cast<int>(a.logits_len);
+  const TokenChunk w = token_chunk(a);
+  const int s_end = w.c1 < w.vis ? w.c1 : w.vis;
+  const int nst = s_end > w.c0 ? (s_end - w.c0 + kTileTokens - 1) / kTileTokens : 0;
+  float* out = a.logits + static_cast<int64_t>(w.t) * a.lg_st;
 
-  stage_tokens(a, t0, tid, stok);
   if (tid == 32) {
     for (int s = 0; s < S; ++s) {
       wg::mbarrier_init(full_s + 8 * s, 1);
@@ -76,124 +72,101 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
     wg::mbarrier_init_fence();
   }
   __syncthreads();
-  // The producer starts copying now; the consumers stage the queries meanwhile (the CTA's
-  // first copies and its query loads overlap: a few microseconds of each CTA's start).
-  if (warp != 4) {
-    stage_queries<NC>(a, t0, tid, 128, sq, scoef);
-    wg::fence_proxy_async_smem();
-    asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the consumer warpgroup only
-  }
 
-  float acc[NR][NI / 2];
-#pragma unroll
-  for (int r = 0; r < NR; ++r)
-#pragma unroll
-    for (int i = 0; i < NI / 2; ++i) acc[r][i] = 0.0f;
-
-  const int bs = p.block_size, rows = a.piece_rows, pieces = kTileTokens / rows;
-  const int stages_per_batch = 32 / pieces;  // stages whose block ids one producer read covers
-  uint32_t seq = 0;  // stages of earlier passes: the barriers' phases continue across passes
-
-  for (int gi = 0; gi < a.group; ++gi) {
-    if (stok[gi] == -2) break;
-    uint32_t active;
-    int maxvis;
-    if (!row_class(stok, a.group, gi, active, maxvis)) continue;
-    const int s_end = c1 < maxvis ? c1 : maxvis;
-    const int nst = s_end > c0 ? static_cast<int>((s_end - c0 + kTileTokens - 1) / kTileTokens) : 0;
-
-    if (warp == 4) {
-      if (nst > 0) {
-        const int32_t* btrow = p.block_table + static_cast<int64_t>(stok[gi]) * p.bt_sr;
-        // Lane l of batch k: piece l % pieces of stage k * stages_per_batch + l / pieces, as
-        // (block id or -1, row offset in the page).
-        auto load_batch = [&](int k, int& b, int& off) {
-          const int st = k * stages_per_batch + lane / pieces;
-          const int64_t pos = c0 + static_cast<int64_t>(st) * kTileTokens + (lane % pieces) * rows;
-          const int64_t bi = pos / bs;
-          off = static_cast<int>(pos - bi * bs);
-          b = st < nst && pos < s_end && bi < p.max_blocks ? btrow[bi * p.bt_sc] : -1;
-        };
-        int cur_b, cur_off, next_b, next_off;
-        load_batch(0, next_b, next_off);
+  if (warp == 4) {
+    // The producer starts copying at once; the consumers stage the queries meanwhile (the CTA's
+    // first copies and its query loads overlap: a few microseconds of each CTA's start).
+    if (nst == 0) return;
+    const int bs = p.block_size, rows = a.piece_rows, pieces = kTileTokens / rows;
+    const int stages_per_batch = 32 / pieces;  // stages whose block ids one read covers
+    const int32_t* btrow = p.block_table + static_cast<int64_t>(w.row) * p.bt_sr;
+    // Lane l of batch k: piece l % pieces of stage k * stages_per_batch + l / pieces, as
+    // (block id or -1, row offset in the page).
+    auto load_batch = [&](int k, int& b, int& off) {
+      const int st = k * stages_per_batch + lane / pieces;
+      const int pos = w.c0 + st * kTileTokens + (lane % pieces) * rows;
+      const int bi = pos / bs;
+      off = pos - bi * bs;
+      b = st < nst && pos < s_end && bi < p.max_blocks ? btrow[static_cast<int64_t>(bi) * p.bt_sc] : -1;
+    };
+    int cur_b = -1, cur_off = 0, next_b, next_off;
+    load_batch(0, next_b, next_off);
 #pragma unroll 1
-        for (int st = 0; st < nst; ++st) {
-          const int in_batch = st % stages_per_batch;
-          if (in_batch == 0) {
-            cur_b = next_b;
-            cur_off = next_off;
-            load_batch(st / stages_per_batch + 1, next_b, next_off);
-          }
-          const int src = in_batch * pieces + (lane < pieces ? lane : 0);
-          const int b = __shfl_sync(0xffffffffu, cur_b, src), off = __shfl_sync(0xffffffffu, cur_off, src);
-          const bool ok = lane < pieces && b >= 0 && b < p.num_blocks;
-          const unsigned mask = __ballot_sync(0xffffffffu, ok);
-          const uint32_t q = seq + st, slot = q % S;
-          wg::mbarrier_wait(empty_s + 8 * slot, ((q / S) & 1u) ^ 1u);
-          if (lane == 0) {
-            wg::mbarrier_arrive_expect_tx(full_s + 8 * slot, (__popc(mask) * 128 + pieces * 4) * rows);
-          }
-          __syncwarp();
-          const uint32_t scale_dst = sscale_s + (slot * kTileTokens + lane * rows) * 4;
-          if (ok) {
-            wg::tma_load_3d(stiles_s + slot * kTileBytes + lane * rows * 128, &tmk, 0, off, b, full_s + 8 * slot);
-            wg::bulk_load(scale_dst,
-                          p.k_cache + static_cast<int64_t>(b) * p.page_stride + static_cast<int64_t>(bs) * 128 + off * 4,
-                          rows * 4, full_s + 8 * slot);
-          } else if (lane < pieces) {
-            wg::bulk_load(scale_dst, kUnreadableScales, rows * 4, full_s + 8 * slot);
-          }
-        }
+    for (int st = 0; st < nst; ++st) {
+      const int in_batch = st % stages_per_batch;
+      if (in_batch == 0) {
+        cur_b = next_b;
+        cur_off = next_off;
+        load_batch(st / stages_per_batch + 1, next_b, next_off);
       }
-    } else {
-      const int ra = warp * 16 + (lane >> 2);
-      auto wait_full = [&](int st) {
-        const uint32_t q = seq + st;
-        wg::mbarrier_wait(full_s + 8 * (q % S), (q / S) & 1u);
-        return stiles_s + (q % S) * kTileBytes;
-      };
-      // Stage st's scores in acc (its wgmma complete) into logits; the slot is released as
-      // soon as its scales and flags are read.
-      auto finish = [&](int st, const float (&acc)[NR][NI / 2], const auto& coef) {
-        const uint32_t slot = (seq + st) % S;
-        const float sc_a = sscale[slot * kTileTokens + ra], sc_b = sscale[slot * kTileTokens + ra + 8];
-        const bool ok_a = __float_as_uint(sc_a) != kUnreadableBits, ok_b = __float_as_uint(sc_b) != kUnreadableBits;
-        wg::mbarrier_arrive(empty_s + 8 * slot);
-        write_logits<NI, NR, ONE>(acc, a, coef, stok, active, t0, c0 + st * kTileTokens + ra, c1, sc_a,
-                             sc_b, ok_a, ok_b, lane);
-      };
-      if constexpr (NR == 1) {
-        // At most 64 columns: coef in registers, and stage st + 1's wgmma runs while stage
-        // st's epilogue does (its scores copied out of the accumulators first). The wgmma is
-        // issued on every iteration, the last one's on stage st again (still held, unused),
-        // so no wgmma sits on a conditional path: ptxas would serialize them (C7518).
-        const RegisterCoef<NI> coef(scoef, lane & 3);
-        float acc_next[1][NI / 2], acc_done[1][NI / 2];
-        if (nst > 0) start_tile_scores<NI, 1>(acc_next, wait_full(0), sq_s);
-#pragma unroll 1
-        for (int st = 0; st < nst; ++st) {
-          const uint32_t tile = st + 1 < nst ? wait_full(st + 1) : stiles_s + ((seq + st) % S) * kTileBytes;
-          wg::wgmma_wait<0>();
-          fence_all<NI, 1>(acc_next);
-#pragma unroll
-          for (int i = 0; i < NI / 2; ++i) acc_done[0][i] = acc_next[0][i];
-          start_tile_scores<NI, 1>(acc_next, tile, sq_s);
-          finish(st, acc_done, coef);
-        }
-        wg::wgmma_wait<0>();
-        fence_all<NI, 1>(acc_next);
-      } else {
-        const SharedCoef coef{scoef, lane & 3};
-#pragma unroll 1
-        for (int st = 0; st < nst; ++st) {
-          tile_scores<NI, NR>(acc, wait_full(st), sq_s);
-          finish(st, acc, coef);
-        }
+      const int src = in_batch * pieces + (lane < pieces ? lane : 0);
+      const int b = __shfl_sync(0xffffffffu, cur_b, src), off = __shfl_sync(0xffffffffu, cur_off, src);
+      const bool ok = lane < pieces && b >= 0 && b < p.num_blocks;
+      const unsigned mask = __ballot_sync(0xffffffffu, ok);
+      const uint32_t slot = st % S;
+      wg::mbarrier_wait(empty_s + 8 * slot, ((st / S) & 1u) ^ 1u);
+      if (lane == 0) wg::mbarrier_arrive_expect_tx(full_s + 8 * slot, (__popc(mask) * 128 + pieces * 4) * rows);
+      __syncwarp();
+      const uint32_t scale_dst = sscale_s + (slot * kTileTokens + lane * rows) * 4;
+      if (ok) {
+        wg::tma_load_3d(stiles_s + slot * kTileBytes + lane * rows * 128, &tmk, 0, off, b, full_s + 8 * slot);
+        wg::bulk_load(scale_dst, p.k_cache + static_cast<int64_t>(b) * p.page_stride + static_cast<int64_t>(bs) * 128 + off * 4,
+                      rows * 4, full_s + 8 * slot);
+      } else if (lane < pieces) {
+        wg::bulk_load(scale_dst, kUnreadableScales, rows * 4, full_s + 8 * slot);
       }
-      fill_invisible(a, active, t0, c0 + static_cast<int64_t>(nst) * kTileTokens, c1, tid, 128);
     }
-    seq += static_cast<uint32_t>(nst);
+    return;
   }
+
+  stage_queries<NC>(a, w.t, tid, 128, sq, scoef);
+  wg::fence_proxy_async_smem();
+  asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the consumer warpgroup only
+
+  const int ra = warp * 16 + (lane >> 2);
+  auto wait_full = [&](int st) {
+    wg::mbarrier_wait(full_s + 8 * (st % S), (st / S) & 1u);
+    return stiles_s + (st % S) * kTileBytes;
+  };
+  // Stage st's scores in acc (its wgmma complete) into logits; the slot is released as soon as
+  // its scales are read.
+  auto finish = [&](int st, const float (&acc)[NR][NI / 2], const auto& coef) {
+    const uint32_t slot = st % S;
+    const float sc_a = sscale[slot * kTileTokens + ra], sc_b = sscale[slot * kTileTokens + ra + 8];
+    wg::mbarrier_arrive(empty_s + 8 * slot);
+    write_logits<NI, NR>(acc, a, coef, out, w.vis, w.c0 + st * kTileTokens + ra, w.c1, sc_a, sc_b,
+                         __float_as_uint(sc_a) != kUnreadableBits, __float_as_uint(sc_b) != kUnreadableBits, lane);
+  };
+  if constexpr (NR == 1) {
+    // At most 64 heads: coef in registers, and stage st + 1's wgmma runs while stage st's
+    // epilogue does (its scores copied out of the accumulators first). The wgmma is issued on
+    // every iteration, the last one's on stage st's tile again (result unused), so no wgmma
+    // sits on a conditional path: ptxas would serialize them (C7518).
+    const RegisterCoef<NI> coef(scoef, lane & 3);
+    float acc_next[1][NI / 2] = {}, acc_done[1][NI / 2];
+    if (nst > 0) start_tile_scores<NI, 1>(acc_next, wait_full(0), sq_s);
+#pragma unroll 1
+    for (int st = 0; st < nst; ++st) {
+      const uint32_t tile = st + 1 < nst ? wait_full(st + 1) : stiles_s + (st % S) * kTileBytes;
+      wg::wgmma_wait<0>();
+      fence_all<NI, 1>(acc_next);
+#pragma unroll
+      for (int i = 0; i < NI / 2; ++i) acc_done[0][i] = acc_next[0][i];
+      start_tile_scores<NI, 1>(acc_next, tile, sq_s);
+      finish(st, acc_done, coef);
+    }
+    wg::wgmma_wait<0>();
+    fence_all<NI, 1>(acc_next);
+  } else {
+    const SharedCoef coef{scoef, lane & 3};
+    float acc[NR][NI / 2] = {};
+#pragma unroll 1
+    for (int st = 0; st < nst; ++st) {
+      tile_scores<NI, NR>(acc, wait_full(st), sq_s);
+      finish(st, acc, coef);
+    }
+  }
+  fill_invisible(a, out, w.c0 + nst * kTileTokens, w.c1, tid, 128);
 }
 
 }  // namespace latte::hopper_indexer
