@@ -30,16 +30,20 @@ bool hopper_built() { return Registry::global().find(kId) != nullptr; }
       GTEST_SKIP() << "skipped: hopper.indexer runs on sm_90 (H100 / H200) only";                      \
   } while (0)
 
-// hopper.indexer's logits of p on the GPU into a poisoned [T, max_len] tensor.
-std::vector<float> run_logits(const Problem& p, Kernel& kernel, cudaStream_t stream = nullptr) {
-  MirrorTensor lg(DType::f32, {p.T, p.max_len()});
+// indexer_logits arguments of p on the GPU, the output `lg` ([T, max_len]) poisoned.
+IndexerLogitsArgs poisoned_logits_args(const Problem& p, MirrorTensor& lg) {
+  lg = MirrorTensor(DType::f32, {p.T, p.max_len()});
   lg.poison_device(0x7F);
   IndexerLogitsArgs a;
   a.in = p.inputs(true);
   a.logits = lg.dev_view();
-  RunContext ctx;
-  ctx.stream = stream;
-  kernel.run(a, ctx);
+  return a;
+}
+
+// hopper.indexer's logits of p on the GPU (into a poisoned tensor).
+std::vector<float> run_logits(const Problem& p, Kernel& kernel) {
+  MirrorTensor lg;
+  kernel.run(poisoned_logits_args(p, lg), RunContext{});
   LATTE_CUDA_CHECK(cudaDeviceSynchronize());
   lg.download();
   return std::vector<float>(lg.host<float>(), lg.host<float>() + lg.numel());
@@ -137,11 +141,8 @@ TEST_F(HopperIndexer, GraphReplayEqualsEagerRun) {
 
   cudaStream_t stream = nullptr;
   LATTE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  MirrorTensor lg(DType::f32, {p.T, p.max_len()});
-  lg.poison_device(0x7F);
-  IndexerLogitsArgs a;
-  a.in = p.inputs(true);
-  a.logits = lg.dev_view();
+  MirrorTensor lg;
+  const IndexerLogitsArgs a = poisoned_logits_args(p, lg);
   RunContext ctx;
   ctx.stream = stream;
   cudaGraph_t graph = nullptr;

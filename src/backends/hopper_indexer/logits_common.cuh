@@ -39,9 +39,11 @@ struct LogitsArgs {
 };
 
 // The CTA's work: token t (blockIdx.x % T) over positions [c0, c1) (chunk blockIdx.x / T), its
-// block_table row (-1: none) and the positions it sees.
+// block_table row (-1: none), the positions it sees, the stages of 64 positions that hold
+// visible ones (nst, up to s_end = min(c1, vis)) and its logits row.
 struct TokenChunk {
-  int t, row, c0, c1, vis;
+  int t, row, c0, c1, vis, s_end, nst;
+  float* out;
 };
 
 __device__ __forceinline__ TokenChunk token_chunk(const LogitsArgs& a) {
@@ -55,6 +57,9 @@ __device__ __forceinline__ TokenChunk token_chunk(const LogitsArgs& a) {
   w.row = row < 0 || row >= p.batch ? -1 : row;
   const int64_t v = w.row < 0 ? 0 : p.visible_lens[static_cast<int64_t>(w.t) * p.vl_s];
   w.vis = static_cast<int>(v < 0 ? 0 : (v < a.vis_cap ? v : a.vis_cap));
+  w.s_end = w.c1 < w.vis ? w.c1 : w.vis;
+  w.nst = w.s_end > w.c0 ? (w.s_end - w.c0 + kTileTokens - 1) / kTileTokens : 0;
+  w.out = a.logits + static_cast<int64_t>(w.t) * a.lg_st;
   return w;
 }
 

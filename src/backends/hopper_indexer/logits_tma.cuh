@@ -60,9 +60,8 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const TokenChunk w = token_chunk(a);
-  const int s_end = w.c1 < w.vis ? w.c1 : w.vis;
-  const int nst = s_end > w.c0 ? (s_end - w.c0 + kTileTokens - 1) / kTileTokens : 0;
-  float* out = a.logits + static_cast<int64_t>(w.t) * a.lg_st;
+  const int s_end = w.s_end, nst = w.nst;
+  float* out = w.out;
 
   if (tid == 32) {
     for (int s = 0; s < S; ++s) {
