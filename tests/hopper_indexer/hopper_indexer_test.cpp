@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -13,6 +15,7 @@
 #include "cuda_indexer/indexer_problem.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/context.hpp"
+#include "latte/error.hpp"
 #include "latte/selector.hpp"
 
 namespace latte::testing {
@@ -112,6 +115,61 @@ TEST_F(HopperIndexer, NoTokenRequestInvalidBlocksNegativeScales) {
     for (int h = 1; h < p.H; h += 2) p.qs.host<float>()[t * p.H + h] *= -1.0f;
   p.qs.upload();
   check(p, "no token_request, invalid block, negative q_scale");
+}
+
+// Logits rows narrower and wider than max_len, in padded rows: positions past max_len are
+// -inf, positions past L and the padding are not written. A view whose last dimension is not
+// contiguous is refused with the fix in the message.
+TEST_F(HopperIndexer, PaddedNarrowAndWideLogitsRows) {
+  Options o;
+  o.heads = 64;
+  const Problem p = make_problem(rng, decode_tokens({1500, 700, 2048}, 1), 3, o);
+  const std::vector<float> ref = reference_logits(p);
+  auto kernel = hopper_kernel(p);
+  const int64_t M = p.max_len(), pad = 13;
+  for (const int64_t L : {M - 100, M + 77}) {
+    MirrorTensor buf(DType::f32, {p.T, L + pad});
+    buf.poison_device(0x7F);
+    IndexerLogitsArgs a;
+    a.in = p.inputs(true);
+    a.logits = buf.dev_view();
+    a.logits.shape[1] = L;
+    kernel->run(a, RunContext{});
+    LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+    buf.download();
+    const float* got = buf.host<float>();
+    int bad = 0;
+    for (int t = 0; t < p.T; ++t) {
+      double scale = 1e-20;
+      for (int64_t s = 0; s < M; ++s)
+        if (std::isfinite(ref[t * M + s])) scale = std::max(scale, std::fabs(static_cast<double>(ref[t * M + s])));
+      for (int64_t s = 0; s < L + pad; ++s) {
+        const float g = got[t * (L + pad) + s];
+        if (s >= L) {  // the row padding keeps its poison bytes
+          uint32_t bits = 0;
+          std::memcpy(&bits, &g, 4);
+          EXPECT_EQ(bits, 0x7F7F7F7Fu) << "padding written at [" << t << ", " << s << "]";
+          continue;
+        }
+        const float r = s < M ? ref[t * M + s] : -INFINITY;
+        const bool ok = std::isinf(r) ? (std::isinf(g) && g < 0) : std::fabs(static_cast<double>(g) - r) <= 2e-3 * scale;
+        if (!ok && bad++ < 5) ADD_FAILURE() << "L " << L << ": [" << t << ", " << s << "] = " << g << ", reference " << r;
+      }
+    }
+    EXPECT_EQ(bad, 0) << "L " << L;
+  }
+  MirrorTensor col(DType::f32, {M, p.T});
+  IndexerLogitsArgs a;
+  a.in = p.inputs(true);
+  a.logits = col.dev_view();
+  a.logits.shape = {p.T, M};
+  a.logits.strides = {1, p.T};
+  try {
+    kernel->run(a, RunContext{});
+    ADD_FAILURE() << "a column-major logits view was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be contiguous"), std::string::npos) << e.what();
+  }
 }
 
 // Both kernels compute the same wgmma batches and epilogue in the same order: bit-identical.
