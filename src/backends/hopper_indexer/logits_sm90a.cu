@@ -4,22 +4,19 @@
 //
 // Why a separate backend: e4m3 mma.sync is not native on sm_90 (its fp8 matrix units are
 // wgmma's), and the portable kernel's f16 mma.sync path computes the 64-head logits at about
-// half the copy bandwidth (docs/performance.md); fp8 wgmma has several times the needed rate.
+// half the copy bandwidth; fp8 wgmma has several times the needed rate (docs/kernels/indexer.md).
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <string>
-#include <tuple>
 
 #include "cuda/check.cuh"
-#include "cuda/smem_limit.hpp"
 #include "latte/error.hpp"
 #include "logits_cpasync.cuh"
 #include "logits_launch.hpp"

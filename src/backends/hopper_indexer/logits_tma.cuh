@@ -12,9 +12,10 @@
 // invalid block id) gets marker scales by a bulk copy too (kUnreadableScales), so everything a
 // consumer reads of a stage arrives through its `full` barrier; every consumer thread arrives
 // on `empty` after its own reads. (Validity flags stored by the producer's threads, ordered by
-// the same barriers, made racecheck report a hazard in one run of three.) Per position the consumers execute only the wgmma batch and
-// the epilogue: no address arithmetic, no copy instructions (the cp.async kernel measured
-// about 420 instructions per warp per stage, which set its pace, docs/performance.md).
+// the same barriers, made racecheck report a hazard in one run of three.) Per position the
+// consumers execute only the wgmma batch and the epilogue: no address arithmetic, no copy
+// instructions (a cp.async-only design measured about 420 instructions per warp per stage,
+// which set its pace; docs/kernels/indexer.md, "hopper.indexer").
 #pragma once
 
 #include <cuda.h>
