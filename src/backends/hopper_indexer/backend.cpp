@@ -30,8 +30,8 @@ Capabilities logits_capabilities() {
   caps.workspace = "none";
   caps.notes =
       "wgmma e4m3 (sm_90a instructions: H100 / H200 only); index heads padded to a power of two "
-      ">= 8; the query tokens of one request share the K reads (up to 256 columns per CTA); "
-      "indexer_topk and bf16 queries: cuda.indexer";
+      ">= 8, one query token per CTA; K pages by TMA for block sizes 8, 16, 32 and multiples of 64, "
+      "by cp.async otherwise; indexer_topk and bf16 queries: cuda.indexer";
   return caps;
 }
 
