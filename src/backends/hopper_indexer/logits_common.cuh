@@ -33,7 +33,7 @@ struct LogitsArgs {
   int64_t lg_st, lg_ss;
   int logits_len;   // < 2^31 (the launcher refuses more): positions are ints
   int vis_cap;      // min(max_len, logits_len)
-  int hp, chunk_len;
+  int chunk_len;
   int q_vec;        // q rows are 16-byte aligned
   int piece_rows;   // TMA kernel: rows of one copy, min(block_size, 64)
 };

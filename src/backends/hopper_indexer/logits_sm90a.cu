@@ -195,7 +195,6 @@ void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t l
   a.lg_ss = ld_s;
   a.logits_len = static_cast<int>(logits_len);
   a.vis_cap = static_cast<int>(std::min<int64_t>(p.max_len(), logits_len));
-  a.hp = pl.padded_heads;
   a.chunk_len = pl.chunk_len;
   a.q_vec = (reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_st % 16 == 0 && p.q_sh % 16 == 0) ? 1 : 0;
   a.piece_rows = pl.piece_rows;
