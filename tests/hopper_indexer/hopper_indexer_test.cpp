@@ -268,5 +268,29 @@ TEST(HopperIndexerSelection, FirstForE4m3LogitsOnSm90Only) {
   EXPECT_EQ(hopper_reason(topk), "op");
 }
 
+// Host only: what describe() says for each head padding and block size (the wgmma n, the copy
+// kernel and why).
+TEST(HopperIndexerDescribe, NamesTheColumnsAndTheCopyKernel) {
+  auto be = Registry::global().find(kId);
+  if (!be) GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";
+  const auto text = [&](int heads, int block_size) {
+    AttentionSpec spec = logits_spec(DType::e4m3);
+    spec.num_heads = heads;
+    spec.block_size = block_size;
+    return be->make(spec, describe_device("sm_90"))->describe();
+  };
+  const auto has = [](const std::string& t, const std::string& part) {
+    EXPECT_NE(t.find(part), std::string::npos) << "'" << part << "' not in: " << t;
+  };
+  has(text(5, 64), "wgmma m64n8k32 e4m3");
+  has(text(5, 64), "(padded to 8)");
+  has(text(32, 16), "wgmma m64n32k32");
+  has(text(32, 16), "TMA copies of 16-row page pieces");
+  has(text(100, 128), "wgmma m64n64k32");
+  has(text(100, 128), "(padded to 128)");
+  has(text(100, 128), "TMA copies of 64-row page pieces");
+  has(text(64, 48), "cp.async by the consumer threads (block size 48 is not 8, 16, 32 or a multiple of 64), 3 stages");
+}
+
 }  // namespace
 }  // namespace latte::testing
