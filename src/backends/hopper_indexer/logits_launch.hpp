@@ -14,21 +14,6 @@ namespace latte::hopper_indexer {
 
 constexpr int kMaxHeads = 128;
 
-// How a problem is cut (for describe): index heads padded to a power of two >= 8 (the wgmma
-// columns of a CTA), the kernel, and chunks of positions per query token (one token per CTA).
-struct LogitsPlan {
-  int padded_heads = 8;
-  int chunk_len = 0;
-  bool tma = false;     // the TMA kernel (block sizes 8, 16, 32, multiples of 64), else cp.async
-  int piece_rows = 0;   // TMA: rows per copy, min(block_size, 64)
-  int stages = 0;
-  int num_chunks = 0;
-  int smem_bytes = 0;
-  int ctas_per_sm = 0;
-};
-
-[[nodiscard]] LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count);
-
 // logits [T, logits_len] f32 with strides (ld_t, ld_s). Needs e4m3 queries (p.q_fp8) and an
 // sm_90 device; throws latte::Error otherwise.
 void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,

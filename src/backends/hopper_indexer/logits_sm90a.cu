@@ -84,10 +84,10 @@ struct CpAsyncRef {
   }
 };
 
-KernelRef kernel_of(const LogitsPlan& pl) {
+KernelRef kernel_of(bool tma, int padded_heads) {
   KernelRef k;
-  if (pl.tma) with_columns(pl.padded_heads, TmaRef<kTmaStages>{&k});
-  else with_columns(pl.padded_heads, CpAsyncRef{&k});
+  if (tma) with_columns(padded_heads, TmaRef<kTmaStages>{&k});
+  else with_columns(padded_heads, CpAsyncRef{&k});
   return k;
 }
 
@@ -143,7 +143,18 @@ CUtensorMap k_pages_map(const cuda::IndexerProblem& p, int piece_rows) {
   return map;
 }
 
-}  // namespace
+// How a problem is cut: index heads padded to a power of two >= 8 (the wgmma columns of a CTA),
+// the kernel, and chunks of positions per query token (one token per CTA).
+struct LogitsPlan {
+  int padded_heads = 8;
+  int chunk_len = 0;
+  bool tma = false;     // the TMA kernel (block sizes 8, 16, 32, multiples of 64), else cp.async
+  int piece_rows = 0;   // TMA: rows per copy, min(block_size, 64)
+  int stages = 0;
+  int num_chunks = 0;
+  KernelRef kernel;
+  int ctas_per_sm = 0;
+};
 
 LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count) {
   LogitsPlan pl;
@@ -151,9 +162,8 @@ LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm
   pl.tma = tma_block_size(p.block_size) && !cpasync_forced();
   pl.piece_rows = pl.tma ? std::min(p.block_size, kTileTokens) : 0;
   pl.stages = pl.tma ? kTmaStages : kCpAsyncStages;
-  const KernelRef k = kernel_of(pl);
-  pl.smem_bytes = k.smem;
-  pl.ctas_per_sm = sm_count > 0 ? prepare(k) : 0;
+  pl.kernel = kernel_of(pl.tma, pl.padded_heads);
+  pl.ctas_per_sm = sm_count > 0 ? prepare(pl.kernel) : 0;
   // Chunks of positions: one full wave when the tokens are fewer than the CTA slots (decode),
   // about four waves otherwise (prefill).
   const int64_t slots = static_cast<int64_t>(std::max(1, sm_count)) * std::max(1, pl.ctas_per_sm);
@@ -165,6 +175,8 @@ LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm
   pl.num_chunks = static_cast<int>(ceil_div(cover, pl.chunk_len));
   return pl;
 }
+
+}  // namespace
 
 void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
                          int64_t logits_len, int sm_count, void* stream) {
@@ -198,7 +210,7 @@ void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t l
   a.chunk_len = pl.chunk_len;
   a.q_vec = (reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_st % 16 == 0 && p.q_sh % 16 == 0) ? 1 : 0;
   a.piece_rows = pl.piece_rows;
-  const KernelRef k = kernel_of(pl);
+  const KernelRef& k = pl.kernel;
   const auto s = static_cast<cudaStream_t>(stream);
   if (pl.tma) {
     const CUtensorMap map = k_pages_map(p, pl.piece_rows);
