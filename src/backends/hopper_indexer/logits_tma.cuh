@@ -138,10 +138,13 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
                          __float_as_uint(sc_a) != kUnreadableBits, __float_as_uint(sc_b) != kUnreadableBits, lane);
   };
   if constexpr (NR == 1) {
-    // At most 64 heads: coef in registers, and stage st + 1's wgmma runs while stage st's
-    // epilogue does (its scores copied out of the accumulators first). The wgmma is issued on
-    // every iteration, the last one's on stage st's tile again (result unused), so no wgmma
-    // sits on a conditional path: ptxas would serialize them (C7518).
+    // At most 64 heads: coef in registers, and stage st + 1's wgmma issued before stage st's
+    // epilogue (its scores copied out of the accumulators first). The wgmma is issued on every
+    // iteration, the last one's on stage st's tile again (result unused), so no wgmma sits on a
+    // conditional path (ptxas serializes those, C7518). Since the one-token kernel (ea64dd0)
+    // ptxas serializes them anyway (C7514/C7517: it reads the in-flight accumulators), so the
+    // overlap is not realized in this build; measured the same as when it was (44.3 us at
+    // b84554b, 43.9-45.1 us since; docs/kernels/indexer.md).
     const RegisterCoef<NI> coef(scoef, lane & 3);
     float acc_next[1][NI / 2] = {}, acc_done[1][NI / 2];
     if (nst > 0) start_tile_scores<NI, 1>(acc_next, wait_full(0), sq_s);
