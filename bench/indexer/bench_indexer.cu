@@ -20,6 +20,7 @@
 #include "backends/cuda_indexer/indexer_launch.hpp"
 #if LATTE_BENCH_HOPPER
 #include "backends/hopper_indexer/logits_launch.hpp"
+#include "backends/hopper_indexer/topk_launch.hpp"
 #endif
 
 using namespace latte::cuda_indexer;
@@ -110,6 +111,31 @@ bool hopper_logits(const IndexerProblem& p, float* logits, int64_t ctx, const De
   (void)ctx;
   (void)dev;
   return false;
+#endif
+}
+
+// hopper.indexer's indexer_topk workspace for p (0: none to time: not built, or not sm_90), and
+// its call.
+std::size_t hopper_topk_bytes(const IndexerProblem& p, int k, const DeviceTraits& dev) {
+#if LATTE_BENCH_HOPPER
+  return dev.arch == 90 ? latte::hopper_indexer::topk_workspace_bytes(p, k, dev.sm_count) : 0;
+#else
+  (void)p;
+  (void)k;
+  (void)dev;
+  return 0;
+#endif
+}
+
+void hopper_topk(const IndexerProblem& p, const TopkOutput& o, void* ws, std::size_t ws_bytes, const DeviceTraits& dev) {
+#if LATTE_BENCH_HOPPER
+  latte::hopper_indexer::launch_topk_sm90a(p, o, ws, ws_bytes, dev.sm_count, nullptr);
+#else
+  (void)p;
+  (void)o;
+  (void)ws;
+  (void)ws_bytes;
+  (void)dev;
 #endif
 }
 
@@ -340,16 +366,18 @@ int main(int argc, char** argv) {
       float* x = dalloc<float>(static_cast<std::size_t>(rows * n * sets));
       fill_normalish<<<1024, 256>>>(x, rows * n * sets, 11);
       int32_t* out = dalloc<int32_t>(static_cast<std::size_t>(rows) * k);
-      const std::size_t wsb = rows_topk_workspace_bytes(rows, n, k, dev);
+      const std::size_t wsb = latte::cuda::rows_topk_workspace_bytes(rows, n, k, dev.sm_count);
       uint8_t* ws = dalloc<uint8_t>(wsb);
       const double us = time_us([&](int i) {
-        launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, nullptr);
+        latte::cuda::launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, nullptr);
       }, 50, 5);
       const double us_split = time_us([&](int i) {
-        launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, ws, wsb, dev, nullptr);
+        latte::cuda::launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, ws, wsb, dev.sm_count,
+                                      path_arch(dev) >= 90 && latte::cuda::topk_pdl_enabled(), nullptr);
       }, 50, 5);
       const double sync_split = sync_time_us([&](int i) {
-        launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, ws, wsb, dev, nullptr);
+        latte::cuda::launch_rows_topk(x + (i % sets) * rows * n, rows, n, n, k, out, k, ws, wsb, dev.sm_count,
+                                      path_arch(dev) >= 90 && latte::cuda::topk_pdl_enabled(), nullptr);
       }, 50, 5);
       emit("rows_topk", "\"rows\": " + std::to_string(rows) + ", \"n\": " + std::to_string(n) +
                             ", \"k\": 2048, \"us\": " + std::to_string(us_split) + ", \"single_us\": " +
@@ -378,8 +406,8 @@ int main(int argc, char** argv) {
     ctxs = {shape_ctx};
     heads = {shape_h};
   }
-  std::fprintf(stderr, "\n%-8s %4s %5s %7s | %9s %7s | %9s %7s | %9s %9s %9s | %9s\n", "shape", "H", "B", "ctx",
-               "logits", "GB/s", "hopper", "GB/s", "unfused", "fused", "topk", "rowtopk");
+  std::fprintf(stderr, "\n%-8s %4s %5s %7s | %9s %7s | %9s %7s | %9s %9s %9s | %9s | %9s\n", "shape", "H", "B", "ctx",
+               "logits", "GB/s", "hopper", "GB/s", "unfused", "fused", "topk", "rowtopk", "hop-topk");
   for (int H : heads) {
     for (int B : batches) {
       for (int64_t ctx : ctxs) {
@@ -390,7 +418,8 @@ int main(int argc, char** argv) {
         const IndexerProblem p0 = s.problem(0);
         const std::size_t ws_u = topk_workspace_bytes(p0, k, TopkPath::unfused, dev);
         const std::size_t ws_f = topk_workspace_bytes(p0, k, TopkPath::fused, dev);
-        uint8_t* ws = dalloc<uint8_t>(std::max(ws_u, ws_f));
+        const std::size_t ws_h = hopper_topk_bytes(p0, k, dev);
+        uint8_t* ws = dalloc<uint8_t>(std::max({ws_u, ws_f, ws_h}));
         TopkOutput o;
         o.indices = idx;
         o.st = k;
@@ -418,6 +447,10 @@ int main(int argc, char** argv) {
         const std::pair<double, double> uf =
             interleaved_us(fused_only ? Call{} : Call{unfused_call}, unfused_only ? Call{} : Call{fused_call});
         const double t_unfused = uf.first, t_fused = uf.second;
+        // hopper.indexer's top-k (score keys by wgmma, then the same top-k kernels).
+        const double t_hopper_topk = fused_only || unfused_only || ws_h == 0 ? 0.0 : time_us([&](int i) {
+          hopper_topk(s.problem(i), o, ws, ws_h, dev);
+        });
         // LATTE_BENCH_AB=VAR=VALUE: the fused path against itself with VAR=VALUE set (a
         // measurement switch read on every call), interleaved in the same way.
         if (const char* ab = std::getenv("LATTE_BENCH_AB")) {
@@ -437,9 +470,12 @@ int main(int argc, char** argv) {
           std::fprintf(stderr, "ab %s: fused %.1f us, variant %.1f us (%.3f)\n", ab, ab_us.first, ab_us.second,
                        ab_us.second / ab_us.first);
         }
-        const std::size_t ws_r = rows_topk_workspace_bytes(B, ctx, k, dev);
+        const std::size_t ws_r = latte::cuda::rows_topk_workspace_bytes(B, ctx, k, dev.sm_count);
         uint8_t* wsr = dalloc<uint8_t>(ws_r);
-        const double t_rows = time_us([&](int) { launch_rows_topk(logits, B, ctx, ctx, k, idx, k, wsr, ws_r, dev, nullptr); });
+        const bool pdl = path_arch(dev) >= 90 && latte::cuda::topk_pdl_enabled();
+        const double t_rows = time_us([&](int) {
+          latte::cuda::launch_rows_topk(logits, B, ctx, ctx, k, idx, k, wsr, ws_r, dev.sm_count, pdl, nullptr);
+        });
         cudaFree(wsr);
         const double kbytes = static_cast<double>(B) * ctx * 132;
         const double gbs = kbytes / (t_logits * 1e3);
@@ -452,11 +488,12 @@ int main(int argc, char** argv) {
                            ", \"logits_sync_us\": " +
                            std::to_string(sync_logits) + ", \"unfused_us\": " +
                            std::to_string(t_unfused) + ", \"fused_us\": " + std::to_string(t_fused) +
+                           ", \"hopper_topk_us\": " + std::to_string(t_hopper_topk) +
                            ", \"rows_topk_us\": " + std::to_string(t_rows) + ", \"auto\": \"" +
                            (autop == TopkPath::fused ? "fused" : "unfused") + "\", \"rot\": " + std::to_string(s.rot));
-        std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %7.0f | %7.1fus %7.0f | %7.1fus %7.1fus %7s | %7.1fus\n",
+        std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %7.0f | %7.1fus %7.0f | %7.1fus %7.1fus %7s | %7.1fus | %7.1fus\n",
                      "decode", H, B, static_cast<long long>(ctx), t_logits, gbs, t_hopper, hopper_gbs, t_unfused, t_fused,
-                     autop == TopkPath::fused ? "->fused" : "->unfus", t_rows);
+                     autop == TopkPath::fused ? "->fused" : "->unfus", t_rows, t_hopper_topk);
         cudaFree(logits);
         cudaFree(idx);
         cudaFree(ws);
@@ -478,7 +515,8 @@ int main(int argc, char** argv) {
     const IndexerProblem p0 = s.problem(0);
     const std::size_t ws_u = topk_workspace_bytes(p0, k, TopkPath::unfused, dev);
     const std::size_t ws_f = topk_workspace_bytes(p0, k, TopkPath::fused, dev);
-    uint8_t* ws = dalloc<uint8_t>(std::max(ws_u, ws_f));
+    const std::size_t ws_h = hopper_topk_bytes(p0, k, dev);
+    uint8_t* ws = dalloc<uint8_t>(std::max({ws_u, ws_f, ws_h}));
     TopkOutput o;
     o.indices = idx;
     o.st = k;
@@ -495,6 +533,8 @@ int main(int argc, char** argv) {
     const double t_unfused = time_us([&](int) { launch_indexer_topk(p0, o, TopkPath::unfused, ws, ws_u, dev, nullptr); }, reps, warm);
     std::fprintf(stderr, "prefill H=%d: fused\n", H);
     const double t_fused = time_us([&](int) { launch_indexer_topk(p0, o, TopkPath::fused, ws, ws_f, dev, nullptr); }, reps, warm);
+    const double t_hopper_topk =
+        ws_h > 0 ? time_us([&](int) { hopper_topk(p0, o, ws, ws_h, dev); }, reps, warm) : 0.0;
     double pairs = 0;
     for (int t = 0; t < T; ++t) pairs += static_cast<double>(ctx - T + t + 1);
     const double tflops = pairs * H * 128 * 2 / (t_logits * 1e6);
@@ -504,9 +544,10 @@ int main(int argc, char** argv) {
                         ", \"hopper_logits_us\": " + std::to_string(t_hopper) + ", \"hopper_logits_tflops\": " +
                         std::to_string(hopper_tflops) +
                         ", \"unfused_us\": " + std::to_string(t_unfused) + ", \"fused_us\": " + std::to_string(t_fused) +
-                        ", \"unfused_ws_bytes\": " + std::to_string(ws_u) + ", \"fused_ws_bytes\": " + std::to_string(ws_f));
-    std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %5.0fTF | hopper %7.1fus %5.0fTF | %7.1fus %7.1fus\n", "prefill",
-                 H, T, static_cast<long long>(ctx), t_logits, tflops, t_hopper, hopper_tflops, t_unfused, t_fused);
+                        ", \"hopper_topk_us\": " + std::to_string(t_hopper_topk) + ", \"unfused_ws_bytes\": " + std::to_string(ws_u) + ", \"fused_ws_bytes\": " + std::to_string(ws_f));
+    std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %5.0fTF | hopper %7.1fus %5.0fTF | %7.1fus %7.1fus | hopper top-k %7.1fus\n",
+                 "prefill", H, T, static_cast<long long>(ctx), t_logits, tflops, t_hopper, hopper_tflops, t_unfused,
+                 t_fused, t_hopper_topk);
     cudaFree(logits);
     cudaFree(idx);
     cudaFree(ws);

@@ -16,6 +16,14 @@ def hopper_cells(r, copy):
     return f"{r['hopper_logits_us']:.1f} | {r['hopper_logits_gbs']:.0f} ({100.0 * r['hopper_logits_gbs'] / copy:.0f}%)"
 
 
+def hopper_topk_cells(r):
+    """hopper.indexer's top-k time and the speedup over cuda.indexer's faster path, or dashes."""
+    if r.get("hopper_topk_us", 0) <= 0:
+        return "- | -"
+    best = min(r["unfused_us"], r["fused_us"])
+    return f"{r['hopper_topk_us']:.1f} | {best / r['hopper_topk_us']:.2f}x"
+
+
 def main():
     ours = load(sys.argv[1])
     peers = load(sys.argv[2])
@@ -31,9 +39,9 @@ def main():
     print(f"| 2048 of 131072, 8 rows | {rt['us']:.1f} us | {rt.get('sync_us', float('nan')):.1f} us | "
           f"{topk_peer.get((8, 131072), float('nan')):.1f} us | <= 30 us |\n")
     print("| H_i | B | context | logits us | GB/s (% copy) | hopper.indexer logits us | GB/s (% copy) | "
-          "logits sync us | unfused top-k us | fused top-k us | fused / unfused | auto | top-k of logits us | "
-          "torch.topk us |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "logits sync us | unfused top-k us | fused top-k us | fused / unfused | auto | "
+          "hopper.indexer top-k us | vs cuda.indexer's faster path | top-k of logits us | torch.topk us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     slower_at_128k = []
     shapes_at_128k = 0
     for r in ours:
@@ -48,23 +56,24 @@ def main():
                 slower_at_128k.append(f"H_i {r['H']} B {r['B']} ({ratio:.2f})")
         print(f"| {r['H']} | {r['B']} | {r['ctx']} | {r['logits_us']:.1f} | {r['logits_gbs']:.0f} ({pct:.0f}%) | "
               f"{hopper_cells(r, copy)} | {r.get('logits_sync_us', float('nan')):.1f} | "
-              f"{r['unfused_us']:.1f} | {r['fused_us']:.1f} | {ratio:.2f} | {r['auto']} | {r['rows_topk_us']:.1f} | "
-              f"{peer:.1f} |")
+              f"{r['unfused_us']:.1f} | {r['fused_us']:.1f} | {ratio:.2f} | {r['auto']} | {hopper_topk_cells(r)} | "
+              f"{r['rows_topk_us']:.1f} | {peer:.1f} |")
     if shapes_at_128k == 0:
         verdict = "not measured (no 128K shape in this run; the full mode has them)"
     elif slower_at_128k:
         verdict = "not at " + ", ".join(slower_at_128k)
     else:
         verdict = f"met at every shape ({shapes_at_128k})"
-    print("\nFused faster than unfused at 128K: " + verdict)
+    print("\nFused faster than unfused at 128K (cuda.indexer): " + verdict)
     print("\n| prefill | H_i | logits us | TFLOP/s | hopper.indexer logits us | TFLOP/s | unfused top-k us | "
-          "fused top-k us |\n|---|---|---|---|---|---|---|---|")
+          "fused top-k us | hopper.indexer top-k us | vs cuda.indexer's faster path |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
     for r in ours:
         if r["kind"] == "prefill":
             hopper = (f"{r['hopper_logits_us']:.0f} | {r['hopper_logits_tflops']:.0f}"
                       if r.get("hopper_logits_us", 0) > 0 else "- | -")
             print(f"| 4096 tokens @ 32K | {r['H']} | {r['logits_us']:.0f} | {r['logits_tflops']:.0f} | {hopper} | "
-                  f"{r['unfused_us']:.0f} | {r['fused_us']:.0f} |")
+                  f"{r['unfused_us']:.0f} | {r['fused_us']:.0f} | {hopper_topk_cells(r)} |")
     eager = [r for r in peers if r["kind"] == "torch_eager_indexer"]
     if eager:
         print("\n| eager PyTorch indexer (peer) | H_i | B | context | us | GB/s |\n|---|---|---|---|---|---|")

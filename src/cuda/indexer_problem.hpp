@@ -31,6 +31,25 @@ struct IndexerProblem {
   int tokens = 0;
   int heads = 0;
   [[nodiscard]] int64_t max_len() const { return static_cast<int64_t>(max_blocks) * block_size; }
+
+  // Tokens [t0, t0 + n) as a problem of their own (pointers advanced by t0 rows): the unfused
+  // paths run a batch in such slices when its scores do not fit the workspace at once.
+  [[nodiscard]] IndexerProblem token_slice(int t0, int n) const {
+    IndexerProblem s = *this;
+    s.q = static_cast<const uint8_t*>(q) + t0 * q_st * (q_fp8 ? 1 : 2);
+    if (q_scale) s.q_scale = q_scale + t0 * qs_st;
+    s.weights = weights + t0 * w_st;
+    s.visible_lens = visible_lens + t0 * vl_s;
+    if (token_request) {
+      s.token_request = token_request + t0 * tr_s;
+    } else {
+      // Token t reads block_table row t: the slice starts at row t0.
+      s.block_table = block_table + t0 * bt_sr;
+      s.batch = batch - t0 > 0 ? batch - t0 : 0;
+    }
+    s.tokens = n;
+    return s;
+  }
 };
 
 }  // namespace latte::cuda

@@ -10,6 +10,9 @@
 
 namespace latte::cuda {
 
+// The opt-in shared memory per block of sm_86 / sm_89 / sm_120 (the portable kernels' bound).
+constexpr int kPortableSmemBytes = 101376;
+
 // Sets `kernel`'s dynamic shared-memory limit to `bytes` on `device` (the current one), once
 // per device: `done` (one per kernel, a static of the caller) remembers devices 0 .. 63; devices
 // past 63 set it on every call.

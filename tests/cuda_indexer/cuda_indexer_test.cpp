@@ -43,50 +43,8 @@ DeviceTraits traits_of(const DeviceInfo& d) {
   return t;
 }
 
-
-// GPU top-k (logical positions) against reference scores: right count, distinct, visible,
-// ascending, -1 padded; the chosen scores are the topk best up to `tol` (relative to the row's
-// largest magnitude) at the boundary. Returns the number of rows checked.
-void expect_topk_valid(const Problem& p, const std::vector<float>& ref, const int32_t* got, int topk, double tol,
-                       const char* what) {
-  const int64_t L = p.max_len();
-  for (int t = 0; t < p.T; ++t) {
-    std::vector<std::pair<float, int64_t>> valid;
-    double scale = 1e-20;
-    for (int64_t s = 0; s < L; ++s) {
-      const float r = ref[t * L + s];
-      if (std::isfinite(r)) {
-        valid.emplace_back(r, s);
-        scale = std::max(scale, std::fabs(static_cast<double>(r)));
-      }
-    }
-    const int count = std::min<int>(topk, static_cast<int>(valid.size()));
-    const int32_t* row = got + static_cast<int64_t>(t) * topk;
-    std::set<int64_t> chosen;
-    for (int i = 0; i < topk; ++i) {
-      if (i < count) {
-        ASSERT_GE(row[i], 0) << what << " row " << t << " col " << i;
-        ASSERT_LT(row[i], L) << what << " row " << t;
-        ASSERT_TRUE(std::isfinite(ref[t * L + row[i]])) << what << " row " << t << " picks invisible " << row[i];
-        if (i > 0) ASSERT_LT(row[i - 1], row[i]) << what << " row " << t << ": not ascending / duplicate";
-        chosen.insert(row[i]);
-      } else {
-        ASSERT_EQ(row[i], -1) << what << " row " << t << " col " << i << " (expected -1 padding)";
-      }
-    }
-    if (static_cast<int>(valid.size()) > topk) {
-      std::vector<float> scores;
-      for (auto& v : valid) scores.push_back(v.first);
-      std::nth_element(scores.begin(), scores.begin() + (topk - 1), scores.end(), std::greater<>());
-      const double tau = scores[static_cast<std::size_t>(topk - 1)];
-      const double eps = tol * scale;
-      for (const auto& [r, s] : valid) {
-        if (chosen.count(s)) EXPECT_GE(r, tau - eps) << what << " row " << t << " pos " << s;
-        else EXPECT_LE(r, tau + eps) << what << " row " << t << " pos " << s;
-      }
-    }
-  }
-}
+// The top-k launchers' programmatic dependent launch, as cuda.indexer passes it.
+bool topk_pdl(const DeviceTraits& dev) { return cuda_indexer::path_arch(dev) >= 90 && cuda::topk_pdl_enabled(); }
 
 struct TopkRun {
   std::vector<int32_t> logical, physical;
@@ -551,16 +509,15 @@ void check_rows(const std::vector<float>& data, int rows, int64_t n, int k, cons
   s.upload();
   MirrorTensor out(DType::i32, {rows, k});
   const DeviceTraits dev = traits_of(gpu());
-  const std::size_t ws_bytes = split ? cuda_indexer::rows_topk_workspace_bytes(rows, n, k, dev) : 0;
+  const std::size_t ws_bytes = split ? cuda::rows_topk_workspace_bytes(rows, n, k, dev.sm_count) : 0;
   if (split) EXPECT_GT(ws_bytes, 0u) << what << ": the split path would not run";
   DeviceBuffer ws(std::max<std::size_t>(ws_bytes, 16));
   std::vector<int32_t> first;
   for (int rep = 0; rep < 3; ++rep) {
     out.poison_device(0x33);
     if (split) LATTE_CUDA_CHECK(cudaMemset(ws.get(), rep == 1 ? 0xFF : 0x5A, ws_bytes));  // stale workspace
-    cuda_indexer::launch_rows_topk(static_cast<const float*>(s.device()), rows, n, n, k,
-                                   static_cast<int32_t*>(out.device()), k, split ? ws.get() : nullptr, ws_bytes, dev,
-                                   nullptr);
+    cuda::launch_rows_topk(static_cast<const float*>(s.device()), rows, n, n, k, static_cast<int32_t*>(out.device()),
+                           k, split ? ws.get() : nullptr, ws_bytes, dev.sm_count, topk_pdl(dev), nullptr);
     LATTE_CUDA_CHECK(cudaDeviceSynchronize());
     out.download();
     std::vector<int32_t> got(out.host<int32_t>(), out.host<int32_t>() + out.numel());
@@ -722,7 +679,7 @@ TEST_F(CudaIndexer, RowTopkSplitGraphCapture) {
   DeviceBuffer scores(static_cast<std::size_t>(rows * n) * 4);
   MirrorTensor out(DType::i32, {2 * rows, k});
   const DeviceTraits dev = traits_of(gpu());
-  const std::size_t ws_bytes = cuda_indexer::rows_topk_workspace_bytes(rows, n, k, dev);
+  const std::size_t ws_bytes = cuda::rows_topk_workspace_bytes(rows, n, k, dev.sm_count);
   ASSERT_GT(ws_bytes, 0u) << "the split path would not run";
   DeviceBuffer ws(ws_bytes);
   cudaStream_t stream = nullptr;
@@ -734,7 +691,7 @@ TEST_F(CudaIndexer, RowTopkSplitGraphCapture) {
     for (int h = 0; h < 2; ++h) {
       LATTE_CUDA_CHECK(cudaMemcpyAsync(sc, sp + h * rows * n, static_cast<std::size_t>(rows * n) * 4,
                                        cudaMemcpyDeviceToDevice, stream));
-      cuda_indexer::launch_rows_topk(sc, rows, n, n, k, o + h * rows * k, k, ws.get(), ws_bytes, dev, stream);
+      cuda::launch_rows_topk(sc, rows, n, n, k, o + h * rows * k, k, ws.get(), ws_bytes, dev.sm_count, topk_pdl(dev), stream);
     }
   };
   enqueue();  // eager once (kernel attributes are set outside the capture)

@@ -13,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "backends/cuda_indexer/fused_threshold.cuh"
+#include "cuda/fused_threshold.cuh"
 #include "cuda/radix_select.cuh"
 #include "gpu_test_util.hpp"
 
@@ -40,7 +40,7 @@ __global__ void key_floor_kernel(const float* f, int nf, const uint32_t* keys, i
 __global__ void __launch_bounds__(128) sampled_threshold_kernel(const uint32_t* keys, int n, const int* m, uint32_t* out) {
   __shared__ int red[8];
   const int b = blockIdx.x;
-  const uint32_t tau = cuda_indexer::sampled_threshold<128>(keys + static_cast<int64_t>(b) * cuda_indexer::kFusedSamples, n,
+  const uint32_t tau = cuda::sampled_threshold<128>(keys + static_cast<int64_t>(b) * cuda::kFusedSamples, n,
                                                             m[b], red);
   if (threadIdx.x == 0) out[b] = tau;
 }
@@ -100,10 +100,10 @@ TEST_F(FusedThreshold, SampledThresholdIsTheRankedKeysPrefix) {
   constexpr int kProblems = 96;
   std::mt19937 rng(29);
   for (const int n : {512, 1024, 2048}) {
-    std::vector<uint32_t> keys(static_cast<std::size_t>(kProblems) * cuda_indexer::kFusedSamples, 0xDEADBEEFu);
+    std::vector<uint32_t> keys(static_cast<std::size_t>(kProblems) * cuda::kFusedSamples, 0xDEADBEEFu);
     std::vector<int> m(kProblems);
     for (int b = 0; b < kProblems; ++b) {
-      uint32_t* k = keys.data() + static_cast<std::size_t>(b) * cuda_indexer::kFusedSamples;
+      uint32_t* k = keys.data() + static_cast<std::size_t>(b) * cuda::kFusedSamples;
       std::normal_distribution<float> normal(0.0f, b % 5 == 0 ? 1e-3f : 2.0f);
       for (int i = 0; i < n; ++i) {
         switch (b % 4) {
@@ -123,8 +123,8 @@ TEST_F(FusedThreshold, SampledThresholdIsTheRankedKeysPrefix) {
     std::vector<uint32_t> got(kProblems);
     dout.download(got.data(), got.size() * 4);
     for (int b = 0; b < kProblems; ++b) {
-      std::vector<uint32_t> k(keys.begin() + static_cast<std::ptrdiff_t>(b) * cuda_indexer::kFusedSamples,
-                              keys.begin() + static_cast<std::ptrdiff_t>(b) * cuda_indexer::kFusedSamples + n);
+      std::vector<uint32_t> k(keys.begin() + static_cast<std::ptrdiff_t>(b) * cuda::kFusedSamples,
+                              keys.begin() + static_cast<std::ptrdiff_t>(b) * cuda::kFusedSamples + n);
       std::sort(k.begin(), k.end(), std::greater<>());
       const uint32_t want = std::max(1u, (k[static_cast<std::size_t>(m[b] - 1)] >> 16) << 16);
       EXPECT_EQ(got[static_cast<std::size_t>(b)], want) << "n " << n << " problem " << b << " m " << m[b];

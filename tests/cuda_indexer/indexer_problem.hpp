@@ -1,15 +1,17 @@
 // The indexer test problems shared by the CUDA indexer backends' tests (cuda.indexer,
 // hopper.indexer): random paged e4m3 K, queries, weights and visible lengths with a host and a
-// device copy, the cpu.reference logits, and the logits comparison.
+// device copy, the cpu.reference logits, the logits and top-k comparisons.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -218,6 +220,71 @@ inline void expect_logits_close(const Problem& p, const std::vector<float>& ref,
     }
   }
   EXPECT_EQ(bad, 0) << what;
+}
+
+// GPU top-k (logical positions) against reference scores: right count, distinct, visible,
+// ascending, -1 padded; the chosen scores are the topk best up to `tol` (relative to the row's
+// largest magnitude) at the boundary. Returns the number of rows checked.
+inline void expect_topk_valid(const Problem& p, const std::vector<float>& ref, const int32_t* got, int topk, double tol,
+                       const char* what) {
+  const int64_t L = p.max_len();
+  for (int t = 0; t < p.T; ++t) {
+    std::vector<std::pair<float, int64_t>> valid;
+    double scale = 1e-20;
+    for (int64_t s = 0; s < L; ++s) {
+      const float r = ref[t * L + s];
+      if (std::isfinite(r)) {
+        valid.emplace_back(r, s);
+        scale = std::max(scale, std::fabs(static_cast<double>(r)));
+      }
+    }
+    const int count = std::min<int>(topk, static_cast<int>(valid.size()));
+    const int32_t* row = got + static_cast<int64_t>(t) * topk;
+    std::set<int64_t> chosen;
+    for (int i = 0; i < topk; ++i) {
+      if (i < count) {
+        ASSERT_GE(row[i], 0) << what << " row " << t << " col " << i;
+        ASSERT_LT(row[i], L) << what << " row " << t;
+        ASSERT_TRUE(std::isfinite(ref[t * L + row[i]])) << what << " row " << t << " picks invisible " << row[i];
+        if (i > 0) ASSERT_LT(row[i - 1], row[i]) << what << " row " << t << ": not ascending / duplicate";
+        chosen.insert(row[i]);
+      } else {
+        ASSERT_EQ(row[i], -1) << what << " row " << t << " col " << i << " (expected -1 padding)";
+      }
+    }
+    if (static_cast<int>(valid.size()) > topk) {
+      std::vector<float> scores;
+      for (auto& v : valid) scores.push_back(v.first);
+      std::nth_element(scores.begin(), scores.begin() + (topk - 1), scores.end(), std::greater<>());
+      const double tau = scores[static_cast<std::size_t>(topk - 1)];
+      const double eps = tol * scale;
+      for (const auto& [r, s] : valid) {
+        if (chosen.count(s)) EXPECT_GE(r, tau - eps) << what << " row " << t << " pos " << s;
+        else EXPECT_LE(r, tau + eps) << what << " row " << t << " pos " << s;
+      }
+    }
+  }
+}
+
+// The exact top-k of `logits` ([T, max_len], -inf where not visible): each row's topk largest
+// finite entries, ties to the smaller position, as ascending positions, -1 padded. What a
+// backend's top-k must return, bit for bit, over its own logits.
+inline std::vector<int32_t> exact_topk_of(const Problem& p, const std::vector<float>& logits, int topk) {
+  const int64_t L = p.max_len();
+  std::vector<int32_t> out(static_cast<std::size_t>(p.T) * topk, -1);
+  for (int t = 0; t < p.T; ++t) {
+    std::vector<std::pair<float, int32_t>> row;
+    for (int64_t s = 0; s < L; ++s)
+      if (std::isfinite(logits[t * L + s])) row.emplace_back(logits[t * L + s], static_cast<int32_t>(s));
+    const auto n = std::min<std::size_t>(static_cast<std::size_t>(topk), row.size());
+    std::partial_sort(row.begin(), row.begin() + static_cast<std::ptrdiff_t>(n), row.end(),
+                      [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
+    std::vector<int32_t> pos;
+    for (std::size_t i = 0; i < n; ++i) pos.push_back(row[i].second);
+    std::sort(pos.begin(), pos.end());
+    std::copy(pos.begin(), pos.end(), out.begin() + static_cast<std::ptrdiff_t>(t) * topk);
+  }
+  return out;
 }
 
 }  // namespace latte::testing

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "backends/cuda_indexer/candidate_compaction.cuh"
-#include "backends/cuda_indexer/indexer_launch.hpp"
-#include "backends/cuda_indexer/topk_kernel.cuh"
+#include "cuda/topk_kernel.cuh"
+#include "cuda/topk_launch.hpp"
 #include "gpu_test_util.hpp"
 
 namespace latte::testing {
@@ -41,14 +41,14 @@ __global__ void __launch_bounds__(THREADS) compact_kernel(uint32_t* keys, int32_
 
 // block_select_threshold as the top-k kernel instantiates it (no compaction).
 template <bool DIRECT_HIST>
-__global__ void __launch_bounds__(cuda_indexer::kTopkThreads) topk_select_kernel(const uint32_t* keys, const int32_t* pos,
+__global__ void __launch_bounds__(cuda::kTopkThreads) topk_select_kernel(const uint32_t* keys, const int32_t* pos,
                                                                                 const int* n, const int* keep, int cap,
                                                                                 uint64_t* thr_out) {
   __shared__ cuda::SelectScratch sc;
-  __shared__ int hist[1 << cuda_indexer::kTopkDigit];
+  __shared__ int hist[1 << cuda::kTopkDigit];
   const int b = blockIdx.x;
   const uint64_t thr =
-      cuda::block_select_threshold<cuda_indexer::kTopkThreads, cuda_indexer::kTopkDigit, cuda_indexer::kTopkLcap,
+      cuda::block_select_threshold<cuda::kTopkThreads, cuda::kTopkDigit, cuda::kTopkLcap,
                                    DIRECT_HIST>(keys + static_cast<int64_t>(b) * cap, pos + static_cast<int64_t>(b) * cap,
                                                 n[b], keep[b], sc, hist);
   if (threadIdx.x == 0) thr_out[b] = thr;
@@ -253,11 +253,11 @@ TEST_F(SelectStress, TopkKernelSelect) {
   for (const bool direct : {true, false}) {
     for (int rep = 0; rep < 3 && bad < 8; ++rep) {
       if (direct) {
-        topk_select_kernel<true><<<problems, cuda_indexer::kTopkThreads>>>(keys.as<uint32_t>(), pos.as<int32_t>(),
+        topk_select_kernel<true><<<problems, cuda::kTopkThreads>>>(keys.as<uint32_t>(), pos.as<int32_t>(),
                                                                             n.as<int>(), keep.as<int>(), cap,
                                                                             thr.as<uint64_t>());
       } else {
-        topk_select_kernel<false><<<problems, cuda_indexer::kTopkThreads>>>(keys.as<uint32_t>(), pos.as<int32_t>(),
+        topk_select_kernel<false><<<problems, cuda::kTopkThreads>>>(keys.as<uint32_t>(), pos.as<int32_t>(),
                                                                              n.as<int>(), keep.as<int>(), cap,
                                                                              thr.as<uint64_t>());
       }
@@ -324,7 +324,7 @@ TEST_F(SelectStress, CandidateListsTopk) {
   int bad = 0;
   for (int rep = 0; rep < 10 && bad < 8; ++rep) {
     LATTE_CUDA_CHECK(cudaMemset(dout.get(), 0x5A, dout.bytes()));
-    cuda_indexer::launch_candidates_topk(dk.as<uint32_t>(), dp.as<int32_t>(), rows, n, dv.as<int32_t>(), max_len, topk,
+    cuda::launch_candidates_topk(dk.as<uint32_t>(), dp.as<int32_t>(), rows, n, dv.as<int32_t>(), max_len, topk,
                                          dout.as<int32_t>(), nullptr);
     LATTE_CUDA_CHECK(cudaDeviceSynchronize());
     std::vector<int32_t> got(static_cast<std::size_t>(rows) * topk);

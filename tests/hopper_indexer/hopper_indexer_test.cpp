@@ -1,6 +1,9 @@
 // hopper.indexer against cpu.reference, through the registry as a user calls it: every head
-// count, block sizes (both kernels), multi-token decode, ragged prefill, no token_request, invalid block ids, negative q scales, poisoned outputs,
-// determinism and CUDA-graph replay. And its selection on described devices (host only).
+// count, block sizes (both kernels), multi-token decode, ragged prefill, no token_request,
+// invalid block ids, negative q scales, poisoned outputs, determinism and CUDA-graph replay;
+// indexer_topk exactly the top-k of its own logits (physical and logical, short rows, long rows
+// split over CTAs, token slices in a short workspace). And its selection on described devices
+// (host only).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -218,8 +221,149 @@ TEST_F(HopperIndexer, GraphReplayEqualsEagerRun) {
   LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
-// Host only (runs in CI): the default policy puts hopper.indexer first for e4m3 logits on
-// sm_90, and every other case falls to cuda.indexer with hopper.indexer's reason.
+// indexer_topk through hopper.indexer: indices [T, topk] (poisoned first) with a workspace of
+// ws_bytes (the kernel's workspace_bytes() when 0).
+std::vector<int32_t> run_topk(const Problem& p, Kernel& kernel, int topk, bool physical, std::size_t ws_bytes = 0,
+                              cudaStream_t stream = nullptr) {
+  if (ws_bytes == 0) ws_bytes = kernel.workspace_bytes();
+  MirrorTensor idx(DType::i32, {p.T, topk});
+  idx.poison_device(0x5A);
+  IndexerTopkArgs a;
+  a.in = p.inputs(true);
+  a.indices = idx.dev_view();
+  a.kind = physical ? IndexKind::physical : IndexKind::logical;
+  DeviceBuffer ws(std::max<std::size_t>(ws_bytes, 16));
+  LATTE_CUDA_CHECK(cudaMemset(ws.get(), 0xA5, std::max<std::size_t>(ws_bytes, 16)));  // stale workspace
+  RunContext ctx;
+  ctx.workspace = ws.get();
+  ctx.workspace_bytes = ws_bytes;
+  ctx.stream = stream;
+  kernel.run(a, ctx);
+  LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+  idx.download();
+  return std::vector<int32_t>(idx.host<int32_t>(), idx.host<int32_t>() + idx.numel());
+}
+
+std::unique_ptr<Kernel> hopper_topk_kernel(const Problem& p, int topk) {
+  return make_kernel(kId, Op::indexer_topk, p, topk, describe_device("cuda:0"));
+}
+
+// The top-k equals the exact top-k of hopper.indexer's own logits (the keys are those logits'
+// order keys), logical and physical; valid against cpu.reference's logits; deterministic.
+void check_topk(const Problem& p, const std::vector<int>& topks, const std::string& problem) {
+  const std::vector<float> logits = run_logits(p, *hopper_kernel(p));
+  const std::vector<float> ref = reference_logits(p);
+  for (const int topk : topks) {
+    const std::string what = problem + " topk=" + std::to_string(topk);
+    const std::vector<int32_t> want = exact_topk_of(p, logits, topk);
+    auto kernel = hopper_topk_kernel(p, topk);
+    const std::vector<int32_t> logical = run_topk(p, *kernel, topk, false);
+    ASSERT_EQ(logical, want) << what << ": not the exact top-k of the backend's logits";
+    expect_topk_valid(p, ref, logical.data(), topk, 2e-3, what.c_str());
+    const std::vector<int32_t> physical = run_topk(p, *kernel, topk, true);
+    for (int t = 0; t < p.T; ++t)
+      for (int i = 0; i < topk; ++i) {
+        const int32_t l = logical[static_cast<std::size_t>(t) * topk + i];
+        ASSERT_EQ(physical[static_cast<std::size_t>(t) * topk + i], l < 0 ? -1 : p.slot_of(t, l))
+            << what << ": physical row " << t << " col " << i;
+      }
+    EXPECT_EQ(run_topk(p, *kernel, topk, false), logical) << what << ": not deterministic";
+  }
+}
+
+TEST_F(HopperIndexer, TopkIsTheExactTopkOfItsLogits) {
+  for (int heads : {8, 32, 64, 128})
+    for (int bs : {4, 64}) {  // 4: the cp.async kernel
+      Options o;
+      o.heads = heads;
+      o.block_size = bs;
+      o.invalid_block = heads == 64;
+      // Rows shorter than topk (-1 padding), at the causal edge of multi-token decode, longer.
+      const Problem p = make_problem(rng, decode_tokens({1, 100, 2047, 2049, 6000}, 2), 5, o);
+      check_topk(p, {1, 100, 2048}, "H=" + std::to_string(heads) + " bs=" + std::to_string(bs));
+    }
+}
+
+TEST_F(HopperIndexer, TopkPrefillAndTies) {
+  std::vector<std::pair<int, int>> tokens;
+  for (int i = 0; i < 150; ++i) tokens.emplace_back(0, 1 + 20 * i);
+  Options o;
+  o.heads = 64;
+  o.dup_pool = 7;  // K rows from 7 distinct vectors: many equal scores, ties to the smaller position
+  o.token_request = false;
+  const Problem p = make_problem(rng, {{0, 3000}, {1, 2500}, {2, 700}}, 3, o);
+  check_topk(p, {512}, "ties, no token_request");
+  o.dup_pool = 0;
+  o.token_request = true;
+  check_topk(make_problem(rng, tokens, 1, o), {256}, "prefill");
+}
+
+// Few long rows: the top-k splits each over several CTAs (rows * 8 <= SMs, >= 65536 positions).
+TEST_F(HopperIndexer, TopkLongRowsSplitOverCtas) {
+  Options o;
+  o.heads = 32;
+  const Problem p = make_problem(rng, decode_tokens({70000, 131072}, 1), 2, o);
+  check_topk(p, {2048}, "long rows");
+}
+
+// A workspace of two tokens' keys: the tokens run in slices, with the same result.
+TEST_F(HopperIndexer, TopkInTokenSlicesEqualsOnePass) {
+  Options o;
+  o.heads = 64;
+  const Problem p = make_problem(rng, decode_tokens({5000, 3000, 4096, 100, 2222}, 1), 5, o);
+  auto kernel = hopper_topk_kernel(p, 1024);
+  const std::vector<int32_t> one_pass = run_topk(p, *kernel, 1024, true);
+  const std::size_t two_rows = static_cast<std::size_t>((p.max_len() + 63) / 64 * 64) * 4 * 2 + 100;
+  EXPECT_EQ(run_topk(p, *kernel, 1024, true, two_rows), one_pass);
+  try {
+    run_topk(p, *kernel, 1024, true, 64);
+    ADD_FAILURE() << "a workspace below one token's keys was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("workspace"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(HopperIndexer, TopkGraphReplayEqualsEagerRun) {
+  Options o;
+  o.heads = 64;
+  const Problem p = make_problem(rng, decode_tokens({3000, 4096, 77}, 2), 3, o);
+  const int topk = 2048;
+  auto kernel = hopper_topk_kernel(p, topk);
+  const std::vector<int32_t> eager = run_topk(p, *kernel, topk, true);
+
+  cudaStream_t stream = nullptr;
+  LATTE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  MirrorTensor idx(DType::i32, {p.T, topk});
+  idx.poison_device(0x5A);
+  IndexerTopkArgs a;
+  a.in = p.inputs(true);
+  a.indices = idx.dev_view();
+  DeviceBuffer ws(kernel->workspace_bytes());
+  RunContext ctx;
+  ctx.stream = stream;
+  ctx.workspace = ws.get();
+  ctx.workspace_bytes = kernel->workspace_bytes();
+  kernel->run(a,
+              ctx);  // eager once: kernel attributes are set outside the capture
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  idx.poison_device(0x5A);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  kernel->run(a, ctx);
+  LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  idx.download();
+  EXPECT_EQ(std::memcmp(eager.data(), idx.host<int32_t>(), idx.bytes()), 0)
+      << "graph replay differs from the eager run";
+  LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
+  LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+// Host only (runs in CI): the default policy puts hopper.indexer first for e4m3 logits and
+// top-k on sm_90, and every other case falls to cuda.indexer with hopper.indexer's reason.
 AttentionSpec logits_spec(DType q, Op op = Op::indexer_logits) {
   AttentionSpec spec;
   spec.op = op;
@@ -238,14 +382,14 @@ std::string hopper_reason(const Selection& s) {
   return "";
 }
 
-TEST(HopperIndexerSelection, FirstForE4m3LogitsOnSm90Only) {
+TEST(HopperIndexerSelection, FirstForE4m3IndexerOpsOnSm90Only) {
   if (!hopper_built()) GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";
   Context context{Registry::global()};
   SelectOptions no_env;
   no_env.use_environment = false;
   const Selection s = context.select(logits_spec(DType::e4m3), describe_device("sm_90"), no_env);
   EXPECT_EQ(s.chosen, kId);
-  EXPECT_EQ(s.valid[0].rule, "defaults:built-in#hopper-indexer-logits");
+  EXPECT_EQ(s.valid[0].rule, "defaults:built-in#hopper-indexer");
   EXPECT_EQ(s.valid[1].id, "cuda.indexer");
   EXPECT_EQ(s.describe_kernel(),
             "indexer_logits: wgmma m64n64k32 e4m3 (sm_90a), K the A operand in 64-position tiles in the 128-byte "
@@ -264,8 +408,24 @@ TEST(HopperIndexerSelection, FirstForE4m3LogitsOnSm90Only) {
   EXPECT_EQ(sm89.chosen, "cuda.indexer");
   EXPECT_EQ(hopper_reason(sm89), "arch");
   const Selection topk = context.select(logits_spec(DType::e4m3, Op::indexer_topk), describe_device("sm_90"), no_env);
-  EXPECT_EQ(topk.chosen, "cuda.indexer");
-  EXPECT_EQ(hopper_reason(topk), "op");
+  EXPECT_EQ(topk.chosen, kId);
+  EXPECT_EQ(topk.valid[1].id, "cuda.indexer");
+  EXPECT_NE(topk.describe_kernel().find("u32 score keys into the workspace; then the exact top-2048 of each row"),
+            std::string::npos)
+      << topk.describe_kernel();
+  const Selection topk_bf16 =
+      context.select(logits_spec(DType::bf16, Op::indexer_topk), describe_device("sm_90"), no_env);
+  EXPECT_EQ(topk_bf16.chosen, "cuda.indexer");
+  EXPECT_EQ(hopper_reason(topk_bf16), "q_dtype");
+  AttentionSpec big_topk = logits_spec(DType::e4m3, Op::indexer_topk);
+  big_topk.topk = 8192;
+  try {
+    (void)context.select(big_topk, describe_device("sm_90"), no_env);
+    ADD_FAILURE() << "topk 8192 was accepted on sm_90";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hopper.indexer   rejected  topk: needs topk 1..4096"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Host only: what describe() says for each head padding and block size (the wgmma n, the copy

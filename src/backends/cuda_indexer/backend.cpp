@@ -1,5 +1,5 @@
 // cuda.indexer: the DSA lightning indexer (indexer_logits) and indexer + exact top-k
-// (indexer_topk) on CUDA GPUs from sm_80. Kernels: score_kernel.cuh, topk_kernel.cuh;
+// (indexer_topk) on CUDA GPUs from sm_80. Kernels: score_kernel.cuh, cuda/topk_kernel.cuh;
 // design notes: docs/kernels/indexer.md.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -109,7 +109,7 @@ class IndexerKernel final : public Kernel {
       // Plus the lists of the split top-k (few long rows over several CTAs each).
       const std::size_t unfused =
           std::min(kUnfusedWorkspaceCap, static_cast<std::size_t>(tokens * kUnfusedLenHint * 4)) +
-          split_workspace_bound(tokens, 2 * kUnfusedLenHint, std::max(1, spec.topk), traits_);
+          cuda::split_workspace_bound(tokens, 2 * kUnfusedLenHint, std::max(1, spec.topk), traits_.sm_count);
       workspace_ = std::max(fused, unfused);
     }
   }

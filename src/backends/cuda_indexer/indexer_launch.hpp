@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cuda/indexer_problem.hpp"
+#include "cuda/topk_launch.hpp"
 
 namespace latte::cuda_indexer {
 
@@ -46,12 +47,8 @@ enum class TopkPath { automatic, fused, unfused };
 void launch_indexer_logits(const IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
                            int64_t logits_len, const DeviceTraits& dev, void* stream);
 
-struct TopkOutput {
-  int32_t* indices = nullptr;  // [T, topk]
-  int64_t st = 0, sc = 1;
-  int topk = 0;
-  bool physical = true;  // physical slots (block * block_size + offset) or logical positions
-};
+// Indices [T, topk] (cuda/topk_launch.hpp, shared with hopper.indexer).
+using TopkOutput = cuda::TopkOutput;
 
 // Device workspace the path needs for this problem (0 when nothing is needed).
 [[nodiscard]] std::size_t topk_workspace_bytes(const IndexerProblem& p, int topk, TopkPath path,
@@ -67,28 +64,5 @@ struct TopkOutput {
 void launch_indexer_topk(const IndexerProblem& p, const TopkOutput& out, TopkPath path,
                          void* workspace, std::size_t workspace_bytes, const DeviceTraits& dev,
                          void* stream);
-
-// Plain exact top-k of f32 rows (scores [rows, n] with row stride ld): out[r, 0..topk) gets the
-// positions of the topk largest (ties to the smaller position, NaN last), ascending, -1 padded.
-// For benchmarks and tests of the selection alone.
-void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int topk,
-                      int32_t* out, int64_t out_ld, void* stream);
-// The same with a workspace: few long rows (8 * rows <= SMs, n >= 65536) are each split over
-// several CTAs when the workspace holds rows_topk_workspace_bytes (else one CTA per row).
-[[nodiscard]] std::size_t rows_topk_workspace_bytes(int rows, int64_t n, int topk, const DeviceTraits& dev);
-void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int topk,
-                      int32_t* out, int64_t out_ld, void* workspace, std::size_t workspace_bytes,
-                      const DeviceTraits& dev, void* stream);
-// Workspace the unfused path adds to its keys to split `tokens` rows of up to max_len positions
-// over several CTAs (0 when it would not split them).
-[[nodiscard]] std::size_t split_workspace_bound(int64_t tokens, int64_t max_len, int topk,
-                                                const DeviceTraits& dev);
-
-// The fused path's final selection alone (tests): row r holds n (key, position) candidates at
-// keys/pos + r * n (key 0 = empty), positions < visible_lens[r] <= max_len count; out[r] gets
-// the topk best positions, ascending, -1 padded.
-void launch_candidates_topk(const uint32_t* keys, const int32_t* pos, int rows, int64_t n,
-                            const int32_t* visible_lens, int64_t max_len, int topk, int32_t* out,
-                            void* stream);
 
 }  // namespace latte::cuda_indexer

@@ -15,7 +15,7 @@
 // same logical -> physical k map is applied to q, so the dot products are unchanged.
 //
 // Modes: logits (f32 out, -inf where not visible), keys (orderable u32 keys for the top-k
-// kernel, 0 where not visible), and the fused path's passes (fused_threshold.cuh): sample
+// kernel, 0 where not visible), and the fused path's passes (cuda/fused_threshold.cuh): sample
 // (keys at evenly spread positions per token), admit (the token's threshold from those keys,
 // then the keys >= it into the token's candidate list) and fused = the repair pass (a running top-k candidate buffer per
 // CTA with compactions, for tokens whose admission failed; at most topk candidates per CTA).
@@ -26,13 +26,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "candidate_compaction.cuh"
 #include "cuda/async_copy.cuh"
 #include "cuda/fp8_mma.cuh"
+#include "cuda/fused_threshold.cuh"
 #include "cuda/kernel_span.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
-#include "candidate_compaction.cuh"
-#include "fused_threshold.cuh"
+#include "cuda/smem_limit.hpp"
 
 namespace latte::cuda_indexer {
 
@@ -46,10 +47,10 @@ constexpr int kOffStageBytes = kStageTokens * 8;  // byte offset of each positio
 // Bytes of one pipeline stage in shared memory: K, scales, valid masks, K-row and scale offsets.
 constexpr int kStageBytes = kKStageBytes + kScaleStageBytes + kValidStageBytes + 2 * kOffStageBytes;
 constexpr int kMaxGroup = 32;
-constexpr int kSmemLimit = 101376;  // sm_86 / sm_89 / sm_120 opt-in limit per block
+constexpr int kSmemLimit = cuda::kPortableSmemBytes;
 
 // kModeSample / kModeAdmit / kModeFused: the fused path's sample pass, admission pass and
-// repair pass (fused_threshold.cuh).
+// repair pass (cuda/fused_threshold.cuh).
 enum ScoreMode : int { kModeLogits = 0, kModeKeys = 1, kModeFused = 2, kModeSample = 3, kModeAdmit = 4 };
 // fp8: mma.sync e4m3 (sm_89+). f16: e4m3 K and q widened to f16 by the hardware conversion
 // (sm_89+, exact) and mma.sync f16, K converted once per stage for all head tiles; faster than
@@ -202,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   if (MODE == kModeFused && a.repair) {
     // The repair pass runs only for tokens whose admission pass failed (group == 1: uniform).
     cuda::pdl_wait();
-    if (t0 >= a.tokens || !fused_needs_repair(a.row_total[t0], a.row_tau[t0], a.list_cap, a.topk)) {
+    if (t0 >= a.tokens || !cuda::fused_needs_repair(a.row_total[t0], a.row_tau[t0], a.list_cap, a.topk)) {
       cuda::span_end(a.spans, a.span, span_t0);
       return;
     }
@@ -338,9 +339,9 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   auto take_tau = [&]() {
     cuda::pdl_wait();
     // Every CTA of the token computes the same tau from the token's samples.
-    const int m = fused_sample_rank(stok[kMaxGroup], a.topk, a.debug, a.samples);
+    const int m = cuda::fused_sample_rank(stok[kMaxGroup], a.topk, a.debug, a.samples);
     admit_tau = m == 0 ? 1u
-                       : sampled_threshold<kThreads>(a.sample_keys + static_cast<int64_t>(t0) * kFusedSamples,
+                       : cuda::sampled_threshold<kThreads>(a.sample_keys + static_cast<int64_t>(t0) * cuda::kFusedSamples,
                                                      a.samples, m, reinterpret_cast<int*>(smem + a.off_misc));
     if (chunk == 0 && tid == 0) a.row_tau[t0] = admit_tau;  // for the repair pass and the selection
     tau_floor = cuda::key_floor(admit_tau);
@@ -606,7 +607,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
           const bool vis = my_ok && (MODE == kModeSample ||
                                      my_s < (MODE == kModeAdmit ? admit_vis_end : stok[kMaxGroup + gq]));
           if (MODE == kModeSample) {
-            a.sample_keys[static_cast<int64_t>(t) * kFusedSamples + my_s] = vis ? cuda::score_key(score) : 0u;
+            a.sample_keys[static_cast<int64_t>(t) * cuda::kFusedSamples + my_s] = vis ? cuda::score_key(score) : 0u;
           } else if (MODE == kModeAdmit) {
             // Candidates at or above tau gather in the warp's buffer (stage 0's: held).
             if (decltype(held)::value) {

@@ -1,9 +1,11 @@
-// hopper.indexer: the DSA lightning indexer's logits (indexer_logits) with e4m3 queries on
-// sm_90 by wgmma e4m3. Kernel: logits_sm90a.cu; design notes: docs/kernels/indexer.md.
-// indexer_topk stays with cuda.indexer (its selection kernels), which the policy ranks next.
+// hopper.indexer: the DSA lightning indexer (indexer_logits) and indexer + exact top-k
+// (indexer_topk) with e4m3 queries on sm_90, the scores by wgmma e4m3. Kernels: logits_sm90a.cu
+// (scores), topk_launch.cpp (keys, then the top-k shared with cuda.indexer); design notes:
+// docs/kernels/indexer.md. bf16 queries and other GPUs: cuda.indexer, which the policy ranks next.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "cuda/check.cuh"
@@ -14,24 +16,31 @@
 #include "latte/spec.hpp"
 #include "latte/validate.hpp"
 #include "logits_launch.hpp"
+#include "topk_launch.hpp"
 
 namespace latte::hopper_indexer {
 namespace {
 
-Capabilities logits_capabilities() {
+constexpr int kMaxTopk = 4096;
+
+Capabilities indexer_capabilities() {
   Capabilities caps;
-  caps.ops = {Op::indexer_logits};
+  caps.ops = {Op::indexer_logits, Op::indexer_topk};
   caps.devices = {DeviceKind::cuda};
   caps.arch = IntRule::list({90});
   caps.q_dtypes = {DType::e4m3};
   caps.heads = IntRule::range(1, kMaxHeads);
   caps.head_dim = IntRule::list({kIndexDim});
   caps.block_size = IntRule::at_least(1);
-  caps.workspace = "none";
+  caps.topk = IntRule::range(1, kMaxTopk);
+  caps.workspace =
+      "indexer_logits: none; indexer_topk: u32 keys for min(T * 131072, 64M) positions (at least "
+      "524288), plus the split top-k's candidate lists when T <= SMs / 8";
   caps.notes =
       "wgmma e4m3 (sm_90a instructions: H100 / H200 only); index heads padded to a power of two "
       ">= 8, one query token per CTA; K pages by TMA for block sizes 8, 16, 32 and multiples of 64, "
-      "by cp.async otherwise; indexer_topk and bf16 queries: cuda.indexer";
+      "by cp.async otherwise; indexer_topk: score keys in the workspace, then the exact radix top-k "
+      "(no fused path: tokens in slices when the workspace is short); bf16 queries: cuda.indexer";
   return caps;
 }
 
@@ -43,53 +52,92 @@ int current_sm_count() {
   return sms;
 }
 
-class LogitsKernel final : public Kernel {
- public:
-  LogitsKernel(const AttentionSpec& spec, const DeviceInfo& device)
-      : heads_(spec.num_heads), block_size_(spec.block_size), sm_count_(device.probed ? device.sm_count : 0) {}
+void require_cuda_tensors(const OpArgs& args) {
+  if (common_device(args).kind != DeviceKind::cuda) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("hopper.indexer: {} was given host tensors; this backend reads CUDA device "
+                            "memory. Move the tensors to the GPU, or select cpu.reference.",
+                            to_string(op_of(args))));
+  }
+}
 
-  [[nodiscard]] std::size_t workspace_bytes() const override { return 0; }
-  [[nodiscard]] std::string describe() const override { return describe_logits(heads_, block_size_); }
+class IndexerKernel final : public Kernel {
+ public:
+  IndexerKernel(const AttentionSpec& spec, const DeviceInfo& device)
+      : op_(spec.op),
+        heads_(spec.num_heads),
+        block_size_(spec.block_size),
+        topk_(std::max(1, spec.topk)),
+        sm_count_(device.probed ? device.sm_count : 0) {
+    if (op_ == Op::indexer_topk) {
+      workspace_ = topk_workspace_bound(std::max<int64_t>(1, spec.max_tokens), topk_,
+                                        device.sm_count > 0 ? device.sm_count : 132);
+    }
+  }
+
+  [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
+  [[nodiscard]] std::string describe() const override {
+    return op_ == Op::indexer_topk ? describe_topk(heads_, block_size_, topk_)
+                                   : describe_scores(heads_, block_size_, false);
+  }
 
   void run(const OpArgs& args, const RunContext& ctx) override {
-    const auto* l = std::get_if<IndexerLogitsArgs>(&args);
-    if (l == nullptr) {
+    const Op op = op_of(args);
+    if (op != op_) {
       throw Error(ErrorCode::invalid_argument,
-                  fmt::format("hopper.indexer: this kernel computes indexer_logits but was given {} "
-                              "arguments; make a kernel for that op with another backend (cuda.indexer).",
-                              to_string(op_of(args))));
+                  fmt::format("hopper.indexer: this kernel was made for {} but was given {} arguments; "
+                              "make a kernel for {}.",
+                              to_string(op_), to_string(op), to_string(op)));
     }
-    const IndexerShape s = validate(*l);
-    if (common_device(args).kind != DeviceKind::cuda) {
-      throw Error(ErrorCode::invalid_argument,
-                  "hopper.indexer: indexer_logits was given host tensors; this backend reads CUDA device "
-                  "memory. Move the tensors to the GPU, or select cpu.reference.");
-    }
+    require_cuda_tensors(args);
     const auto stream = static_cast<cudaStream_t>(ctx.stream);
-    if (ctx.check_indices) cuda::check_indexer_indices(l->in, s, "indexer_logits", stream);
     if (sm_count_ <= 0) sm_count_ = current_sm_count();
-    launch_logits_sm90a(cuda::indexer_problem(l->in, s), l->logits.ptr<float>(), l->logits.stride(0),
-                        l->logits.stride(1), s.logits_len, sm_count_, ctx.stream);
+    if (const auto* a = std::get_if<IndexerTopkArgs>(&args)) {
+      const IndexerShape s = validate(*a);
+      if (s.topk > kMaxTopk) {
+        throw Error(ErrorCode::unsupported,
+                    fmt::format("hopper.indexer: indexer_topk with topk {} > {}; use cpu.reference for larger topk.",
+                                s.topk, kMaxTopk));
+      }
+      if (ctx.check_indices) cuda::check_indexer_indices(a->in, s, "indexer_topk", stream);
+      cuda::TopkOutput out;
+      out.indices = a->indices.ptr<int32_t>();
+      out.st = a->indices.stride(0);
+      out.sc = a->indices.stride(1);
+      out.topk = static_cast<int>(s.topk);
+      out.physical = a->kind == IndexKind::physical;
+      launch_topk_sm90a(cuda::indexer_problem(a->in, s), out, ctx.workspace, ctx.workspace_bytes, sm_count_,
+                        ctx.stream);
+    } else {
+      const auto& l = std::get<IndexerLogitsArgs>(args);
+      const IndexerShape s = validate(l);
+      if (ctx.check_indices) cuda::check_indexer_indices(l.in, s, "indexer_logits", stream);
+      launch_logits_sm90a(cuda::indexer_problem(l.in, s), l.logits.ptr<float>(), l.logits.stride(0),
+                          l.logits.stride(1), s.logits_len, sm_count_, ctx.stream);
+    }
     if (ctx.check_indices) LATTE_CUDA_TRY(cudaStreamSynchronize(stream));
   }
 
  private:
+  Op op_;
   int heads_;
   int block_size_;
+  int topk_;
   int sm_count_;
+  std::size_t workspace_ = 0;
 };
 
 class HopperIndexerBackend final : public Backend {
  public:
   HopperIndexerBackend()
       : info_{"hopper.indexer",
-              "DSA lightning indexer logits on H100 / H200 (sm_90a): wgmma e4m3, paged e4m3 K",
-              logits_capabilities(), "built-in"} {}
+              "DSA lightning indexer and exact top-k on H100 / H200 (sm_90a): wgmma e4m3 scores, paged e4m3 K",
+              indexer_capabilities(), "built-in"} {}
 
   [[nodiscard]] const BackendInfo& info() const override { return info_; }
 
   [[nodiscard]] std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
-    return std::make_unique<LogitsKernel>(spec, device);
+    return std::make_unique<IndexerKernel>(spec, device);
   }
 
  private:

@@ -1,6 +1,7 @@
-// What hopper.indexer's two logits kernels share (logits_tma.cuh, logits_cpasync.cuh): the
+// What hopper.indexer's two score kernels share (logits_tma.cuh, logits_cpasync.cuh): the
 // arguments, the token's row and visible length, its queries staged as the wgmma B operand, the
-// per-stage wgmma batch, and the epilogue that turns accumulators into logits.
+// per-stage wgmma batch, and the epilogue that turns accumulators into logits, or into u32
+// score keys for the exact top-k (KEYS: indexer_topk's scores, cuda/topk_launch.hpp).
 //
 // A CTA = one query token x a chunk of positions. Column h of the B operand is head h (heads
 // padded with zeros to hp, a power of two >= 8); K is the A operand, 64 positions per wgmma. The
@@ -18,6 +19,7 @@
 
 #include "cuda/async_copy.cuh"
 #include "cuda/indexer_problem.hpp"
+#include "cuda/radix_select.cuh"
 #include "cuda/sm90a_wgmma.cuh"
 
 namespace latte::hopper_indexer {
@@ -29,7 +31,8 @@ constexpr int kTileBytes = kTileTokens * 128;
 
 struct LogitsArgs {
   cuda::IndexerProblem p;
-  float* logits;
+  float* logits;    // logits [T, logits_len] (strides lg_st, lg_ss); or
+  uint32_t* keys;   // KEYS kernels: score keys [T, lg_st] (0 = not visible), positions contiguous
   int64_t lg_st, lg_ss;
   int logits_len;   // < 2^31 (the launcher refuses more): positions are ints
   int vis_cap;      // min(max_len, logits_len)
@@ -40,10 +43,11 @@ struct LogitsArgs {
 
 // The CTA's work: token t (blockIdx.x % T) over positions [c0, c1) (chunk blockIdx.x / T), its
 // block_table row (-1: none), the positions it sees, the stages of 64 positions that hold
-// visible ones (nst, up to s_end = min(c1, vis)) and its logits row.
+// visible ones (nst, up to s_end = min(c1, vis)) and its logits or keys row.
 struct TokenChunk {
   int t, row, c0, c1, vis, s_end, nst;
   float* out;
+  uint32_t* keys;
 };
 
 __device__ __forceinline__ TokenChunk token_chunk(const LogitsArgs& a) {
@@ -59,7 +63,8 @@ __device__ __forceinline__ TokenChunk token_chunk(const LogitsArgs& a) {
   w.vis = static_cast<int>(v < 0 ? 0 : (v < a.vis_cap ? v : a.vis_cap));
   w.s_end = w.c1 < w.vis ? w.c1 : w.vis;
   w.nst = w.s_end > w.c0 ? (w.s_end - w.c0 + kTileTokens - 1) / kTileTokens : 0;
-  w.out = a.logits + static_cast<int64_t>(w.t) * a.lg_st;
+  w.out = a.logits ? a.logits + static_cast<int64_t>(w.t) * a.lg_st : nullptr;
+  w.keys = a.keys ? a.keys + static_cast<int64_t>(w.t) * a.lg_st : nullptr;
   return w;
 }
 
@@ -157,10 +162,11 @@ struct RegisterCoef {
 };
 
 // This thread's rows of the tile (pos_a and pos_a + 8; their k_scale and readability) into the
-// token's logits row `out`: -inf where not visible, nothing past c1.
-template <int NI, int NR, typename Coef>
-__device__ __forceinline__ void write_logits(const float (&acc)[NR][NI / 2], const LogitsArgs& a, const Coef& coef,
-                                             float* out, int vis, int pos_a, int c1, float sc_a, float sc_b, bool ok_a,
+// token's row: logits (-inf where not visible) or, KEYS, score keys (0 where not visible);
+// nothing past c1.
+template <bool KEYS, int NI, int NR, typename Coef>
+__device__ __forceinline__ void write_scores(const float (&acc)[NR][NI / 2], const LogitsArgs& a, const Coef& coef,
+                                             const TokenChunk& w, int pos_a, float sc_a, float sc_b, bool ok_a,
                                              bool ok_b, int lane) {
   float run_a = 0.0f, run_b = 0.0f;
 #pragma unroll
@@ -179,13 +185,23 @@ __device__ __forceinline__ void write_logits(const float (&acc)[NR][NI / 2], con
   run_b += __shfl_xor_sync(0xffffffffu, run_b, 1);
   run_b += __shfl_xor_sync(0xffffffffu, run_b, 2);
   const int c = lane & 3, pos_b = pos_a + 8;
-  if (c == 0 && pos_a < c1) out[static_cast<int64_t>(pos_a) * a.lg_ss] = ok_a && pos_a < vis ? run_a * sc_a : -INFINITY;
-  if (c == 1 && pos_b < c1) out[static_cast<int64_t>(pos_b) * a.lg_ss] = ok_b && pos_b < vis ? run_b * sc_b : -INFINITY;
+  const bool vis_a = ok_a && pos_a < w.vis, vis_b = ok_b && pos_b < w.vis;
+  if constexpr (KEYS) {
+    if (c == 0 && pos_a < w.c1) w.keys[pos_a] = vis_a ? cuda::score_key(run_a * sc_a) : 0u;
+    if (c == 1 && pos_b < w.c1) w.keys[pos_b] = vis_b ? cuda::score_key(run_b * sc_b) : 0u;
+  } else {
+    if (c == 0 && pos_a < w.c1) w.out[static_cast<int64_t>(pos_a) * a.lg_ss] = vis_a ? run_a * sc_a : -INFINITY;
+    if (c == 1 && pos_b < w.c1) w.out[static_cast<int64_t>(pos_b) * a.lg_ss] = vis_b ? run_b * sc_b : -INFINITY;
+  }
 }
 
-// -inf at positions [from, c1) of the token's logits row (past the stages computed).
-__device__ __forceinline__ void fill_invisible(const LogitsArgs& a, float* out, int from, int c1, int tid, int nthreads) {
-  for (int s = from + tid; s < c1; s += nthreads) out[static_cast<int64_t>(s) * a.lg_ss] = -INFINITY;
+// -inf at positions [from, c1) of the token's logits row (past the stages computed). A keys
+// row needs nothing there: the top-k reads a row up to its visible length only.
+template <bool KEYS>
+__device__ __forceinline__ void fill_invisible(const LogitsArgs& a, const TokenChunk& w, int from, int tid, int nthreads) {
+  if constexpr (!KEYS) {
+    for (int s = from + tid; s < w.c1; s += nthreads) w.out[static_cast<int64_t>(s) * a.lg_ss] = -INFINITY;
+  }
 }
 
 }  // namespace latte::hopper_indexer

@@ -19,7 +19,7 @@ __host__ __device__ constexpr int cpasync_smem_bytes(int columns) {
   return 1024 + columns * 128 + kCpAsyncStages * (kTileBytes + kTileTokens * (4 + 1 + 4 + 4)) + columns * 4;
 }
 
-template <int NI, int NR>
+template <bool KEYS, int NI, int NR>
 __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const LogitsArgs a) {
   constexpr int NC = NI * NR, S = kCpAsyncStages;
   extern __shared__ uint8_t smem_raw[];
@@ -38,7 +38,6 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const TokenChunk w = token_chunk(a);
   const int s_end = w.s_end, nst = w.nst;
-  float* out = w.out;
 
   stage_queries<NC>(a, w.t, tid, kCpAsyncThreads, sq, scoef);
   wg::fence_proxy_async_smem();
@@ -114,13 +113,13 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
       issue(it + S - 1);
       const int slot = it % S;
       tile_scores<NI, NR>(acc, stiles_s + slot * kTileBytes, sq_s);
-      write_logits<NI, NR>(acc, a, coef, out, w.vis, w.c0 + it * kTileTokens + ra, w.c1, sscale[slot * kTileTokens + ra],
-                           sscale[slot * kTileTokens + ra + 8], sok[slot * kTileTokens + ra] != 0,
-                           sok[slot * kTileTokens + ra + 8] != 0, lane);
+      write_scores<KEYS, NI, NR>(acc, a, coef, w, w.c0 + it * kTileTokens + ra, sscale[slot * kTileTokens + ra],
+                                 sscale[slot * kTileTokens + ra + 8], sok[slot * kTileTokens + ra] != 0,
+                                 sok[slot * kTileTokens + ra + 8] != 0, lane);
     }
     cuda::cp_async_wait<0>();
   }
-  fill_invisible(a, out, w.c0 + nst * kTileTokens, w.c1, tid, kCpAsyncThreads);
+  fill_invisible<KEYS>(a, w, w.c0 + nst * kTileTokens, tid, kCpAsyncThreads);
 }
 
 }  // namespace latte::hopper_indexer

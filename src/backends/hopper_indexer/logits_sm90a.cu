@@ -1,6 +1,8 @@
-// hopper.indexer's logits launcher (sm_90a): the DSA indexer score I[t, p] by wgmma e4m3.
-// Two kernels: logits_tma.cuh (warp-specialized, TMA copies; block sizes 8, 16, 32 and
-// multiples of 64) and logits_cpasync.cuh (any block size); shared parts in logits_common.cuh.
+// hopper.indexer's score launchers (sm_90a): the DSA indexer score I[t, p] by wgmma e4m3, as
+// f32 logits (indexer_logits) or as u32 score keys for the exact top-k (indexer_topk,
+// topk_launch.cpp). Two kernels: logits_tma.cuh (warp-specialized, TMA copies; block sizes 8,
+// 16, 32 and multiples of 64) and logits_cpasync.cuh (any block size); shared parts in
+// logits_common.cuh.
 //
 // Why a separate backend: e4m3 mma.sync is not native on sm_90 (its fp8 matrix units are
 // wgmma's), and the portable kernel's f16 mma.sync path computes the 64-head logits at about
@@ -65,29 +67,33 @@ struct KernelRef {
   int smem = 0;
 };
 
-template <int S>
+template <bool KEYS, int S>
 struct TmaRef {
   KernelRef* out;
   template <int NI, int NR>
   void run() const {
-    *out = KernelRef{reinterpret_cast<const void*>(&logits_tma_kernel<NI, NR, S>), kTmaThreads,
+    *out = KernelRef{reinterpret_cast<const void*>(&logits_tma_kernel<KEYS, NI, NR, S>), kTmaThreads,
                      tma_smem_bytes(NI * NR, S)};
   }
 };
 
+template <bool KEYS>
 struct CpAsyncRef {
   KernelRef* out;
   template <int NI, int NR>
   void run() const {
-    *out = KernelRef{reinterpret_cast<const void*>(&logits_cpasync_kernel<NI, NR>), kCpAsyncThreads,
+    *out = KernelRef{reinterpret_cast<const void*>(&logits_cpasync_kernel<KEYS, NI, NR>), kCpAsyncThreads,
                      cpasync_smem_bytes(NI * NR)};
   }
 };
 
-KernelRef kernel_of(bool tma, int padded_heads) {
+// keys: the kernel writing u32 score keys (indexer_topk) instead of f32 logits.
+KernelRef kernel_of(bool tma, int padded_heads, bool keys) {
   KernelRef k;
-  if (tma) with_columns(padded_heads, TmaRef<kTmaStages>{&k});
-  else with_columns(padded_heads, CpAsyncRef{&k});
+  if (tma && keys) with_columns(padded_heads, TmaRef<true, kTmaStages>{&k});
+  else if (tma) with_columns(padded_heads, TmaRef<false, kTmaStages>{&k});
+  else if (keys) with_columns(padded_heads, CpAsyncRef<true>{&k});
+  else with_columns(padded_heads, CpAsyncRef<false>{&k});
   return k;
 }
 
@@ -156,13 +162,13 @@ struct LogitsPlan {
   int ctas_per_sm = 0;
 };
 
-LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count) {
+LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count, bool keys) {
   LogitsPlan pl;
   while (pl.padded_heads < p.heads) pl.padded_heads *= 2;
   pl.tma = tma_block_size(p.block_size) && !cpasync_forced();
   pl.piece_rows = pl.tma ? std::min(p.block_size, kTileTokens) : 0;
   pl.stages = pl.tma ? kTmaStages : kCpAsyncStages;
-  pl.kernel = kernel_of(pl.tma, pl.padded_heads);
+  pl.kernel = kernel_of(pl.tma, pl.padded_heads, keys);
   pl.ctas_per_sm = sm_count > 0 ? prepare(pl.kernel) : 0;
   // Chunks of positions: one full wave when the tokens are fewer than the CTA slots (decode),
   // about four waves otherwise (prefill).
@@ -176,13 +182,11 @@ LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm
   return pl;
 }
 
-}  // namespace
-
-void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
-                         int64_t logits_len, int sm_count, void* stream) {
+// The checks both outputs share.
+void require_problem(const cuda::IndexerProblem& p, int64_t row_len) {
   if (!p.q_fp8) {
     throw Error(ErrorCode::unsupported,
-                "hopper.indexer: indexer_logits with bf16 queries; this backend takes e4m3 queries "
+                "hopper.indexer: indexer queries in bf16; this backend takes e4m3 queries "
                 "(wgmma e4m3). Use cuda.indexer for bf16 queries.");
   }
   if (p.heads < 1 || p.heads > kMaxHeads) {
@@ -190,23 +194,22 @@ void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t l
                                             " index heads; this backend takes 1..128. Use cuda.indexer or "
                                             "cpu.reference.");
   }
-  if (p.tokens == 0 || logits_len == 0) return;
-  if (logits_len >= (int64_t{1} << 31)) {
-    throw Error(ErrorCode::unsupported, "hopper.indexer: logits rows of " + std::to_string(logits_len) +
+  if (row_len >= (int64_t{1} << 31)) {
+    throw Error(ErrorCode::unsupported, "hopper.indexer: rows of " + std::to_string(row_len) +
                                             " positions; this backend takes fewer than 2^31. Use cuda.indexer");
   }
-  const LogitsPlan pl = plan_logits(p, logits_len, sm_count);
+}
+
+// The score kernel over positions [0, row_len) of every token into a.logits or a.keys.
+void launch_scores(const cuda::IndexerProblem& p, LogitsArgs a, int64_t row_len, int sm_count, void* stream) {
+  const LogitsPlan pl = plan_logits(p, row_len, sm_count, a.keys != nullptr);
   const int64_t grid = static_cast<int64_t>(p.tokens) * pl.num_chunks;
   if (grid >= (int64_t{1} << 31)) {
     throw Error(ErrorCode::unsupported, "hopper.indexer: the problem needs more than 2^31 CTAs; split the batch");
   }
-  LogitsArgs a{};
   a.p = p;
-  a.logits = logits;
-  a.lg_st = ld_t;
-  a.lg_ss = ld_s;
-  a.logits_len = static_cast<int>(logits_len);
-  a.vis_cap = static_cast<int>(std::min<int64_t>(p.max_len(), logits_len));
+  a.logits_len = static_cast<int>(row_len);
+  a.vis_cap = static_cast<int>(std::min<int64_t>(p.max_len(), row_len));
   a.chunk_len = pl.chunk_len;
   a.q_vec = (reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_st % 16 == 0 && p.q_sh % 16 == 0) ? 1 : 0;
   a.piece_rows = pl.piece_rows;
@@ -222,13 +225,41 @@ void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t l
   }
 }
 
-std::string describe_logits(int heads, int block_size) {
+}  // namespace
+
+void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
+                         int64_t logits_len, int sm_count, void* stream) {
+  require_problem(p, logits_len);
+  if (p.tokens == 0 || logits_len == 0) return;
+  LogitsArgs a{};
+  a.logits = logits;
+  a.lg_st = ld_t;
+  a.lg_ss = ld_s;
+  launch_scores(p, a, logits_len, sm_count, stream);
+}
+
+void launch_keys_sm90a(const cuda::IndexerProblem& p, uint32_t* keys, int64_t keys_ld, int sm_count, void* stream) {
+  require_problem(p, p.max_len());
+  if (p.tokens == 0 || p.max_len() == 0) return;
+  if (keys_ld < p.max_len()) {
+    throw Error(ErrorCode::invalid_argument, "hopper.indexer: keys rows of " + std::to_string(keys_ld) +
+                                                 " entries for " + std::to_string(p.max_len()) +
+                                                 " positions; give rows of at least max_blocks * block_size");
+  }
+  LogitsArgs a{};
+  a.keys = keys;
+  a.lg_st = keys_ld;
+  a.lg_ss = 1;
+  launch_scores(p, a, p.max_len(), sm_count, stream);
+}
+
+std::string describe_scores(int heads, int block_size, bool keys) {
   cuda::IndexerProblem p;
   p.heads = std::clamp(heads, 1, kMaxHeads);
   p.block_size = std::max(1, block_size);
   p.tokens = 1;
   p.batch = 1;
-  const LogitsPlan pl = plan_logits(p, 1, 0);
+  const LogitsPlan pl = plan_logits(p, 1, 0, keys);
   const std::string copies =
       pl.tma ? "TMA copies of " + std::to_string(pl.piece_rows) + "-row page pieces by a producer warp, " +
                    std::to_string(pl.stages) + " stages"
@@ -237,7 +268,8 @@ std::string describe_logits(int heads, int block_size) {
   return "indexer_logits: wgmma m64n" + std::to_string(std::min(pl.padded_heads, 64)) +
          "k32 e4m3 (sm_90a), K the A operand in 64-position tiles in the 128-byte swizzle (" + copies +
          "); one query token per CTA, its heads as the columns (padded to " + std::to_string(pl.padded_heads) +
-         "); ReLU, head weights and k_scale in registers; f32 logits";
+         "); ReLU, head weights and k_scale in registers; " +
+         (keys ? "u32 score keys into the workspace" : "f32 logits");
 }
 
 }  // namespace latte::hopper_indexer

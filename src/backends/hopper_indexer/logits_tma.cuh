@@ -44,7 +44,7 @@ __device__ __align__(16) const uint32_t kUnreadableScales[kTileTokens] = {
     LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8};
 #undef LATTE_UNREADABLE_8
 
-template <int NI, int NR, int S>
+template <bool KEYS, int NI, int NR, int S>
 __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArgs a, const __grid_constant__ CUtensorMap tmk) {
   constexpr int NC = NI * NR;
   extern __shared__ uint8_t smem_raw[];
@@ -62,7 +62,6 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const TokenChunk w = token_chunk(a);
   const int s_end = w.s_end, nst = w.nst;
-  float* out = w.out;
 
   if (tid == 32) {
     for (int s = 0; s < S; ++s) {
@@ -128,14 +127,14 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
     wg::mbarrier_wait(full_s + 8 * (st % S), (st / S) & 1u);
     return stiles_s + (st % S) * kTileBytes;
   };
-  // Stage st's scores in acc (its wgmma complete) into logits; the slot is released as soon as
-  // its scales are read.
+  // Stage st's scores in acc (its wgmma complete) into logits or keys; the slot is released as
+  // soon as its scales are read.
   auto finish = [&](int st, const float (&acc)[NR][NI / 2], const auto& coef) {
     const uint32_t slot = st % S;
     const float sc_a = sscale[slot * kTileTokens + ra], sc_b = sscale[slot * kTileTokens + ra + 8];
     wg::mbarrier_arrive(empty_s + 8 * slot);
-    write_logits<NI, NR>(acc, a, coef, out, w.vis, w.c0 + st * kTileTokens + ra, w.c1, sc_a, sc_b,
-                         __float_as_uint(sc_a) != kUnreadableBits, __float_as_uint(sc_b) != kUnreadableBits, lane);
+    write_scores<KEYS, NI, NR>(acc, a, coef, w, w.c0 + st * kTileTokens + ra, sc_a, sc_b,
+                               __float_as_uint(sc_a) != kUnreadableBits, __float_as_uint(sc_b) != kUnreadableBits, lane);
   };
   if constexpr (NR == 1) {
     // At most 64 heads: coef in registers, and stage st + 1's wgmma issued before stage st's
@@ -169,7 +168,7 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
       finish(st, acc, coef);
     }
   }
-  fill_invisible(a, out, w.c0 + nst * kTileTokens, w.c1, tid, 128);
+  fill_invisible<KEYS>(a, w, w.c0 + nst * kTileTokens, tid, 128);
 }
 
 }  // namespace latte::hopper_indexer

@@ -1,5 +1,5 @@
 // The fused path's admission rule (docs/kernels/indexer.md, "Fused path"): a token's scores at
-// 1024 or 2048 evenly spaced positions (fused_samples in indexer_kernels.cu) give a threshold
+// 1024 or 2048 evenly spaced positions (cuda.indexer's fused_samples) give a threshold
 // tau, computed by each admission CTA (sampled_threshold), expected to admit a few thousand
 // candidates, never fewer than topk unless the sample is far off; the candidates above tau
 // are the exact top-k's superset when at least topk were admitted (or tau admits everything)
@@ -11,7 +11,7 @@
 
 #include "cuda/radix_select.cuh"
 
-namespace latte::cuda_indexer {
+namespace latte::cuda {
 
 constexpr int kFusedSamples = 2048;      // the most sampled positions per token (the workspace's row)
 constexpr int kFusedSampleChunk = 128;   // the fewest sampled positions per CTA of the sample pass
@@ -93,4 +93,4 @@ __device__ __forceinline__ bool fused_needs_repair(int total, uint32_t tau, int 
   return total > list_cap || (total < topk && tau > 1u);
 }
 
-}  // namespace latte::cuda_indexer
+}  // namespace latte::cuda
