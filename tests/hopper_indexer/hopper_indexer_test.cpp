@@ -410,6 +410,7 @@ TEST(HopperIndexerSelection, FirstForE4m3IndexerOpsOnSm90Only) {
   const Selection topk = context.select(logits_spec(DType::e4m3, Op::indexer_topk), describe_device("sm_90"), no_env);
   EXPECT_EQ(topk.chosen, kId);
   EXPECT_EQ(topk.valid[1].id, "cuda.indexer");
+  EXPECT_EQ(topk.describe_kernel().rfind("indexer_topk: scores by wgmma m64n64k32 e4m3", 0), 0u) << topk.describe_kernel();
   EXPECT_NE(topk.describe_kernel().find("u32 score keys into the workspace; then the exact top-2048 of each row"),
             std::string::npos)
       << topk.describe_kernel();

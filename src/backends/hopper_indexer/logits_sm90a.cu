@@ -265,7 +265,7 @@ std::string describe_scores(int heads, int block_size, bool keys) {
                    std::to_string(pl.stages) + " stages"
              : "cp.async by the consumer threads (block size " + std::to_string(p.block_size) +
                    " is not 8, 16, 32 or a multiple of 64), " + std::to_string(pl.stages) + " stages";
-  return "indexer_logits: wgmma m64n" + std::to_string(std::min(pl.padded_heads, 64)) +
+  return std::string(keys ? "indexer_topk: scores by wgmma m64n" : "indexer_logits: wgmma m64n") + std::to_string(std::min(pl.padded_heads, 64)) +
          "k32 e4m3 (sm_90a), K the A operand in 64-position tiles in the 128-byte swizzle (" + copies +
          "); one query token per CTA, its heads as the columns (padded to " + std::to_string(pl.padded_heads) +
          "); ReLU, head weights and k_scale in registers; " +
