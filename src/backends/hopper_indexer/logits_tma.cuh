@@ -138,27 +138,35 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
   };
   if constexpr (NR == 1) {
     // At most 64 heads: coef in registers, and stage st + 1's wgmma issued before stage st's
-    // epilogue (its scores copied out of the accumulators first). The wgmma is issued on every
-    // iteration, the last one's on stage st's tile again (result unused), so no wgmma sits on a
-    // conditional path (ptxas serializes those, C7518). Since the one-token kernel (ea64dd0)
-    // ptxas serializes them anyway (C7514/C7517: it reads the in-flight accumulators), so the
-    // overlap is not realized in this build; measured the same as when it was (44.3 us at
-    // b84554b, 43.9-45.1 us since; docs/kernels/indexer.md).
+    // epilogue, into the other of two accumulator sets (ping-pong: stages alternate between
+    // acc0 and acc1, so the epilogue never reads registers a wgmma in flight writes; a copy of
+    // one set into the other let ptxas alias them and serialize the wgmma, C7514). The wgmma
+    // is issued in every half-iteration, the last one on stage st's tile again (result unused),
+    // so no wgmma sits on a conditional path (ptxas serializes those, C7518). H200: logits 0-12 %
+    // faster in decode, 64-head prefill logits 5 % slower; keys 0-11 % faster (session 17).
     const RegisterCoef<NI> coef(scoef, lane & 3);
-    float acc_next[1][NI / 2] = {}, acc_done[1][NI / 2];
-    if (nst > 0) start_tile_scores<NI, 1>(acc_next, wait_full(0), sq_s);
+    float acc0[1][NI / 2] = {}, acc1[1][NI / 2] = {};
+    auto tile_after = [&](int st) { return st + 1 < nst ? wait_full(st + 1) : stiles_s + (st % S) * kTileBytes; };
+    if (nst > 0) start_tile_scores<NI, 1>(acc0, wait_full(0), sq_s);
 #pragma unroll 1
-    for (int st = 0; st < nst; ++st) {
-      const uint32_t tile = st + 1 < nst ? wait_full(st + 1) : stiles_s + (st % S) * kTileBytes;
+    for (int st = 0; st < nst; st += 2) {
+      // Stage st in flight in acc0.
+      const uint32_t t1 = tile_after(st);
       wg::wgmma_wait<0>();
-      fence_all<NI, 1>(acc_next);
-#pragma unroll
-      for (int i = 0; i < NI / 2; ++i) acc_done[0][i] = acc_next[0][i];
-      start_tile_scores<NI, 1>(acc_next, tile, sq_s);
-      finish(st, acc_done, coef);
+      fence_all<NI, 1>(acc0);
+      start_tile_scores<NI, 1>(acc1, t1, sq_s);
+      finish(st, acc0, coef);
+      if (st + 1 >= nst) break;
+      // Stage st + 1 in flight in acc1.
+      const uint32_t t2 = tile_after(st + 1);
+      wg::wgmma_wait<0>();
+      fence_all<NI, 1>(acc1);
+      start_tile_scores<NI, 1>(acc0, t2, sq_s);
+      finish(st + 1, acc1, coef);
     }
     wg::wgmma_wait<0>();
-    fence_all<NI, 1>(acc_next);
+    fence_all<NI, 1>(acc0);
+    fence_all<NI, 1>(acc1);
   } else {
     const SharedCoef coef{scoef, lane & 3};
     float acc[NR][NI / 2] = {};
