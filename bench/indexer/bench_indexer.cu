@@ -114,11 +114,13 @@ bool hopper_logits(const IndexerProblem& p, float* logits, int64_t ctx, const De
 #endif
 }
 
-// hopper.indexer's indexer_topk workspace for p (0: none to time: not built, or not sm_90), and
-// its call.
+// hopper.indexer's indexer_topk workspace for p, both paths (0: none to time: not built, or
+// not sm_90), and its call by one path.
 std::size_t hopper_topk_bytes(const IndexerProblem& p, int k, const DeviceTraits& dev) {
 #if LATTE_BENCH_HOPPER
-  return dev.arch == 90 ? latte::hopper_indexer::topk_workspace_bytes(p, k, dev.sm_count) : 0;
+  return dev.arch == 90 ? latte::hopper_indexer::topk_workspace_bytes(p, k, latte::hopper_indexer::TopkPath::automatic,
+                                                                      dev.sm_count)
+                        : 0;
 #else
   (void)p;
   (void)k;
@@ -127,15 +129,19 @@ std::size_t hopper_topk_bytes(const IndexerProblem& p, int k, const DeviceTraits
 #endif
 }
 
-void hopper_topk(const IndexerProblem& p, const TopkOutput& o, void* ws, std::size_t ws_bytes, const DeviceTraits& dev) {
+void hopper_topk(const IndexerProblem& p, const TopkOutput& o, void* ws, std::size_t ws_bytes, const DeviceTraits& dev,
+                 bool fused) {
 #if LATTE_BENCH_HOPPER
-  latte::hopper_indexer::launch_topk_sm90a(p, o, ws, ws_bytes, dev.sm_count, nullptr);
+  using latte::hopper_indexer::TopkPath;
+  latte::hopper_indexer::launch_topk_sm90a(p, o, fused ? TopkPath::fused : TopkPath::unfused, ws, ws_bytes,
+                                           dev.sm_count, nullptr);
 #else
   (void)p;
   (void)o;
   (void)ws;
   (void)ws_bytes;
   (void)dev;
+  (void)fused;
 #endif
 }
 
@@ -447,10 +453,13 @@ int main(int argc, char** argv) {
         const std::pair<double, double> uf =
             interleaved_us(fused_only ? Call{} : Call{unfused_call}, unfused_only ? Call{} : Call{fused_call});
         const double t_unfused = uf.first, t_fused = uf.second;
-        // hopper.indexer's top-k (score keys by wgmma, then the same top-k kernels).
-        const double t_hopper_topk = fused_only || unfused_only || ws_h == 0 ? 0.0 : time_us([&](int i) {
-          hopper_topk(s.problem(i), o, ws, ws_h, dev);
-        });
+        // hopper.indexer's two top-k paths (wgmma scores), alternating in the same way.
+        std::pair<double, double> huf{0.0, 0.0};
+        if (!fused_only && !unfused_only && ws_h > 0) {
+          huf = interleaved_us(Call{[&](int i) { hopper_topk(s.problem(i), o, ws, ws_h, dev, false); }},
+                               Call{[&](int i) { hopper_topk(s.problem(i), o, ws, ws_h, dev, true); }});
+        }
+        const double t_hopper_topk = huf.first, t_hopper_fused = huf.second;
         // LATTE_BENCH_AB=VAR=VALUE: the fused path against itself with VAR=VALUE set (a
         // measurement switch read on every call), interleaved in the same way.
         if (const char* ab = std::getenv("LATTE_BENCH_AB")) {
@@ -489,11 +498,14 @@ int main(int argc, char** argv) {
                            std::to_string(sync_logits) + ", \"unfused_us\": " +
                            std::to_string(t_unfused) + ", \"fused_us\": " + std::to_string(t_fused) +
                            ", \"hopper_topk_us\": " + std::to_string(t_hopper_topk) +
+                           ", \"hopper_fused_us\": " + std::to_string(t_hopper_fused) +
                            ", \"rows_topk_us\": " + std::to_string(t_rows) + ", \"auto\": \"" +
                            (autop == TopkPath::fused ? "fused" : "unfused") + "\", \"rot\": " + std::to_string(s.rot));
         std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %7.0f | %7.1fus %7.0f | %7.1fus %7.1fus %7s | %7.1fus | %7.1fus\n",
                      "decode", H, B, static_cast<long long>(ctx), t_logits, gbs, t_hopper, hopper_gbs, t_unfused, t_fused,
                      autop == TopkPath::fused ? "->fused" : "->unfus", t_rows, t_hopper_topk);
+        if (t_hopper_fused > 0) std::fprintf(stderr, "%53s hopper unfused %7.1fus fused %7.1fus (%.2f)\n", "",
+                                             t_hopper_topk, t_hopper_fused, t_hopper_fused / t_hopper_topk);
         cudaFree(logits);
         cudaFree(idx);
         cudaFree(ws);
@@ -534,7 +546,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "prefill H=%d: fused\n", H);
     const double t_fused = time_us([&](int) { launch_indexer_topk(p0, o, TopkPath::fused, ws, ws_f, dev, nullptr); }, reps, warm);
     const double t_hopper_topk =
-        ws_h > 0 ? time_us([&](int) { hopper_topk(p0, o, ws, ws_h, dev); }, reps, warm) : 0.0;
+        ws_h > 0 ? time_us([&](int) { hopper_topk(p0, o, ws, ws_h, dev, false); }, reps, warm) : 0.0;
+    const double t_hopper_fused =
+        ws_h > 0 ? time_us([&](int) { hopper_topk(p0, o, ws, ws_h, dev, true); }, reps, warm) : 0.0;
     double pairs = 0;
     for (int t = 0; t < T; ++t) pairs += static_cast<double>(ctx - T + t + 1);
     const double tflops = pairs * H * 128 * 2 / (t_logits * 1e6);
@@ -544,10 +558,11 @@ int main(int argc, char** argv) {
                         ", \"hopper_logits_us\": " + std::to_string(t_hopper) + ", \"hopper_logits_tflops\": " +
                         std::to_string(hopper_tflops) +
                         ", \"unfused_us\": " + std::to_string(t_unfused) + ", \"fused_us\": " + std::to_string(t_fused) +
-                        ", \"hopper_topk_us\": " + std::to_string(t_hopper_topk) + ", \"unfused_ws_bytes\": " + std::to_string(ws_u) + ", \"fused_ws_bytes\": " + std::to_string(ws_f));
-    std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %5.0fTF | hopper %7.1fus %5.0fTF | %7.1fus %7.1fus | hopper top-k %7.1fus\n",
+                        ", \"hopper_topk_us\": " + std::to_string(t_hopper_topk) +
+                        ", \"hopper_fused_us\": " + std::to_string(t_hopper_fused) + ", \"unfused_ws_bytes\": " + std::to_string(ws_u) + ", \"fused_ws_bytes\": " + std::to_string(ws_f));
+    std::fprintf(stderr, "%-8s %4d %5d %7lld | %7.1fus %5.0fTF | hopper %7.1fus %5.0fTF | %7.1fus %7.1fus | hopper top-k %7.1fus fused %7.1fus\n",
                  "prefill", H, T, static_cast<long long>(ctx), t_logits, tflops, t_hopper, hopper_tflops, t_unfused,
-                 t_fused, t_hopper_topk);
+                 t_fused, t_hopper_topk, t_hopper_fused);
     cudaFree(logits);
     cudaFree(idx);
     cudaFree(ws);

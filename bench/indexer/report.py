@@ -17,11 +17,15 @@ def hopper_cells(r, copy):
 
 
 def hopper_topk_cells(r):
-    """hopper.indexer's top-k time and the speedup over cuda.indexer's faster path, or dashes."""
+    """hopper.indexer's unfused and fused top-k times, fused / unfused, and the speedup of its
+    faster path over cuda.indexer's faster path; dashes where it was not run."""
     if r.get("hopper_topk_us", 0) <= 0:
-        return "- | -"
+        return "- | - | - | -"
     best = min(r["unfused_us"], r["fused_us"])
-    return f"{r['hopper_topk_us']:.1f} | {best / r['hopper_topk_us']:.2f}x"
+    hu, hf = r["hopper_topk_us"], r.get("hopper_fused_us", 0)
+    if hf <= 0:
+        return f"{hu:.1f} | - | - | {best / hu:.2f}x"
+    return f"{hu:.1f} | {hf:.1f} | {hf / hu:.2f} | {best / min(hu, hf):.2f}x"
 
 
 def main():
@@ -40,9 +44,11 @@ def main():
           f"{topk_peer.get((8, 131072), float('nan')):.1f} us | <= 30 us |\n")
     print("| H_i | B | context | logits us | GB/s (% copy) | hopper.indexer logits us | GB/s (% copy) | "
           "logits sync us | unfused top-k us | fused top-k us | fused / unfused | auto | "
-          "hopper.indexer top-k us | vs cuda.indexer's faster path | top-k of logits us | torch.topk us |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "hopper.indexer unfused top-k us | hopper.indexer fused top-k us | hopper fused / unfused | "
+          "hopper's faster vs cuda.indexer's faster | top-k of logits us | torch.topk us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     slower_at_128k = []
+    hopper_slower_at_128k = []
     shapes_at_128k = 0
     for r in ours:
         if r["kind"] != "decode":
@@ -54,6 +60,10 @@ def main():
             shapes_at_128k += 1
             if not ratio < 1.0:
                 slower_at_128k.append(f"H_i {r['H']} B {r['B']} ({ratio:.2f})")
+            if r.get("hopper_fused_us", 0) > 0:
+                hr = r["hopper_fused_us"] / r["hopper_topk_us"]
+                if not hr < 1.0:
+                    hopper_slower_at_128k.append(f"H_i {r['H']} B {r['B']} ({hr:.2f})")
         print(f"| {r['H']} | {r['B']} | {r['ctx']} | {r['logits_us']:.1f} | {r['logits_gbs']:.0f} ({pct:.0f}%) | "
               f"{hopper_cells(r, copy)} | {r.get('logits_sync_us', float('nan')):.1f} | "
               f"{r['unfused_us']:.1f} | {r['fused_us']:.1f} | {ratio:.2f} | {r['auto']} | {hopper_topk_cells(r)} | "
@@ -65,9 +75,12 @@ def main():
     else:
         verdict = f"met at every shape ({shapes_at_128k})"
     print("\nFused faster than unfused at 128K (cuda.indexer): " + verdict)
+    if any(r.get("hopper_fused_us", 0) > 0 for r in ours if r["kind"] == "decode" and r["ctx"] >= 131072):
+        hv = ("not at " + ", ".join(hopper_slower_at_128k)) if hopper_slower_at_128k else "met at every shape"
+        print("\nFused faster than unfused at 128K (hopper.indexer): " + hv)
     print("\n| prefill | H_i | logits us | TFLOP/s | hopper.indexer logits us | TFLOP/s | unfused top-k us | "
-          "fused top-k us | hopper.indexer top-k us | vs cuda.indexer's faster path |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+          "fused top-k us | hopper.indexer unfused top-k us | hopper.indexer fused top-k us | hopper fused / unfused | "
+          "hopper's faster vs cuda.indexer's faster |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in ours:
         if r["kind"] == "prefill":
             hopper = (f"{r['hopper_logits_us']:.0f} | {r['hopper_logits_tflops']:.0f}"

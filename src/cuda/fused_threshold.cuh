@@ -38,8 +38,9 @@ __device__ __forceinline__ int fused_sample_rank(int64_t visible, int topk, int 
 // midpoint (a warp reduction and one barrier): no histogram, whose shared atomics serialized on
 // the sampled keys' nearly equal top digits (docs/kernels/indexer.md, "Fused path").
 // `red`: 2 * THREADS / 32 ints of shared memory. `keys`: n of them (a multiple of 4 * THREADS,
-// at most kFusedSamples), 16-byte aligned. Returns >= 1.
-template <int THREADS>
+// at most kFusedSamples), 16-byte aligned. Returns >= 1. BAR: the barrier of the THREADS
+// threads (block_barrier: 0 = the whole CTA, else a named barrier).
+template <int THREADS, int BAR = 0>
 __device__ uint32_t sampled_threshold(const uint32_t* keys, int n, int m, int* red) {
   constexpr int kPer = kFusedSamples / THREADS;
   constexpr int kWarps = THREADS / 32;
@@ -64,7 +65,7 @@ __device__ uint32_t sampled_threshold(const uint32_t* keys, int n, int m, int* r
       }
     }
   }
-  cuda::block_key_range<THREADS>(lo, hi, red);
+  cuda::block_key_range<THREADS, BAR>(lo, hi, red);
   // Invariant: at least m keys are >= lo (lo is the minimum, m <= kFusedSamples); the answer
   // is the largest x in [lo, hi] with at least m keys >= x. Buffers alternate, so one barrier
   // per step suffices.
@@ -76,7 +77,7 @@ __device__ uint32_t sampled_threshold(const uint32_t* keys, int n, int m, int* r
     for (int e = 0; e < kPer; ++e) c += k[e] >= mid ? 1 : 0;
     c = __reduce_add_sync(0xffffffffu, c);
     if (lane == 0) red[buf * kWarps + warp] = c;
-    __syncthreads();
+    cuda::block_barrier<THREADS, BAR>();
     int total = 0;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) total += red[buf * kWarps + w];

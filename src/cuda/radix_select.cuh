@@ -116,10 +116,22 @@ __device__ void block_min_max(uint64_t& lo, uint64_t& hi, uint64_t* scratch) {
   __syncthreads();
 }
 
+// The barrier of the THREADS threads that run a block-wide helper: __syncthreads() (BAR 0, the
+// whole CTA) or named barrier BAR of THREADS threads (the consumer warps of a warp-specialized
+// CTA, whose producer warp does not take part).
+template <int THREADS, int BAR>
+__device__ __forceinline__ void block_barrier() {
+  if constexpr (BAR == 0) {
+    __syncthreads();
+  } else {
+    asm volatile("bar.sync %0, %1;" ::"n"(BAR), "n"(THREADS) : "memory");
+  }
+}
+
 // Min and max of 32-bit keys over the block (every thread gets both); `scratch` holds >= 2 *
 // THREADS / 32 ints of shared memory. Warp reductions (redux.sync, sm_80+), then warp 0.
-// Every thread of the block must call it.
-template <int THREADS>
+// Every thread of the block (or of barrier BAR's THREADS threads, block_barrier) must call it.
+template <int THREADS, int BAR = 0>
 __device__ void block_key_range(uint32_t& lo, uint32_t& hi, int* scratch) {
   constexpr int kWarps = THREADS / 32;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -129,7 +141,7 @@ __device__ void block_key_range(uint32_t& lo, uint32_t& hi, int* scratch) {
     scratch[warp] = static_cast<int>(lo);
     scratch[kWarps + warp] = static_cast<int>(hi);
   }
-  __syncthreads();
+  block_barrier<THREADS, BAR>();
   if (warp == 0) {
     uint32_t l = lane < kWarps ? static_cast<uint32_t>(scratch[lane]) : 0xFFFFFFFFu;
     uint32_t h = lane < kWarps ? static_cast<uint32_t>(scratch[kWarps + lane]) : 0u;
@@ -141,10 +153,10 @@ __device__ void block_key_range(uint32_t& lo, uint32_t& hi, int* scratch) {
       scratch[1] = static_cast<int>(h);
     }
   }
-  __syncthreads();
+  block_barrier<THREADS, BAR>();
   lo = static_cast<uint32_t>(scratch[0]);
   hi = static_cast<uint32_t>(scratch[1]);
-  __syncthreads();  // scratch may be reused right after
+  block_barrier<THREADS, BAR>();  // scratch may be reused right after
 }
 
 // Shared scratch of block_select_threshold (the histogram is passed separately).

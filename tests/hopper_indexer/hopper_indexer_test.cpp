@@ -1,8 +1,9 @@
 // hopper.indexer against cpu.reference, through the registry as a user calls it: every head
 // count, block sizes (both kernels), multi-token decode, ragged prefill, no token_request,
 // invalid block ids, negative q scales, poisoned outputs, determinism and CUDA-graph replay;
-// indexer_topk exactly the top-k of its own logits (physical and logical, short rows, long rows
-// split over CTAs, token slices in a short workspace). And its selection on described devices
+// indexer_topk by both paths exactly the top-k of its own logits (physical and logical, short
+// rows, long rows split over CTAs, the fused path's forced repairs, token slices in a short
+// workspace). And its selection on described devices
 // (host only).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -248,27 +249,48 @@ std::unique_ptr<Kernel> hopper_topk_kernel(const Problem& p, int topk) {
   return make_kernel(kId, Op::indexer_topk, p, topk, describe_device("cuda:0"));
 }
 
+// A workspace that holds either path for every token of p at once (the kernel's bound holds the
+// fused buffers of up to 128 tokens).
+std::size_t ample_workspace(const Problem& p, const Kernel& kernel) {
+  return kernel.workspace_bytes() + static_cast<std::size_t>(p.T) * (p.max_len() * 4 + 2048 * 4 + 8192 * 8 + 4096);
+}
+
+// LATTE_HOPPER_INDEXER_PATH for the scope of one check.
+struct ForcePath {
+  explicit ForcePath(const char* path) { setenv("LATTE_HOPPER_INDEXER_PATH", path, 1); }
+  ~ForcePath() { unsetenv("LATTE_HOPPER_INDEXER_PATH"); }
+};
+
 // The top-k equals the exact top-k of hopper.indexer's own logits (the keys are those logits'
-// order keys), logical and physical; valid against cpu.reference's logits; deterministic.
+// order keys) by both paths, logical and physical; valid against cpu.reference's logits;
+// deterministic.
 void check_topk(const Problem& p, const std::vector<int>& topks, const std::string& problem) {
   const std::vector<float> logits = run_logits(p, *hopper_kernel(p));
   const std::vector<float> ref = reference_logits(p);
-  for (const int topk : topks) {
-    const std::string what = problem + " topk=" + std::to_string(topk);
-    const std::vector<int32_t> want = exact_topk_of(p, logits, topk);
-    auto kernel = hopper_topk_kernel(p, topk);
-    const std::vector<int32_t> logical = run_topk(p, *kernel, topk, false);
-    ASSERT_EQ(logical, want) << what << ": not the exact top-k of the backend's logits";
-    expect_topk_valid(p, ref, logical.data(), topk, 2e-3, what.c_str());
-    const std::vector<int32_t> physical = run_topk(p, *kernel, topk, true);
-    for (int t = 0; t < p.T; ++t)
-      for (int i = 0; i < topk; ++i) {
-        const int32_t l = logical[static_cast<std::size_t>(t) * topk + i];
-        ASSERT_EQ(physical[static_cast<std::size_t>(t) * topk + i], l < 0 ? -1 : p.slot_of(t, l))
-            << what << ": physical row " << t << " col " << i;
+  for (const char* path : {"unfused", "fused"})
+    for (const int topk : topks) {
+      const ForcePath force(path);
+      const std::string what = problem + " topk=" + std::to_string(topk) + " " + path;
+      const std::vector<int32_t> want = exact_topk_of(p, logits, topk);
+      auto kernel = hopper_topk_kernel(p, topk);
+      const std::size_t ws = ample_workspace(p, *kernel);
+      const bool tma_block = p.bs == 8 || p.bs == 16 || p.bs == 32 || p.bs % 64 == 0;
+      if (std::string(path) == "fused" && !tma_block) {  // the admission pass is the TMA kernel's
+        EXPECT_THROW(run_topk(p, *kernel, topk, false, ws), Error) << what;
+        continue;
       }
-    EXPECT_EQ(run_topk(p, *kernel, topk, false), logical) << what << ": not deterministic";
-  }
+      const std::vector<int32_t> logical = run_topk(p, *kernel, topk, false, ws);
+      ASSERT_EQ(logical, want) << what << ": not the exact top-k of the backend's logits";
+      expect_topk_valid(p, ref, logical.data(), topk, 2e-3, what.c_str());
+      const std::vector<int32_t> physical = run_topk(p, *kernel, topk, true, ws);
+      for (int t = 0; t < p.T; ++t)
+        for (int i = 0; i < topk; ++i) {
+          const int32_t l = logical[static_cast<std::size_t>(t) * topk + i];
+          ASSERT_EQ(physical[static_cast<std::size_t>(t) * topk + i], l < 0 ? -1 : p.slot_of(t, l))
+              << what << ": physical row " << t << " col " << i;
+        }
+      EXPECT_EQ(run_topk(p, *kernel, topk, false, ws), logical) << what << ": not deterministic";
+    }
 }
 
 TEST_F(HopperIndexer, TopkIsTheExactTopkOfItsLogits) {
@@ -304,6 +326,30 @@ TEST_F(HopperIndexer, TopkLongRowsSplitOverCtas) {
   o.heads = 32;
   const Problem p = make_problem(rng, decode_tokens({70000, 131072}, 1), 2, o);
   check_topk(p, {2048}, "long rows");
+}
+
+// The fused path's repair: too few admissions (tau = the largest sample) and list overflow
+// (tau = the smallest sample, rows longer than the list) give the unfused path's result.
+TEST_F(HopperIndexer, TopkFusedRepairEqualsUnfused) {
+  Options o;
+  o.heads = 64;
+  o.invalid_block = true;
+  const Problem p = make_problem(rng, decode_tokens({300, 5000, 20000, 70000}, 2), 4, o);
+  const int topk = 2048;
+  auto kernel = hopper_topk_kernel(p, topk);
+  const std::size_t ws = ample_workspace(p, *kernel);
+  std::vector<int32_t> unfused;
+  {
+    const ForcePath force("unfused");
+    unfused = run_topk(p, *kernel, topk, true, ws);
+  }
+  const ForcePath force("fused");
+  EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused";
+  for (const char* debug : {"4", "8"}) {
+    setenv("LATTE_HOPPER_INDEXER_DEBUG", debug, 1);
+    EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused, LATTE_HOPPER_INDEXER_DEBUG=" << debug;
+    unsetenv("LATTE_HOPPER_INDEXER_DEBUG");
+  }
 }
 
 // A workspace of two tokens' keys: the tokens run in slices, with the same result.

@@ -39,8 +39,9 @@ Capabilities indexer_capabilities() {
   caps.notes =
       "wgmma e4m3 (sm_90a instructions: H100 / H200 only); index heads padded to a power of two "
       ">= 8, one query token per CTA; K pages by TMA for block sizes 8, 16, 32 and multiples of 64, "
-      "by cp.async otherwise; indexer_topk: score keys in the workspace, then the exact radix top-k "
-      "(no fused path: tokens in slices when the workspace is short); bf16 queries: cuda.indexer";
+      "by cp.async otherwise; indexer_topk: fused (sample, admission, repair, exact top-k of the "
+      "candidates) for up to 32 query tokens, else unfused (score keys in the workspace, then the exact "
+      "radix top-k; tokens in slices when the workspace is short); bf16 queries: cuda.indexer";
   return caps;
 }
 
@@ -106,7 +107,7 @@ class IndexerKernel final : public Kernel {
       out.sc = a->indices.stride(1);
       out.topk = static_cast<int>(s.topk);
       out.physical = a->kind == IndexKind::physical;
-      launch_topk_sm90a(cuda::indexer_problem(a->in, s), out, ctx.workspace, ctx.workspace_bytes, sm_count_,
+      launch_topk_sm90a(cuda::indexer_problem(a->in, s), out, TopkPath::automatic, ctx.workspace, ctx.workspace_bytes, sm_count_,
                         ctx.stream);
     } else {
       const auto& l = std::get<IndexerLogitsArgs>(args);

@@ -1,7 +1,8 @@
 // What hopper.indexer's two score kernels share (logits_tma.cuh, logits_cpasync.cuh): the
 // arguments, the token's row and visible length, its queries staged as the wgmma B operand, the
-// per-stage wgmma batch, and the epilogue that turns accumulators into logits, or into u32
-// score keys for the exact top-k (KEYS: indexer_topk's scores, cuda/topk_launch.hpp).
+// per-stage wgmma batch, and the epilogues that turn accumulators into what a kernel's OUT
+// mode writes: f32 logits, u32 score keys for the exact top-k (cuda/topk_launch.hpp), the fused
+// path's sampled keys, or its admitted candidates (topk_launch.cpp, "fused path").
 //
 // A CTA = one query token x a chunk of positions. Column h of the B operand is head h (heads
 // padded with zeros to hp, a power of two >= 8); K is the A operand, 64 positions per wgmma. The
@@ -18,7 +19,9 @@
 #include <cstdint>
 
 #include "cuda/async_copy.cuh"
+#include "cuda/fused_threshold.cuh"
 #include "cuda/indexer_problem.hpp"
+#include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
 #include "cuda/sm90a_wgmma.cuh"
 
@@ -29,16 +32,42 @@ namespace wg = cuda::sm90a;
 constexpr int kTileTokens = 64;  // positions per stage: wgmma m
 constexpr int kTileBytes = kTileTokens * 128;
 
+// What a score kernel writes (its OUT template parameter).
+enum ScoreOut : int {
+  kOutLogits = 0,  // f32 logits (indexer_logits)
+  kOutKeys = 1,    // u32 score keys (indexer_topk's unfused path; the fused path's repair)
+  kOutSample = 2,  // the fused path's sample pass: keys at `samples` evenly spaced positions (cp.async kernel)
+  kOutAdmit = 3,   // the fused path's admission: candidates >= the token's threshold into its list (TMA kernel)
+};
+
+// The per-warp candidate buffer of the admission epilogue: a stage adds at most 16 per warp
+// (one per quad and row), flushed to the token's list once it holds more than 48.
+constexpr int kAdmitBuffer = 64;
+
 struct LogitsArgs {
   cuda::IndexerProblem p;
   float* logits;    // logits [T, logits_len] (strides lg_st, lg_ss); or
-  uint32_t* keys;   // KEYS kernels: score keys [T, lg_st] (0 = not visible), positions contiguous
+  uint32_t* keys;   // kOutKeys / kOutSample: score keys [T, lg_st] (0 = not visible), contiguous
   int64_t lg_st, lg_ss;
   int logits_len;   // < 2^31 (the launcher refuses more): positions are ints
   int vis_cap;      // min(max_len, logits_len)
   int chunk_len;
   int q_vec;        // q rows are 16-byte aligned
   int piece_rows;   // TMA kernel: rows of one copy, min(block_size, 64)
+  // The fused path (topk_launch.cpp). kOutSample: `samples` keys per token into keys (lg_st =
+  // samples), the token's count zeroed. kOutAdmit: tau from those keys (written to row_tau),
+  // candidates into list_keys / list_pos (list_cap per token), row_count incremented. kOutKeys
+  // with gate_count set (the repair pass): only tokens whose admission failed.
+  int samples;
+  int topk;
+  int debug;  // LATTE_HOPPER_INDEXER_DEBUG: 4 / 8 force the repair (cuda::fused_sample_rank)
+  const uint32_t* sample_keys;
+  uint32_t* row_tau;
+  int* row_count;
+  uint32_t* list_keys;
+  int32_t* list_pos;
+  int list_cap;
+  const int* gate_count;
 };
 
 // The CTA's work: token t (blockIdx.x % T) over positions [c0, c1) (chunk blockIdx.x / T), its
@@ -46,10 +75,12 @@ struct LogitsArgs {
 // visible ones (nst, up to s_end = min(c1, vis)) and its logits or keys row.
 struct TokenChunk {
   int t, row, c0, c1, vis, s_end, nst;
+  int span;  // kOutSample: the visible positions the samples spread over (vis is then `samples`)
   float* out;
   uint32_t* keys;
 };
 
+template <int OUT = kOutLogits>
 __device__ __forceinline__ TokenChunk token_chunk(const LogitsArgs& a) {
   const cuda::IndexerProblem& p = a.p;
   TokenChunk w;
@@ -61,11 +92,21 @@ __device__ __forceinline__ TokenChunk token_chunk(const LogitsArgs& a) {
   w.row = row < 0 || row >= p.batch ? -1 : row;
   const int64_t v = w.row < 0 ? 0 : p.visible_lens[static_cast<int64_t>(w.t) * p.vl_s];
   w.vis = static_cast<int>(v < 0 ? 0 : (v < a.vis_cap ? v : a.vis_cap));
+  if (OUT == kOutSample) {
+    // Sample space: index i < samples stands for position i * vis / samples (position_of).
+    w.span = w.vis;
+    w.vis = w.vis > 0 ? a.samples : 0;
+  }
   w.s_end = w.c1 < w.vis ? w.c1 : w.vis;
   w.nst = w.s_end > w.c0 ? (w.s_end - w.c0 + kTileTokens - 1) / kTileTokens : 0;
   w.out = a.logits ? a.logits + static_cast<int64_t>(w.t) * a.lg_st : nullptr;
   w.keys = a.keys ? a.keys + static_cast<int64_t>(w.t) * a.lg_st : nullptr;
   return w;
+}
+
+// Sample i's position: i * span / samples (span < 2^31, samples <= 2048).
+__device__ __forceinline__ int sample_position(int i, int span, int samples) {
+  return static_cast<int>(static_cast<int64_t>(i) * span / samples);
 }
 
 // Token t's queries into sq (NC rows of 128 bytes, swizzled) and coef per column into scoef;
@@ -161,13 +202,10 @@ struct RegisterCoef {
   __device__ __forceinline__ float2 operator()(int jg) const { return v[jg]; }
 };
 
-// This thread's rows of the tile (pos_a and pos_a + 8; their k_scale and readability) into the
-// token's row: logits (-inf where not visible) or, KEYS, score keys (0 where not visible);
-// nothing past c1.
-template <bool KEYS, int NI, int NR, typename Coef>
-__device__ __forceinline__ void write_scores(const float (&acc)[NR][NI / 2], const LogitsArgs& a, const Coef& coef,
-                                             const TokenChunk& w, int pos_a, float sc_a, float sc_b, bool ok_a,
-                                             bool ok_b, int lane) {
+// The token's scores of this thread's rows of the tile (pos_a and pos_a + 8), summed over the
+// heads: every lane of a quad gets both.
+template <int NI, int NR, typename Coef>
+__device__ __forceinline__ float2 head_sums(const float (&acc)[NR][NI / 2], const Coef& coef) {
   float run_a = 0.0f, run_b = 0.0f;
 #pragma unroll
   for (int r = 0; r < NR; ++r) {
@@ -184,22 +222,86 @@ __device__ __forceinline__ void write_scores(const float (&acc)[NR][NI / 2], con
   run_a += __shfl_xor_sync(0xffffffffu, run_a, 2);
   run_b += __shfl_xor_sync(0xffffffffu, run_b, 1);
   run_b += __shfl_xor_sync(0xffffffffu, run_b, 2);
+  return make_float2(run_a, run_b);
+}
+
+// This thread's rows of the tile (pos_a and pos_a + 8; their k_scale and readability) into the
+// token's row: logits (-inf where not visible) or score keys (0 where not visible); nothing
+// past c1.
+template <int OUT, int NI, int NR, typename Coef>
+__device__ __forceinline__ void write_scores(const float (&acc)[NR][NI / 2], const LogitsArgs& a, const Coef& coef,
+                                             const TokenChunk& w, int pos_a, float sc_a, float sc_b, bool ok_a,
+                                             bool ok_b, int lane) {
+  const float2 run = head_sums<NI, NR>(acc, coef);
   const int c = lane & 3, pos_b = pos_a + 8;
   const bool vis_a = ok_a && pos_a < w.vis, vis_b = ok_b && pos_b < w.vis;
-  if constexpr (KEYS) {
-    if (c == 0 && pos_a < w.c1) w.keys[pos_a] = vis_a ? cuda::score_key(run_a * sc_a) : 0u;
-    if (c == 1 && pos_b < w.c1) w.keys[pos_b] = vis_b ? cuda::score_key(run_b * sc_b) : 0u;
+  if constexpr (OUT == kOutKeys || OUT == kOutSample) {
+    if (c == 0 && pos_a < w.c1) w.keys[pos_a] = vis_a ? cuda::score_key(run.x * sc_a) : 0u;
+    if (c == 1 && pos_b < w.c1) w.keys[pos_b] = vis_b ? cuda::score_key(run.y * sc_b) : 0u;
   } else {
-    if (c == 0 && pos_a < w.c1) w.out[static_cast<int64_t>(pos_a) * a.lg_ss] = vis_a ? run_a * sc_a : -INFINITY;
-    if (c == 1 && pos_b < w.c1) w.out[static_cast<int64_t>(pos_b) * a.lg_ss] = vis_b ? run_b * sc_b : -INFINITY;
+    if (c == 0 && pos_a < w.c1) w.out[static_cast<int64_t>(pos_a) * a.lg_ss] = vis_a ? run.x * sc_a : -INFINITY;
+    if (c == 1 && pos_b < w.c1) w.out[static_cast<int64_t>(pos_b) * a.lg_ss] = vis_b ? run.y * sc_b : -INFINITY;
   }
 }
 
-// -inf at positions [from, c1) of the token's logits row (past the stages computed). A keys
-// row needs nothing there: the top-k reads a row up to its visible length only.
-template <bool KEYS>
+// The admission state of a consumer warp: its token's threshold and its candidate buffer.
+struct Admission {
+  float tau_floor;  // the lowest score admitted (cuda::key_floor of tau)
+  bool all;         // tau 1: every visible position, NaN included
+  uint32_t* keys;   // the warp's kAdmitBuffer entries in shared memory
+  int32_t* pos;
+  int fill;
+};
+
+// The warp's buffered candidates into token t's list (one atomic for the warp); entries past
+// list_cap are dropped, and the count past list_cap makes the token's repair run.
+__device__ __forceinline__ void flush_candidates(const LogitsArgs& a, int t, Admission& ad, int lane) {
+  __syncwarp();
+  int base = 0;
+  if (lane == 0) base = atomicAdd(a.row_count + t, ad.fill);
+  base = __shfl_sync(0xffffffffu, base, 0);
+  uint32_t* lk = a.list_keys + static_cast<int64_t>(t) * a.list_cap;
+  int32_t* lp = a.list_pos + static_cast<int64_t>(t) * a.list_cap;
+  for (int i = lane; i < ad.fill; i += 32) {
+    if (base + i < a.list_cap) {
+      lk[base + i] = ad.keys[i];
+      lp[base + i] = ad.pos[i];
+    }
+  }
+  __syncwarp();
+  ad.fill = 0;
+}
+
+// The admission epilogue: this thread's rows of the tile that are visible, before c1 and at or
+// above tau join the warp's buffer as (key, position); the buffer is flushed once it holds more
+// than kAdmitBuffer - 16 (a stage adds at most 16).
+template <int NI, int NR, typename Coef>
+__device__ __forceinline__ void admit_scores(const float (&acc)[NR][NI / 2], const LogitsArgs& a, const Coef& coef,
+                                             const TokenChunk& w, int pos_a, float sc_a, float sc_b, bool ok_a,
+                                             bool ok_b, int lane, Admission& ad) {
+  const float2 run = head_sums<NI, NR>(acc, coef);
+  const int c = lane & 3;
+  const int pos = c == 0 ? pos_a : pos_a + 8;
+  const float score = c == 0 ? run.x * sc_a : run.y * sc_b;
+  const bool ok = c == 0 ? ok_a : ok_b;
+  const bool cand = c < 2 && ok && pos < w.vis && pos < w.c1 && (ad.all || score >= ad.tau_floor);
+  const unsigned mask = __ballot_sync(0xffffffffu, cand);
+  if (mask != 0u) {
+    if (cand) {
+      const int at = ad.fill + __popc(mask & ((1u << lane) - 1u));
+      ad.keys[at] = cuda::score_key(score);
+      ad.pos[at] = pos;
+    }
+    ad.fill += __popc(mask);
+    if (ad.fill > kAdmitBuffer - 16) flush_candidates(a, w.t, ad, lane);
+  }
+}
+
+// -inf at positions [from, c1) of the token's logits row (past the stages computed). Other
+// outputs need nothing there: the top-k reads a keys row up to its visible length only.
+template <int OUT>
 __device__ __forceinline__ void fill_invisible(const LogitsArgs& a, const TokenChunk& w, int from, int tid, int nthreads) {
-  if constexpr (!KEYS) {
+  if constexpr (OUT == kOutLogits) {
     for (int s = from + tid; s < w.c1; s += nthreads) w.out[static_cast<int64_t>(s) * a.lg_ss] = -INFINITY;
   }
 }

@@ -3,7 +3,8 @@
 // copies row r into the 128-byte-swizzled tile, then one wgmma batch and the epilogue
 // (logits_common.cuh). The TMA kernel (logits_tma.cuh) takes the block sizes it can copy a
 // page piece at a time; this one takes the rest (block sizes below 8 or not dividing 64 or
-// divisible by it), at a higher instruction cost per position.
+// divisible by it), at a higher instruction cost per position, and the fused path's sample
+// pass (kOutSample: the rows of a stage are sampled positions, not consecutive ones).
 #pragma once
 
 #include "logits_common.cuh"
@@ -19,8 +20,9 @@ __host__ __device__ constexpr int cpasync_smem_bytes(int columns) {
   return 1024 + columns * 128 + kCpAsyncStages * (kTileBytes + kTileTokens * (4 + 1 + 4 + 4)) + columns * 4;
 }
 
-template <bool KEYS, int NI, int NR>
+template <int OUT, int NI, int NR>
 __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const LogitsArgs a) {
+  static_assert(OUT != kOutAdmit, "the admission pass runs in the TMA kernel");
   constexpr int NC = NI * NR, S = kCpAsyncStages;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw_s = cuda::smem_addr(smem_raw);
@@ -36,8 +38,14 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
   const cuda::IndexerProblem& p = a.p;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const TokenChunk w = token_chunk(a);
+  const TokenChunk w = token_chunk<OUT>(a);
   const int s_end = w.s_end, nst = w.nst;
+  if constexpr (OUT == kOutSample) {
+    // The admission pass after it may start at once (its producers copy K, its consumers wait
+    // for this grid before reading the samples). The token's candidate count is cleared here.
+    cuda::pdl_launch_dependents();
+    if (tid == 0 && blockIdx.x < static_cast<unsigned>(p.tokens)) a.row_count[w.t] = 0;
+  }
 
   stage_queries<NC>(a, w.t, tid, kCpAsyncThreads, sq, scoef);
   wg::fence_proxy_async_smem();
@@ -61,6 +69,11 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
       if (half != 0 || st >= nst) return;
       const int pos = w.c0 + st * kTileTokens + crow;
       int* id = sbt + (st % S) * kTileTokens + crow;
+      if (OUT == kOutSample) {  // row crow of the stage is a sampled position
+        const int sp = sample_position(pos, w.span, a.samples);
+        bi = sp / bs;
+        off = sp - bi * bs;
+      }
       if (pos < s_end && bi < p.max_blocks) cuda::cp_async_4(id, btrow + static_cast<int64_t>(bi) * p.bt_sc, true);
       else *id = -1;
       sbo[(st % S) * kTileTokens + crow] = off;
@@ -113,13 +126,13 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
       issue(it + S - 1);
       const int slot = it % S;
       tile_scores<NI, NR>(acc, stiles_s + slot * kTileBytes, sq_s);
-      write_scores<KEYS, NI, NR>(acc, a, coef, w, w.c0 + it * kTileTokens + ra, sscale[slot * kTileTokens + ra],
+      write_scores<OUT, NI, NR>(acc, a, coef, w, w.c0 + it * kTileTokens + ra, sscale[slot * kTileTokens + ra],
                                  sscale[slot * kTileTokens + ra + 8], sok[slot * kTileTokens + ra] != 0,
                                  sok[slot * kTileTokens + ra + 8] != 0, lane);
     }
     cuda::cp_async_wait<0>();
   }
-  fill_invisible<KEYS>(a, w, w.c0 + nst * kTileTokens, tid, kCpAsyncThreads);
+  fill_invisible<OUT>(a, w, w.c0 + nst * kTileTokens, tid, kCpAsyncThreads);
 }
 
 }  // namespace latte::hopper_indexer

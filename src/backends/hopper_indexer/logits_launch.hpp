@@ -24,6 +24,37 @@ void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t l
 // p.max_len(). The exact top-k's input (topk_launch.hpp).
 void launch_keys_sm90a(const cuda::IndexerProblem& p, uint32_t* keys, int64_t keys_ld, int sm_count, void* stream);
 
+// The most sampled positions per token of the fused path (cuda::kFusedSamples).
+constexpr int kMaxSamples = 2048;
+
+// The fused path's buffers (topk_launch.cpp): per token `samples` sampled score keys, the
+// admission threshold tau, the candidate count and the candidate list (key, position).
+struct FusedBuffers {
+  uint32_t* sample_keys = nullptr;  // [T, samples], 16-byte aligned
+  int samples = 1024;               // a multiple of 512, at most kMaxSamples
+  uint32_t* tau = nullptr;          // [T]
+  int* count = nullptr;             // [T]
+  uint32_t* list_keys = nullptr;    // [T, list_cap]
+  int32_t* list_pos = nullptr;      // [T, list_cap]
+  int list_cap = 0;
+  int topk = 0;
+  int debug = 0;  // 4 / 8: force the repair (LATTE_HOPPER_INDEXER_DEBUG, tests)
+};
+
+// Whether the fused path runs for this block size: its admission pass is the TMA kernel's.
+[[nodiscard]] bool fused_block_size(int block_size);
+// The sample pass (cp.async kernel): each token's keys at `samples` positions spread evenly over
+// its visible range; clears its count.
+void launch_sample_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream);
+// The admission pass (TMA kernel, launched dependent on the sample pass): tau per token from its
+// samples (into f.tau), the scores at or above it into the token's list (f.count past
+// f.list_cap: the list overflowed).
+void launch_admit_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream);
+// The repair pass (the keys kernel, launched dependent on the admission pass): score keys
+// [T, keys_ld] of the tokens whose admission failed (cuda::fused_needs_repair) only.
+void launch_repair_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, uint32_t* keys, int64_t keys_ld,
+                         int sm_count, void* stream);
+
 // Kernel::describe() text: the matrix path, the kernel and its copies for this block size, the
 // columns of a CTA, the output (keys: u32 score keys, else f32 logits).
 [[nodiscard]] std::string describe_scores(int heads, int block_size, bool keys);

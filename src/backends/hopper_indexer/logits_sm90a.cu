@@ -27,6 +27,8 @@
 namespace latte::hopper_indexer {
 namespace {
 
+static_assert(kMaxSamples == cuda::kFusedSamples, "the sample rows sampled_threshold reads");
+
 // TMA pipeline stages: 6 (3 CTAs per SM by shared memory) and 4 (5 CTAs per SM) measured
 // within 1.5 % of each other (H200, B = 32 / 128 x 32K, 8 x 128K, H_i 32 / 64); 6 the faster at
 // the B = 32 shapes.
@@ -67,33 +69,39 @@ struct KernelRef {
   int smem = 0;
 };
 
-template <bool KEYS, int S>
+template <int OUT, int S>
 struct TmaRef {
   KernelRef* out;
   template <int NI, int NR>
   void run() const {
-    *out = KernelRef{reinterpret_cast<const void*>(&logits_tma_kernel<KEYS, NI, NR, S>), kTmaThreads,
-                     tma_smem_bytes(NI * NR, S)};
+    *out = KernelRef{reinterpret_cast<const void*>(&logits_tma_kernel<OUT, NI, NR, S>), kTmaThreads,
+                     tma_smem_bytes(NI * NR, S, OUT)};
   }
 };
 
-template <bool KEYS>
+template <int OUT>
 struct CpAsyncRef {
   KernelRef* out;
   template <int NI, int NR>
   void run() const {
-    *out = KernelRef{reinterpret_cast<const void*>(&logits_cpasync_kernel<KEYS, NI, NR>), kCpAsyncThreads,
+    *out = KernelRef{reinterpret_cast<const void*>(&logits_cpasync_kernel<OUT, NI, NR>), kCpAsyncThreads,
                      cpasync_smem_bytes(NI * NR)};
   }
 };
 
-// keys: the kernel writing u32 score keys (indexer_topk) instead of f32 logits.
-KernelRef kernel_of(bool tma, int padded_heads, bool keys) {
+// The kernel writing `out` (ScoreOut): the TMA kernel (logits, keys, admission) or the cp.async
+// kernel (logits, keys, samples).
+KernelRef kernel_of(bool tma, int padded_heads, int out) {
   KernelRef k;
-  if (tma && keys) with_columns(padded_heads, TmaRef<true, kTmaStages>{&k});
-  else if (tma) with_columns(padded_heads, TmaRef<false, kTmaStages>{&k});
-  else if (keys) with_columns(padded_heads, CpAsyncRef<true>{&k});
-  else with_columns(padded_heads, CpAsyncRef<false>{&k});
+  if (tma) {
+    if (out == kOutKeys) with_columns(padded_heads, TmaRef<kOutKeys, kTmaStages>{&k});
+    else if (out == kOutAdmit) with_columns(padded_heads, TmaRef<kOutAdmit, kTmaStages>{&k});
+    else with_columns(padded_heads, TmaRef<kOutLogits, kTmaStages>{&k});
+  } else {
+    if (out == kOutKeys) with_columns(padded_heads, CpAsyncRef<kOutKeys>{&k});
+    else if (out == kOutSample) with_columns(padded_heads, CpAsyncRef<kOutSample>{&k});
+    else with_columns(padded_heads, CpAsyncRef<kOutLogits>{&k});
+  }
   return k;
 }
 
@@ -162,13 +170,14 @@ struct LogitsPlan {
   int ctas_per_sm = 0;
 };
 
-LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count, bool keys) {
+LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count, int out) {
   LogitsPlan pl;
   while (pl.padded_heads < p.heads) pl.padded_heads *= 2;
-  pl.tma = tma_block_size(p.block_size) && !cpasync_forced();
+  // The sample pass gathers scattered positions: the cp.async kernel; the admission pass: the TMA kernel.
+  pl.tma = out == kOutAdmit || (out != kOutSample && tma_block_size(p.block_size) && !cpasync_forced());
   pl.piece_rows = pl.tma ? std::min(p.block_size, kTileTokens) : 0;
   pl.stages = pl.tma ? kTmaStages : kCpAsyncStages;
-  pl.kernel = kernel_of(pl.tma, pl.padded_heads, keys);
+  pl.kernel = kernel_of(pl.tma, pl.padded_heads, out);
   pl.ctas_per_sm = sm_count > 0 ? prepare(pl.kernel) : 0;
   // Chunks of positions: one full wave when the tokens are fewer than the CTA slots (decode),
   // about four waves otherwise (prefill).
@@ -200,28 +209,39 @@ void require_problem(const cuda::IndexerProblem& p, int64_t row_len) {
   }
 }
 
-// The score kernel over positions [0, row_len) of every token into a.logits or a.keys.
-void launch_scores(const cuda::IndexerProblem& p, LogitsArgs a, int64_t row_len, int sm_count, void* stream) {
-  const LogitsPlan pl = plan_logits(p, row_len, sm_count, a.keys != nullptr);
+// The score kernel writing `out` over positions [0, row_len) of every token (of its samples for
+// kOutSample); `pdl`: launched dependent on the previous kernel in the stream (the fused path).
+void launch_scores(const cuda::IndexerProblem& p, LogitsArgs a, int out, int64_t row_len, int sm_count, bool pdl,
+                   void* stream) {
+  const LogitsPlan pl = plan_logits(p, row_len, sm_count, out);
   const int64_t grid = static_cast<int64_t>(p.tokens) * pl.num_chunks;
   if (grid >= (int64_t{1} << 31)) {
     throw Error(ErrorCode::unsupported, "hopper.indexer: the problem needs more than 2^31 CTAs; split the batch");
   }
   a.p = p;
   a.logits_len = static_cast<int>(row_len);
-  a.vis_cap = static_cast<int>(std::min<int64_t>(p.max_len(), row_len));
+  a.vis_cap = static_cast<int>(out == kOutSample ? p.max_len() : std::min<int64_t>(p.max_len(), row_len));
   a.chunk_len = pl.chunk_len;
   a.q_vec = (reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.q_st % 16 == 0 && p.q_sh % 16 == 0) ? 1 : 0;
   a.piece_rows = pl.piece_rows;
   const KernelRef& k = pl.kernel;
-  const auto s = static_cast<cudaStream_t>(stream);
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(static_cast<unsigned>(grid));
+  cfg.blockDim = dim3(k.threads);
+  cfg.dynamicSmemBytes = k.smem;
+  cfg.stream = static_cast<cudaStream_t>(stream);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = pdl ? attr : nullptr;
+  cfg.numAttrs = pdl ? 1 : 0;
   if (pl.tma) {
-    const CUtensorMap map = k_pages_map(p, pl.piece_rows);
-    void* args[] = {&a, const_cast<CUtensorMap*>(&map)};
-    LATTE_CUDA_TRY(cudaLaunchKernel(k.fn, dim3(static_cast<unsigned>(grid)), dim3(k.threads), args, k.smem, s));
+    CUtensorMap map = k_pages_map(p, pl.piece_rows);
+    void* args[] = {&a, &map};
+    LATTE_CUDA_TRY(cudaLaunchKernelExC(&cfg, k.fn, args));
   } else {
     void* args[] = {&a};
-    LATTE_CUDA_TRY(cudaLaunchKernel(k.fn, dim3(static_cast<unsigned>(grid)), dim3(k.threads), args, k.smem, s));
+    LATTE_CUDA_TRY(cudaLaunchKernelExC(&cfg, k.fn, args));
   }
 }
 
@@ -235,7 +255,7 @@ void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t l
   a.logits = logits;
   a.lg_st = ld_t;
   a.lg_ss = ld_s;
-  launch_scores(p, a, logits_len, sm_count, stream);
+  launch_scores(p, a, kOutLogits, logits_len, sm_count, false, stream);
 }
 
 void launch_keys_sm90a(const cuda::IndexerProblem& p, uint32_t* keys, int64_t keys_ld, int sm_count, void* stream) {
@@ -250,7 +270,58 @@ void launch_keys_sm90a(const cuda::IndexerProblem& p, uint32_t* keys, int64_t ke
   a.keys = keys;
   a.lg_st = keys_ld;
   a.lg_ss = 1;
-  launch_scores(p, a, p.max_len(), sm_count, stream);
+  launch_scores(p, a, kOutKeys, p.max_len(), sm_count, false, stream);
+}
+
+namespace {
+
+// The fused passes' shared arguments.
+LogitsArgs fused_args(const FusedBuffers& f) {
+  LogitsArgs a{};
+  a.lg_ss = 1;
+  a.samples = f.samples;
+  a.topk = f.topk;
+  a.debug = f.debug;
+  a.sample_keys = f.sample_keys;
+  a.row_tau = f.tau;
+  a.row_count = f.count;
+  a.list_keys = f.list_keys;
+  a.list_pos = f.list_pos;
+  a.list_cap = f.list_cap;
+  return a;
+}
+
+}  // namespace
+
+bool fused_block_size(int block_size) { return tma_block_size(block_size) && !cpasync_forced(); }
+
+void launch_sample_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream) {
+  require_problem(p, p.max_len());
+  if (p.tokens == 0) return;
+  LogitsArgs a = fused_args(f);
+  a.keys = f.sample_keys;
+  a.lg_st = f.samples;
+  launch_scores(p, a, kOutSample, f.samples, sm_count, false, stream);
+}
+
+void launch_admit_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream) {
+  if (p.tokens == 0) return;
+  if (!fused_block_size(p.block_size)) {
+    throw Error(ErrorCode::invalid_argument, "hopper.indexer: the fused path's admission pass takes block sizes 8, 16, "
+                                             "32 and multiples of 64 (the TMA kernel), not " +
+                                                 std::to_string(p.block_size) + "; use the unfused path");
+  }
+  launch_scores(p, fused_args(f), kOutAdmit, p.max_len(), sm_count, true, stream);
+}
+
+void launch_repair_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, uint32_t* keys, int64_t keys_ld,
+                         int sm_count, void* stream) {
+  if (p.tokens == 0) return;
+  LogitsArgs a = fused_args(f);
+  a.keys = keys;
+  a.lg_st = keys_ld;
+  a.gate_count = f.count;
+  launch_scores(p, a, kOutKeys, p.max_len(), sm_count, true, stream);
 }
 
 std::string describe_scores(int heads, int block_size, bool keys) {
@@ -259,7 +330,7 @@ std::string describe_scores(int heads, int block_size, bool keys) {
   p.block_size = std::max(1, block_size);
   p.tokens = 1;
   p.batch = 1;
-  const LogitsPlan pl = plan_logits(p, 1, 0, keys);
+  const LogitsPlan pl = plan_logits(p, 1, 0, keys ? kOutKeys : kOutLogits);
   const std::string copies =
       pl.tma ? "TMA copies of " + std::to_string(pl.piece_rows) + "-row page pieces by a producer warp, " +
                    std::to_string(pl.stages) + " stages"

@@ -28,9 +28,11 @@ namespace latte::hopper_indexer {
 constexpr int kTmaThreads = 160;  // 4 consumer warps + 1 producer warp
 
 // Shared memory: queries, the stages' K tiles and scales, full and empty barriers, coef per
-// column; plus 1024 bytes of alignment.
-__host__ __device__ constexpr int tma_smem_bytes(int columns, int stages) {
-  return 1024 + columns * 128 + stages * (kTileBytes + kTileTokens * 4 + 16) + columns * 4;
+// column, and for the admission pass the 4 warps' candidate buffers and the threshold's
+// scratch; plus 1024 bytes of alignment.
+__host__ __device__ constexpr int tma_smem_bytes(int columns, int stages, int out) {
+  return 1024 + columns * 128 + stages * (kTileBytes + kTileTokens * 4 + 16) + columns * 4 +
+         (out == kOutAdmit ? 4 * kAdmitBuffer * 8 + 64 : 0);
 }
 
 // The scales a piece without a readable page gets instead of its page's (a NaN payload no
@@ -44,8 +46,9 @@ __device__ __align__(16) const uint32_t kUnreadableScales[kTileTokens] = {
     LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8, LATTE_UNREADABLE_8};
 #undef LATTE_UNREADABLE_8
 
-template <bool KEYS, int NI, int NR, int S>
+template <int OUT, int NI, int NR, int S>
 __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArgs a, const __grid_constant__ CUtensorMap tmk) {
+  static_assert(OUT != kOutSample, "the sample pass runs in the cp.async kernel");
   constexpr int NC = NI * NR;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t raw_s = cuda::smem_addr(smem_raw);
@@ -62,6 +65,12 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const TokenChunk w = token_chunk(a);
   const int s_end = w.s_end, nst = w.nst;
+  if (OUT == kOutKeys && a.gate_count != nullptr) {
+    // The fused path's repair pass: only the tokens whose admission failed (every thread takes
+    // the same branch). Launched dependent on the admission pass: its counts after the wait.
+    cuda::pdl_wait();
+    if (!cuda::fused_needs_repair(a.gate_count[w.t], a.row_tau[w.t], a.list_cap, a.topk)) return;
+  }
 
   if (tid == 32) {
     for (int s = 0; s < S; ++s) {
@@ -122,19 +131,43 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
   wg::fence_proxy_async_smem();
   asm volatile("bar.sync 1, 128;\n" ::: "memory");  // the consumer warpgroup only
 
+  // The admission pass: the token's threshold from its samples (launched dependent on the
+  // sample pass; the producer's copies are under way meanwhile), computed by the 128 consumer
+  // threads of every CTA of the token; chunk 0 records it for the repair and select passes.
+  Admission ad{};
+  if constexpr (OUT == kOutAdmit) {
+    auto* abuf = reinterpret_cast<uint32_t*>(scoef + NC);
+    int* sred = reinterpret_cast<int*>(abuf + 4 * kAdmitBuffer * 2);
+    cuda::pdl_wait();
+    const int m = cuda::fused_sample_rank(w.vis, a.topk, a.debug, a.samples);
+    const uint32_t tau =
+        m > 0 ? cuda::sampled_threshold<128, 1>(a.sample_keys + static_cast<int64_t>(w.t) * a.samples, a.samples, m, sred)
+              : 1u;
+    if (tid == 0 && blockIdx.x < static_cast<unsigned>(p.tokens)) a.row_tau[w.t] = tau;
+    ad.all = tau <= 1u;
+    ad.tau_floor = cuda::key_floor(tau);
+    ad.keys = abuf + warp * kAdmitBuffer * 2;
+    ad.pos = reinterpret_cast<int32_t*>(ad.keys + kAdmitBuffer);
+    ad.fill = 0;
+  }
+
   const int ra = warp * 16 + (lane >> 2);
   auto wait_full = [&](int st) {
     wg::mbarrier_wait(full_s + 8 * (st % S), (st / S) & 1u);
     return stiles_s + (st % S) * kTileBytes;
   };
-  // Stage st's scores in acc (its wgmma complete) into logits or keys; the slot is released as
-  // soon as its scales are read.
+  // Stage st's scores in acc (its wgmma complete) into the output; the slot is released as soon
+  // as its scales are read.
   auto finish = [&](int st, const float (&acc)[NR][NI / 2], const auto& coef) {
     const uint32_t slot = st % S;
     const float sc_a = sscale[slot * kTileTokens + ra], sc_b = sscale[slot * kTileTokens + ra + 8];
     wg::mbarrier_arrive(empty_s + 8 * slot);
-    write_scores<KEYS, NI, NR>(acc, a, coef, w, w.c0 + st * kTileTokens + ra, sc_a, sc_b,
-                               __float_as_uint(sc_a) != kUnreadableBits, __float_as_uint(sc_b) != kUnreadableBits, lane);
+    const bool ok_a = __float_as_uint(sc_a) != kUnreadableBits, ok_b = __float_as_uint(sc_b) != kUnreadableBits;
+    if constexpr (OUT == kOutAdmit) {
+      admit_scores<NI, NR>(acc, a, coef, w, w.c0 + st * kTileTokens + ra, sc_a, sc_b, ok_a, ok_b, lane, ad);
+    } else {
+      write_scores<OUT, NI, NR>(acc, a, coef, w, w.c0 + st * kTileTokens + ra, sc_a, sc_b, ok_a, ok_b, lane);
+    }
   };
   if constexpr (NR == 1) {
     // At most 64 heads: coef in registers, and stage st + 1's wgmma issued before stage st's
@@ -176,7 +209,10 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
       finish(st, acc, coef);
     }
   }
-  fill_invisible<KEYS>(a, w, w.c0 + nst * kTileTokens, tid, 128);
+  if constexpr (OUT == kOutAdmit) {
+    if (ad.fill > 0) flush_candidates(a, w.t, ad, lane);
+  }
+  fill_invisible<OUT>(a, w, w.c0 + nst * kTileTokens, tid, 128);
 }
 
 }  // namespace latte::hopper_indexer

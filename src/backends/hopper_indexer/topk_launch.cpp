@@ -1,12 +1,15 @@
-// hopper.indexer's indexer_topk (topk_launch.hpp): keys by the wgmma kernel, then the exact
-// top-k shared with cuda.indexer. Always the unfused path: on the H200 the keys kernel plus the
-// top-k measured faster than cuda.indexer's fused and unfused paths at every decode shape
-// (docs/performance.md, session 17).
+// hopper.indexer's indexer_topk (topk_launch.hpp), two paths over the wgmma score kernels:
+// unfused (every visible position's score key into the workspace, then the exact top-k shared
+// with cuda.indexer) and fused (a sample pass, an admission pass that keeps each token's
+// candidates at or above a threshold from its samples, a repair pass for the tokens where that
+// failed, and the exact top-k of each token's candidates).
 #include "topk_launch.hpp"
 
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "latte/error.hpp"
@@ -19,31 +22,155 @@ constexpr std::size_t kAlign = 256;
 constexpr int64_t kKeysLenHint = 131072;              // positions per token the bound assumes
 constexpr std::size_t kKeysCap = std::size_t{256} << 20;  // at most 64M keys
 constexpr std::size_t kOneLongRow = std::size_t{524288} * 4;
+constexpr int64_t kFusedTokensBound = 128;  // the workspace bound holds the fused buffers of this many tokens
+constexpr int kListCapBound = 8192;         // the top-k kernel's candidate capacity (cuda::plan_topk)
 
 std::size_t align_up(std::size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
 // Keys row stride: the row length rounded to 64 (16-byte rows for the top-k's vector loads).
 int64_t keys_ld(const cuda::IndexerProblem& p) { return (std::max<int64_t>(1, p.max_len()) + 63) / 64 * 64; }
 
+// Sampled positions per token: 1024 up to 128K positions, 2048 beyond (as cuda.indexer's fused
+// path: at 256K, 1024 samples would expect about 6K candidates, too near the list capacity).
+int fused_samples(const cuda::IndexerProblem& p) { return p.max_len() <= 131072 ? 1024 : kMaxSamples; }
+
+// The fused path's buffers of n tokens after their keys: samples, tau, counts, lists.
+struct FusedLayout {
+  std::size_t samples = 0, tau = 0, count = 0, list_keys = 0, list_pos = 0, total = 0;
+};
+
+FusedLayout fused_layout(int64_t n, int samples, int list_cap) {
+  FusedLayout f;
+  const auto N = static_cast<std::size_t>(n);
+  std::size_t off = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t at = off;
+    off = align_up(off + bytes);
+    return at;
+  };
+  f.samples = take(N * samples * 4);
+  f.tau = take(N * 4);
+  f.count = take(N * 4);
+  f.list_keys = take(N * list_cap * 4);
+  f.list_pos = take(N * list_cap * 4);
+  f.total = off;
+  return f;
+}
+
+// LATTE_HOPPER_INDEXER_PATH (read per call): fused / unfused force a path (tests, benchmarks).
+TopkPath env_path() {
+  const char* v = std::getenv("LATTE_HOPPER_INDEXER_PATH");
+  if (v == nullptr || *v == 0 || std::strcmp(v, "automatic") == 0) return TopkPath::automatic;
+  if (std::strcmp(v, "fused") == 0) return TopkPath::fused;
+  if (std::strcmp(v, "unfused") == 0) return TopkPath::unfused;
+  throw Error(ErrorCode::invalid_argument, std::string("hopper.indexer: LATTE_HOPPER_INDEXER_PATH=") + v +
+                                               " is not fused, unfused or automatic; unset it for the default");
+}
+
+int env_debug() {
+  const char* v = std::getenv("LATTE_HOPPER_INDEXER_DEBUG");
+  return v ? std::atoi(v) : 0;
+}
+
+// The fused path's workspace for all of p's tokens at once: their keys (the repair pass's), then
+// the fused buffers.
+std::size_t fused_bytes(const cuda::IndexerProblem& p, int topk) {
+  const int cap = cuda::plan_topk(p.max_len(), topk).cap;
+  return align_up(static_cast<std::size_t>(p.tokens) * keys_ld(p) * 4) + fused_layout(p.tokens, fused_samples(p), cap).total;
+}
+
 }  // namespace
 
 std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count) {
-  const std::size_t keys = std::clamp(static_cast<std::size_t>(std::max<int64_t>(1, tokens)) * kKeysLenHint * 4,
-                                      kOneLongRow, kKeysCap);
-  return keys + cuda::split_workspace_bound(std::max<int64_t>(1, tokens), 2 * kKeysLenHint, std::max(1, topk), sm_count);
+  const int64_t t = std::max<int64_t>(1, tokens);
+  const std::size_t keys = std::clamp(static_cast<std::size_t>(t) * kKeysLenHint * 4, kOneLongRow, kKeysCap);
+  const std::size_t split = cuda::split_workspace_bound(t, 2 * kKeysLenHint, std::max(1, topk), sm_count);
+  const std::size_t fused = fused_layout(std::min(t, kFusedTokensBound), kMaxSamples, kListCapBound).total;
+  return keys + std::max(split, fused);
 }
 
-std::size_t topk_workspace_bytes(const cuda::IndexerProblem& p, int topk, int sm_count) {
+std::size_t topk_workspace_bytes(const cuda::IndexerProblem& p, int topk, TopkPath path, int sm_count) {
   if (p.tokens <= 0) return 0;
-  return align_up(static_cast<std::size_t>(p.tokens) * keys_ld(p) * 4) +
-         cuda::split_workspace_bytes(p.tokens, p.max_len(), std::max(1, topk), sm_count);
+  const std::size_t unfused = align_up(static_cast<std::size_t>(p.tokens) * keys_ld(p) * 4) +
+                              cuda::split_workspace_bytes(p.tokens, p.max_len(), std::max(1, topk), sm_count);
+  if (path == TopkPath::unfused) return unfused;
+  const std::size_t fused = fused_bytes(p, std::max(1, topk));
+  return path == TopkPath::fused ? fused : std::max(unfused, fused);
 }
 
-void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, void* workspace,
-                       std::size_t workspace_bytes, int sm_count, void* stream) {
-  if (p.tokens <= 0 || out.topk <= 0) return;
+TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t workspace_bytes) {
+  const TopkPath forced = env_path();
+  if (forced != TopkPath::automatic) return forced;
+  if (!fused_block_size(p.block_size)) return TopkPath::unfused;
+  // The fused path where it measured faster (docs/performance.md, session 17).
+  const bool fused_faster = p.tokens <= 32;
+  return fused_faster && fused_bytes(p, topk) <= workspace_bytes ? TopkPath::fused : TopkPath::unfused;
+}
+
+namespace {
+
+void launch_unfused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, uint8_t* ws, std::size_t ws_bytes,
+                    int sm_count, cudaStream_t s) {
   const int64_t ld = keys_ld(p);
   const std::size_t row_bytes = static_cast<std::size_t>(ld) * 4;
+  const bool pdl = cuda::topk_pdl_enabled();
+  // As many tokens per pass as the workspace holds keys for; the rest of it to the split top-k.
+  const int per_pass = static_cast<int>(std::min<int64_t>(p.tokens, static_cast<int64_t>(ws_bytes / row_bytes)));
+  for (int t0 = 0; t0 < p.tokens; t0 += per_pass) {
+    const int n = std::min(per_pass, p.tokens - t0);
+    const cuda::IndexerProblem slice = per_pass < p.tokens ? p.token_slice(t0, n) : p;
+    cuda::TopkOutput o = out;
+    o.indices = out.indices + static_cast<int64_t>(t0) * out.st;
+    auto* keys = reinterpret_cast<uint32_t*>(ws);
+    const std::size_t kb = std::min(ws_bytes, align_up(static_cast<std::size_t>(n) * row_bytes));
+    launch_keys_sm90a(slice, keys, ld, sm_count, s);
+    cuda::launch_keys_topk(slice, o, keys, ld, ws + kb, ws_bytes - kb, sm_count, pdl, s);
+  }
+}
+
+void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, uint8_t* ws, int sm_count,
+                  cudaStream_t s) {
+  const int64_t ld = keys_ld(p);
+  const cuda::TopkPlan tp = cuda::plan_topk(p.max_len(), out.topk);
+  auto* keys = reinterpret_cast<uint32_t*>(ws);
+  uint8_t* fws = ws + align_up(static_cast<std::size_t>(p.tokens) * ld * 4);
+  const FusedLayout l = fused_layout(p.tokens, fused_samples(p), tp.cap);
+  FusedBuffers f;
+  f.sample_keys = reinterpret_cast<uint32_t*>(fws + l.samples);
+  f.samples = fused_samples(p);
+  f.tau = reinterpret_cast<uint32_t*>(fws + l.tau);
+  f.count = reinterpret_cast<int*>(fws + l.count);
+  f.list_keys = reinterpret_cast<uint32_t*>(fws + l.list_keys);
+  f.list_pos = reinterpret_cast<int32_t*>(fws + l.list_pos);
+  f.list_cap = tp.cap;
+  f.topk = out.topk;
+  f.debug = env_debug();
+  launch_sample_sm90a(p, f, sm_count, s);
+  launch_admit_sm90a(p, f, sm_count, s);
+  launch_repair_sm90a(p, f, keys, ld, sm_count, s);
+  cuda::TopkArgs list = cuda::topk_args(p, out, tp);
+  list.keys = f.list_keys;
+  list.cpos = f.list_pos;
+  list.ld = tp.cap;
+  list.n_fixed = tp.cap;
+  list.cand_count = f.count;
+  list.dense = 1;
+  list.vec = tp.cap % 4 == 0 ? 1 : 0;
+  cuda::TopkArgs repair = cuda::topk_args(p, out, tp);
+  repair.keys = keys;
+  repair.ld = ld;
+  repair.vec = 1;
+  repair.repair_tau = f.tau;
+  repair.repair_cap = tp.cap;
+  cuda::launch_fused_final_keys(list, repair, tp, true, s);
+}
+
+}  // namespace
+
+void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, TopkPath path, void* workspace,
+                       std::size_t workspace_bytes, int sm_count, void* stream) {
+  if (p.tokens <= 0 || out.topk <= 0) return;
+  const std::size_t row_bytes = static_cast<std::size_t>(keys_ld(p)) * 4;
   if (workspace == nullptr || workspace_bytes < row_bytes) {
     throw Error(ErrorCode::invalid_argument,
                 "hopper.indexer: indexer_topk needs at least " + std::to_string(row_bytes) +
@@ -51,29 +178,33 @@ void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& ou
                     " positions), got " + std::to_string(workspace_bytes) +
                     ". Give the workspace the kernel's workspace_bytes() reports.");
   }
+  if (path == TopkPath::automatic) path = choose_topk_path(p, out.topk, workspace_bytes);
   const auto s = static_cast<cudaStream_t>(stream);
-  const bool pdl = cuda::topk_pdl_enabled();
   auto* ws = static_cast<uint8_t*>(workspace);
-  // As many tokens per pass as the workspace holds keys for; the rest of it to the split top-k.
-  const int per_pass = static_cast<int>(std::min<int64_t>(p.tokens, static_cast<int64_t>(workspace_bytes / row_bytes)));
   cuda::topk_prof_begin(s);
-  for (int t0 = 0; t0 < p.tokens; t0 += per_pass) {
-    const int n = std::min(per_pass, p.tokens - t0);
-    const cuda::IndexerProblem slice = per_pass < p.tokens ? p.token_slice(t0, n) : p;
-    cuda::TopkOutput o = out;
-    o.indices = out.indices + static_cast<int64_t>(t0) * out.st;
-    auto* keys = reinterpret_cast<uint32_t*>(ws);
-    const std::size_t kb = std::min(workspace_bytes, align_up(static_cast<std::size_t>(n) * row_bytes));
-    launch_keys_sm90a(slice, keys, ld, sm_count, stream);
-    cuda::launch_keys_topk(slice, o, keys, ld, ws + kb, workspace_bytes - kb, sm_count, pdl, s);
+  if (path == TopkPath::fused) {
+    const std::size_t need = fused_bytes(p, out.topk);
+    if (need > workspace_bytes || !fused_block_size(p.block_size)) {
+      throw Error(ErrorCode::invalid_argument,
+                  "hopper.indexer: the fused indexer_topk path needs " + std::to_string(need) +
+                      " bytes of workspace (got " + std::to_string(workspace_bytes) + ") and a block size of 8, 16, 32 "
+                      "or a multiple of 64 (got " + std::to_string(p.block_size) + "); use the unfused or automatic path");
+    }
+    launch_fused(p, out, ws, sm_count, s);
+    cuda::topk_prof_end("hopper fused", s);
+  } else {
+    launch_unfused(p, out, ws, workspace_bytes, sm_count, s);
+    cuda::topk_prof_end("hopper unfused", s);
   }
-  cuda::topk_prof_end("hopper keys", s);
 }
 
 std::string describe_topk(int heads, int block_size, int topk) {
   return describe_scores(heads, block_size, true) + "; then the exact top-" + std::to_string(std::max(1, topk)) +
          " of each row (radix select, one CTA per row; few long rows split over CTAs), the top-k kernels shared "
-         "with cuda.indexer; tokens in slices when their keys exceed the workspace";
+         "with cuda.indexer; tokens in slices when their keys exceed the workspace. Fused for up to 32 query tokens "
+         "when the block size takes the TMA kernel and the workspace holds it: a sample pass, an admission pass "
+         "keeping each token's scores at or above a threshold from its samples, a repair pass where that failed, "
+         "the exact top-k of the candidates (LATTE_HOPPER_INDEXER_PATH=fused|unfused forces one)";
 }
 
 }  // namespace latte::hopper_indexer

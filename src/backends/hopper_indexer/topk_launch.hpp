@@ -1,6 +1,7 @@
-// hopper.indexer's indexer_topk: the wgmma score kernel writes u32 score keys into the
-// workspace (launch_keys_sm90a), the shared exact top-k (cuda/topk_launch.hpp) selects from
-// them. Tokens run in slices when their keys do not fit the workspace at once.
+// hopper.indexer's indexer_topk over the wgmma score kernels (logits_launch.hpp), by one of two
+// paths: unfused (u32 score keys of every visible position into the workspace, then the
+// shared exact top-k, cuda/topk_launch.hpp; tokens in slices when their keys do not fit) and
+// fused (sample, admission, repair and the exact top-k of each token's candidates).
 #pragma once
 
 #include <cstddef>
@@ -12,16 +13,24 @@
 
 namespace latte::hopper_indexer {
 
+enum class TopkPath { automatic, fused, unfused };
+
 // Workspace a kernel made for up to `tokens` query tokens reports: keys for min(tokens *
-// 131072, 64M) positions (at least one row of 524288, the top-k's longest), plus the split
-// top-k's lists for rows up to 262144 positions.
+// 131072, 64M) positions (at least one row of 524288, the top-k's longest), plus the larger of
+// the split top-k's lists (rows up to 262144 positions) and the fused buffers of up to 128
+// tokens (2048 samples, 8192 candidates each).
 [[nodiscard]] std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count);
-// Workspace this problem runs in one pass with (every token's keys, the split lists).
-[[nodiscard]] std::size_t topk_workspace_bytes(const cuda::IndexerProblem& p, int topk, int sm_count);
+// Workspace this problem runs with in one pass by `path` (automatic: the larger of the two).
+[[nodiscard]] std::size_t topk_workspace_bytes(const cuda::IndexerProblem& p, int topk, TopkPath path, int sm_count);
+// The path `automatic` takes: fused for up to 32 query tokens when the block size takes the TMA
+// kernel and the workspace holds every token's keys and fused buffers; unfused otherwise.
+// LATTE_HOPPER_INDEXER_PATH=fused|unfused overrides it.
+[[nodiscard]] TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t workspace_bytes);
 
 // indexer_topk: out gets each token's topk best positions (physical or logical), ascending,
-// -1 padded. Throws latte::Error when the workspace holds less than one token's keys.
-void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, void* workspace,
+// -1 padded, the same by either path. Throws latte::Error when the workspace holds less than
+// one token's keys, or (fused) less than topk_workspace_bytes(fused).
+void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, TopkPath path, void* workspace,
                        std::size_t workspace_bytes, int sm_count, void* stream);
 
 // Kernel::describe() text of indexer_topk.
