@@ -21,6 +21,9 @@
 #include "latte/context.hpp"
 #include "latte/error.hpp"
 #include "latte/selector.hpp"
+#if LATTE_HOPPER_INDEXER_BUILT
+#include "backends/hopper_indexer/topk_launch.hpp"
+#endif
 
 namespace latte::testing {
 namespace {
@@ -369,44 +372,47 @@ TEST_F(HopperIndexer, TopkInTokenSlicesEqualsOnePass) {
   }
 }
 
+// Both paths captured in a CUDA graph (the fused path's passes are programmatic dependent
+// launches) replay to the eager result.
 TEST_F(HopperIndexer, TopkGraphReplayEqualsEagerRun) {
   Options o;
   o.heads = 64;
   const Problem p = make_problem(rng, decode_tokens({3000, 4096, 77}, 2), 3, o);
   const int topk = 2048;
   auto kernel = hopper_topk_kernel(p, topk);
-  const std::vector<int32_t> eager = run_topk(p, *kernel, topk, true);
-
-  cudaStream_t stream = nullptr;
-  LATTE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  MirrorTensor idx(DType::i32, {p.T, topk});
-  idx.poison_device(0x5A);
-  IndexerTopkArgs a;
-  a.in = p.inputs(true);
-  a.indices = idx.dev_view();
-  DeviceBuffer ws(kernel->workspace_bytes());
-  RunContext ctx;
-  ctx.stream = stream;
-  ctx.workspace = ws.get();
-  ctx.workspace_bytes = kernel->workspace_bytes();
-  kernel->run(a,
-              ctx);  // eager once: kernel attributes are set outside the capture
-  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  idx.poison_device(0x5A);
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  kernel->run(a, ctx);
-  LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  idx.download();
-  EXPECT_EQ(std::memcmp(eager.data(), idx.host<int32_t>(), idx.bytes()), 0)
-      << "graph replay differs from the eager run";
-  LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
-  LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
+  const std::size_t ws_bytes = ample_workspace(p, *kernel);
+  for (const char* path : {"unfused", "fused"}) {
+    const ForcePath force(path);
+    const std::vector<int32_t> eager = run_topk(p, *kernel, topk, true, ws_bytes);
+    cudaStream_t stream = nullptr;
+    LATTE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    MirrorTensor idx(DType::i32, {p.T, topk});
+    IndexerTopkArgs a;
+    a.in = p.inputs(true);
+    a.indices = idx.dev_view();
+    DeviceBuffer ws(ws_bytes);
+    RunContext ctx;
+    ctx.stream = stream;
+    ctx.workspace = ws.get();
+    ctx.workspace_bytes = ws_bytes;
+    kernel->run(a, ctx);  // eager once: kernel attributes are set outside the capture
+    LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    idx.poison_device(0x5A);
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    kernel->run(a, ctx);
+    LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int i = 0; i < 2; ++i) LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    idx.download();
+    EXPECT_EQ(std::memcmp(eager.data(), idx.host<int32_t>(), idx.bytes()), 0)
+        << path << ": graph replay differs from the eager run";
+    LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
+    LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
 }
 // Host only (runs in CI): the default policy puts hopper.indexer first for e4m3 logits and
 // top-k on sm_90, and every other case falls to cuda.indexer with hopper.indexer's reason.
@@ -473,6 +479,46 @@ TEST(HopperIndexerSelection, FirstForE4m3IndexerOpsOnSm90Only) {
     EXPECT_NE(std::string(e.what()).find("hopper.indexer   rejected  topk: needs topk 1..4096"), std::string::npos)
         << e.what();
   }
+}
+
+// Host only (runs in CI): the automatic top-k path follows the H200 measurements (fused for one
+// token at >= 32K and for >= 128 tokens at >= 128K), needs the workspace and a TMA block size,
+// and yields to LATTE_HOPPER_INDEXER_PATH.
+TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
+#if !LATTE_HOPPER_INDEXER_BUILT
+  GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";
+#else
+  using hopper_indexer::TopkPath;
+  const auto problem = [](int tokens, int64_t len, int block_size) {
+    IndexerProblem p;
+    p.tokens = tokens;
+    p.heads = 64;
+    p.block_size = block_size;
+    p.max_blocks = static_cast<int>(len / block_size);
+    p.batch = tokens;
+    return p;
+  };
+  const auto path = [&](int tokens, int64_t len, int block_size = 64) {
+    const IndexerProblem p = problem(tokens, len, block_size);
+    return hopper_indexer::choose_topk_path(p, 2048, hopper_indexer::topk_workspace_bound(tokens, 2048, 132));
+  };
+  EXPECT_EQ(path(1, 8192), TopkPath::unfused);
+  EXPECT_EQ(path(1, 32768), TopkPath::fused);
+  EXPECT_EQ(path(1, 131072), TopkPath::fused);
+  EXPECT_EQ(path(32, 131072), TopkPath::unfused);
+  EXPECT_EQ(path(128, 32768), TopkPath::unfused);
+  EXPECT_EQ(path(128, 131072), TopkPath::fused);
+  EXPECT_EQ(path(1, 131072, 48), TopkPath::unfused);  // block size 48: no TMA kernel, no admission pass
+  const IndexerProblem one = problem(1, 131072, 64);
+  EXPECT_EQ(hopper_indexer::choose_topk_path(one, 2048, 530000), TopkPath::unfused);  // one row of keys only
+  EXPECT_GE(hopper_indexer::topk_workspace_bound(1, 2048, 132),
+            hopper_indexer::topk_workspace_bytes(one, 2048, TopkPath::automatic, 132));
+  setenv("LATTE_HOPPER_INDEXER_PATH", "unfused", 1);
+  EXPECT_EQ(path(1, 131072), TopkPath::unfused);
+  setenv("LATTE_HOPPER_INDEXER_PATH", "fastest", 1);
+  EXPECT_THROW((void)path(1, 131072), Error);
+  unsetenv("LATTE_HOPPER_INDEXER_PATH");
+#endif
 }
 
 // Host only: what describe() says for each head padding and block size (the wgmma n, the copy

@@ -35,13 +35,15 @@ Capabilities indexer_capabilities() {
   caps.topk = IntRule::range(1, kMaxTopk);
   caps.workspace =
       "indexer_logits: none; indexer_topk: u32 keys for min(T * 131072, 64M) positions (at least "
-      "524288), plus the split top-k's candidate lists when T <= SMs / 8";
+      "524288), plus the larger of the split top-k's candidate lists (T <= SMs / 8) and the fused "
+      "path's samples and candidate lists (72 KB per token, up to 512 tokens)";
   caps.notes =
       "wgmma e4m3 (sm_90a instructions: H100 / H200 only); index heads padded to a power of two "
       ">= 8, one query token per CTA; K pages by TMA for block sizes 8, 16, 32 and multiples of 64, "
       "by cp.async otherwise; indexer_topk: fused (sample, admission, repair, exact top-k of the "
-      "candidates) for up to 32 query tokens, else unfused (score keys in the workspace, then the exact "
-      "radix top-k; tokens in slices when the workspace is short); bf16 queries: cuda.indexer";
+      "candidates) for one query token at 32K+ positions and 128+ tokens at 128K+, else unfused (score "
+      "keys in the workspace, then the exact radix top-k; tokens in slices when the workspace is short); "
+      "bf16 queries: cuda.indexer";
   return caps;
 }
 

@@ -22,7 +22,7 @@ constexpr std::size_t kAlign = 256;
 constexpr int64_t kKeysLenHint = 131072;              // positions per token the bound assumes
 constexpr std::size_t kKeysCap = std::size_t{256} << 20;  // at most 64M keys
 constexpr std::size_t kOneLongRow = std::size_t{524288} * 4;
-constexpr int64_t kFusedTokensBound = 128;  // the workspace bound holds the fused buffers of this many tokens
+constexpr int64_t kFusedTokensBound = 512;  // the workspace bound holds the fused buffers of this many tokens
 constexpr int kListCapBound = 8192;         // the top-k kernel's candidate capacity (cuda::plan_topk)
 
 std::size_t align_up(std::size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
@@ -102,8 +102,13 @@ TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t w
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
   if (!fused_block_size(p.block_size)) return TopkPath::unfused;
-  // The fused path where it measured faster (docs/performance.md, session 17).
-  const bool fused_faster = p.tokens <= 32;
+  // The fused path where it measured faster on the H200 (docs/performance.md, session 17, both
+  // paths alternating): one query token at 32K (0.93 / 0.94 of the unfused time, H_i 64 / 32)
+  // and 128K (0.88 / 0.91), 128 tokens at 128K (0.96 / 0.96). Slower: one token at 8K (1.05 /
+  // 1.04), 32 tokens at 8K-128K (1.00-1.13), 128 tokens at 8K and 32K (1.02-1.18): its fixed
+  // costs (sample pass 7-21 us, repair launch 3 us, the candidates' select 15 us under Nsight
+  // Compute) then exceed the unfused top-k's.
+  const bool fused_faster = (p.tokens == 1 && p.max_len() >= 32768) || (p.tokens >= 128 && p.max_len() >= 131072);
   return fused_faster && fused_bytes(p, topk) <= workspace_bytes ? TopkPath::fused : TopkPath::unfused;
 }
 
@@ -201,8 +206,9 @@ void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& ou
 std::string describe_topk(int heads, int block_size, int topk) {
   return describe_scores(heads, block_size, true) + "; then the exact top-" + std::to_string(std::max(1, topk)) +
          " of each row (radix select, one CTA per row; few long rows split over CTAs), the top-k kernels shared "
-         "with cuda.indexer; tokens in slices when their keys exceed the workspace. Fused for up to 32 query tokens "
-         "when the block size takes the TMA kernel and the workspace holds it: a sample pass, an admission pass "
+         "with cuda.indexer; tokens in slices when their keys exceed the workspace. Fused for one query token at "
+         "32K+ positions and for 128+ tokens at 128K+ when the block size takes the TMA kernel and the workspace "
+         "holds it: a sample pass, an admission pass "
          "keeping each token's scores at or above a threshold from its samples, a repair pass where that failed, "
          "the exact top-k of the candidates (LATTE_HOPPER_INDEXER_PATH=fused|unfused forces one)";
 }

@@ -17,13 +17,14 @@ enum class TopkPath { automatic, fused, unfused };
 
 // Workspace a kernel made for up to `tokens` query tokens reports: keys for min(tokens *
 // 131072, 64M) positions (at least one row of 524288, the top-k's longest), plus the larger of
-// the split top-k's lists (rows up to 262144 positions) and the fused buffers of up to 128
-// tokens (2048 samples, 8192 candidates each).
+// the split top-k's lists (rows up to 262144 positions) and the fused buffers of up to 512
+// tokens (2048 samples, 8192 candidates each: 72 KB a token).
 [[nodiscard]] std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count);
 // Workspace this problem runs with in one pass by `path` (automatic: the larger of the two).
 [[nodiscard]] std::size_t topk_workspace_bytes(const cuda::IndexerProblem& p, int topk, TopkPath path, int sm_count);
-// The path `automatic` takes: fused for up to 32 query tokens when the block size takes the TMA
-// kernel and the workspace holds every token's keys and fused buffers; unfused otherwise.
+// The path `automatic` takes: fused for one query token at >= 32K positions and for >= 128
+// tokens at >= 128K (where it measured faster) when the block size takes the TMA kernel and the
+// workspace holds every token's keys and fused buffers; unfused otherwise.
 // LATTE_HOPPER_INDEXER_PATH=fused|unfused overrides it.
 [[nodiscard]] TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t workspace_bytes);
 
