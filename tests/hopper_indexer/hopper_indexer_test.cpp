@@ -197,6 +197,21 @@ TEST_F(HopperIndexer, TmaAndCpAsyncKernelsAgreeBitwise) {
   }
 }
 
+// kernel.run(args, ctx) captured in a CUDA graph on ctx.stream, the graph replayed twice.
+void replay_in_graph(Kernel& kernel, const OpArgs& args, const RunContext& ctx) {
+  const auto stream = static_cast<cudaStream_t>(ctx.stream);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+  kernel.run(args, ctx);
+  LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
 TEST_F(HopperIndexer, GraphReplayEqualsEagerRun) {
   Options o;
   o.heads = 64;
@@ -210,18 +225,9 @@ TEST_F(HopperIndexer, GraphReplayEqualsEagerRun) {
   const IndexerLogitsArgs a = poisoned_logits_args(p, lg);
   RunContext ctx;
   ctx.stream = stream;
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-  kernel->run(a, ctx);
-  LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  for (int i = 0; i < 2; ++i) LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  replay_in_graph(*kernel, a, ctx);
   lg.download();
   EXPECT_EQ(std::memcmp(eager.data(), lg.host<float>(), lg.bytes()), 0) << "graph replay differs from the eager run";
-  LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
   LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
@@ -398,19 +404,10 @@ TEST_F(HopperIndexer, TopkGraphReplayEqualsEagerRun) {
     kernel->run(a, ctx);  // eager once: kernel attributes are set outside the capture
     LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
     idx.poison_device(0x5A);
-    cudaGraph_t graph = nullptr;
-    cudaGraphExec_t exec = nullptr;
-    LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    kernel->run(a, ctx);
-    LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-    LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int i = 0; i < 2; ++i) LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    replay_in_graph(*kernel, a, ctx);
     idx.download();
     EXPECT_EQ(std::memcmp(eager.data(), idx.host<int32_t>(), idx.bytes()), 0)
         << path << ": graph replay differs from the eager run";
-    LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-    LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
     LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
   }
 }

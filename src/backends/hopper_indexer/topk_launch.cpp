@@ -184,9 +184,6 @@ void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& ou
                     ". Give the workspace the kernel's workspace_bytes() reports.");
   }
   if (path == TopkPath::automatic) path = choose_topk_path(p, out.topk, workspace_bytes);
-  const auto s = static_cast<cudaStream_t>(stream);
-  auto* ws = static_cast<uint8_t*>(workspace);
-  cuda::topk_prof_begin(s);
   if (path == TopkPath::fused) {
     const std::size_t need = fused_bytes(p, out.topk);
     if (need > workspace_bytes || !fused_block_size(p.block_size)) {
@@ -195,6 +192,12 @@ void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& ou
                       " bytes of workspace (got " + std::to_string(workspace_bytes) + ") and a block size of 8, 16, 32 "
                       "or a multiple of 64 (got " + std::to_string(p.block_size) + "); use the unfused or automatic path");
     }
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  auto* ws = static_cast<uint8_t*>(workspace);
+  // Refusals come before the bracket: LATTE_CUDA_TOPK_PROF's begin / end must pair.
+  cuda::topk_prof_begin(s);
+  if (path == TopkPath::fused) {
     launch_fused(p, out, ws, sm_count, s);
     cuda::topk_prof_end("hopper fused", s);
   } else {
