@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -460,6 +461,22 @@ int main(int argc, char** argv) {
                                Call{[&](int i) { hopper_topk(s.problem(i), o, ws, ws_h, dev, true); }});
         }
         const double t_hopper_topk = huf.first, t_hopper_fused = huf.second;
+        // LATTE_BENCH_HOPPER_SYNC=1: hopper.indexer's two paths also timed one call at a time
+        // (median of events around one call and a wait) and as the host's enqueue time of 10
+        // calls (no wait): whether back-to-back calls cost more than one call alone.
+        if (std::getenv("LATTE_BENCH_HOPPER_SYNC") != nullptr && ws_h > 0) {
+          for (const bool fused : {false, true}) {
+            const auto call = [&](int i) { hopper_topk(s.problem(i), o, ws, ws_h, dev, fused); };
+            const double sync_us = sync_time_us(call);
+            CK(cudaDeviceSynchronize());
+            const auto h0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < 10; ++i) call(i);
+            const double host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - h0).count() / 10;
+            CK(cudaDeviceSynchronize());
+            std::fprintf(stderr, "hopper %s: one call alone %.1f us, host enqueue %.1f us per call\n",
+                         fused ? "fused" : "unfused", sync_us, host_us);
+          }
+        }
         // LATTE_BENCH_AB=VAR=VALUE: the fused path against itself with VAR=VALUE set (a
         // measurement switch read on every call), interleaved in the same way.
         if (const char* ab = std::getenv("LATTE_BENCH_AB")) {

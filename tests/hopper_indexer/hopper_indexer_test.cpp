@@ -338,7 +338,8 @@ TEST_F(HopperIndexer, TopkLongRowsSplitOverCtas) {
 }
 
 // The fused path's repair: too few admissions (tau = the largest sample) and list overflow
-// (tau = the smallest sample, rows longer than the list) give the unfused path's result.
+// (tau = the smallest sample, rows longer than the list) give the unfused path's result; so does
+// the admission pass launched after the sample pass rather than dependent on it.
 TEST_F(HopperIndexer, TopkFusedRepairEqualsUnfused) {
   Options o;
   o.heads = 64;
@@ -358,6 +359,46 @@ TEST_F(HopperIndexer, TopkFusedRepairEqualsUnfused) {
     setenv("LATTE_HOPPER_INDEXER_DEBUG", debug, 1);
     EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused, LATTE_HOPPER_INDEXER_DEBUG=" << debug;
     unsetenv("LATTE_HOPPER_INDEXER_DEBUG");
+  }
+  for (const char* admit : {"off", "on"}) {
+    setenv("LATTE_HOPPER_INDEXER_ADMIT_PDL", admit, 1);
+    EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused, LATTE_HOPPER_INDEXER_ADMIT_PDL=" << admit;
+    unsetenv("LATTE_HOPPER_INDEXER_ADMIT_PDL");
+  }
+}
+
+// The automatic path at long contexts: 8 tokens of up to 128K positions (about 170 stages of 64
+// per admission CTA on an H200, invalid blocks among them), fused equal to unfused.
+TEST_F(HopperIndexer, TopkFusedLongRowsEqualsUnfused) {
+  Options o;
+  o.heads = 64;
+  o.invalid_block = true;
+  const Problem p = make_problem(rng, decode_tokens({131072, 120001, 131072, 99999, 131072, 65600, 131072, 128000}, 1), 8, o);
+  const int topk = 2048;
+  auto kernel = hopper_topk_kernel(p, topk);
+  const std::size_t ws = ample_workspace(p, *kernel);
+  std::vector<int32_t> unfused;
+  {
+    const ForcePath force("unfused");
+    unfused = run_topk(p, *kernel, topk, true, ws);
+  }
+  const ForcePath force("fused");
+  EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused";
+}
+
+// The fused path's admission pass is launched dependent on its sample pass except where the
+// sample pass has more than three one-stage CTAs per SM (measured rule, topk_launch.cpp): on
+// 132 SMs, 32 and 48 tokens sample in 512 and 768 one-stage CTAs, 24 tokens in 384, 64 tokens in
+// two-stage CTAs. (Sample CTAs per SM come from the occupancy of the device's kernel: GPU test.)
+TEST_F(HopperIndexer, AdmissionLaunchRule) {
+  IndexerProblem p;
+  p.heads = 64;
+  p.block_size = 64;
+  p.max_blocks = 131072 / 64;
+  for (const int tokens : {1, 2, 8, 16, 24, 32, 48, 64, 128}) {
+    p.tokens = tokens;
+    p.batch = tokens;
+    EXPECT_EQ(hopper_indexer::admission_pdl(p, 132), tokens != 32 && tokens != 48) << tokens << " tokens";
   }
 }
 
@@ -478,9 +519,9 @@ TEST(HopperIndexerSelection, FirstForE4m3IndexerOpsOnSm90Only) {
   }
 }
 
-// Host only (runs in CI): the automatic top-k path follows the H200 measurements (fused for one
-// token at >= 32K and for >= 128 tokens at >= 128K), needs the workspace and a TMA block size,
-// and yields to LATTE_HOPPER_INDEXER_PATH.
+// Host only (runs in CI): the automatic top-k path follows the H200 measurements (fused at >= 128K,
+// at >= 64K for up to 24 tokens, at >= 32K for up to 8), needs the workspace and a TMA block
+// size, and yields to LATTE_HOPPER_INDEXER_PATH.
 TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
 #if !LATTE_HOPPER_INDEXER_BUILT
   GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";
@@ -501,8 +542,12 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
   };
   EXPECT_EQ(path(1, 8192), TopkPath::unfused);
   EXPECT_EQ(path(1, 32768), TopkPath::fused);
+  EXPECT_EQ(path(8, 32768), TopkPath::fused);
+  EXPECT_EQ(path(16, 32768), TopkPath::unfused);
+  EXPECT_EQ(path(24, 65536), TopkPath::fused);
+  EXPECT_EQ(path(32, 65536), TopkPath::unfused);
   EXPECT_EQ(path(1, 131072), TopkPath::fused);
-  EXPECT_EQ(path(32, 131072), TopkPath::unfused);
+  EXPECT_EQ(path(32, 131072), TopkPath::fused);
   EXPECT_EQ(path(128, 32768), TopkPath::unfused);
   EXPECT_EQ(path(128, 131072), TopkPath::fused);
   EXPECT_EQ(path(1, 131072, 48), TopkPath::unfused);  // block size 48: no TMA kernel, no admission pass

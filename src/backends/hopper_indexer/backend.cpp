@@ -41,7 +41,7 @@ Capabilities indexer_capabilities() {
       "wgmma e4m3 (sm_90a instructions: H100 / H200 only); index heads padded to a power of two "
       ">= 8, one query token per CTA; K pages by TMA for block sizes 8, 16, 32 and multiples of 64, "
       "by cp.async otherwise; indexer_topk: fused (sample, admission, repair, exact top-k of the "
-      "candidates) for one query token at 32K+ positions and 128+ tokens at 128K+, else unfused (score "
+      "candidates) at 128K+ positions, at 64K+ for up to 24 query tokens and 32K+ for up to 8, else unfused (score "
       "keys in the workspace, then the exact radix top-k; tokens in slices when the workspace is short); "
       "bf16 queries: cuda.indexer";
   return caps;

@@ -21,6 +21,7 @@
 #include "cuda/async_copy.cuh"
 #include "cuda/fused_threshold.cuh"
 #include "cuda/indexer_problem.hpp"
+#include "cuda/kernel_span.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
 #include "cuda/sm90a_wgmma.cuh"
@@ -68,6 +69,8 @@ struct LogitsArgs {
   int32_t* list_pos;
   int list_cap;
   const int* gate_count;
+  unsigned long long* spans;  // LATTE_CUDA_TOPK_PROF=1: kernel spans (cuda/kernel_span.cuh), else null
+  int span;                   // the span slot of this pass
 };
 
 // The CTA's work: token t (blockIdx.x % T) over positions [c0, c1) (chunk blockIdx.x / T), its

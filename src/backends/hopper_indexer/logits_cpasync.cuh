@@ -38,6 +38,8 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
   const cuda::IndexerProblem& p = a.p;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  __shared__ cuda::SpanStart span_t0;  // thread 0's (measurements): no registers held for it
+  if (a.spans != nullptr && threadIdx.x == 0) span_t0 = cuda::span_begin(a.spans, a.span);
   const TokenChunk w = token_chunk<OUT>(a);
   const int s_end = w.s_end, nst = w.nst;
   if constexpr (OUT == kOutSample) {
@@ -133,6 +135,7 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
     cuda::cp_async_wait<0>();
   }
   fill_invisible<OUT>(a, w, w.c0 + nst * kTileTokens, tid, kCpAsyncThreads);
+  if (a.spans != nullptr && threadIdx.x == 0) cuda::span_end(a.spans, a.span, span_t0);
 }
 
 }  // namespace latte::hopper_indexer

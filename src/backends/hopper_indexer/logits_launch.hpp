@@ -39,7 +39,19 @@ struct FusedBuffers {
   int list_cap = 0;
   int topk = 0;
   int debug = 0;  // 4 / 8: force the repair (LATTE_HOPPER_INDEXER_DEBUG, tests)
+  // Programmatic dependent launches: the admission pass on the sample pass (pdl_admit), the
+  // repair pass on the admission and the final select on the repair (pdl).
+  bool pdl_admit = true;
+  bool pdl = true;
 };
+
+// The sample pass's grid for p (launch_sample_sm90a): its CTAs and the stages of 64 sampled
+// positions each runs.
+struct SampleGrid {
+  int64_t ctas = 0;
+  int stages = 0;
+};
+[[nodiscard]] SampleGrid sample_grid(const cuda::IndexerProblem& p, int samples, int sm_count);
 
 // Whether the fused path runs for this block size: its admission pass is the TMA kernel's.
 [[nodiscard]] bool fused_block_size(int block_size);

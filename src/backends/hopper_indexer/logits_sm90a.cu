@@ -19,6 +19,7 @@
 #include <string>
 
 #include "cuda/check.cuh"
+#include "cuda/topk_launch.hpp"
 #include "latte/error.hpp"
 #include "logits_cpasync.cuh"
 #include "logits_launch.hpp"
@@ -35,6 +36,12 @@ static_assert(kMaxSamples == cuda::kFusedSamples, "the sample rows sampled_thres
 constexpr int kTmaStages = 6;
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
+
+// The kernel spans of LATTE_CUDA_TOPK_PROF=1 (measurements), else null.
+unsigned long long* prof_spans() {
+  unsigned long long* b = cuda::topk_prof_buffer();
+  return b ? b + cuda::kTopkProfSpans : nullptr;
+}
 
 // Block sizes whose 64-position stages split into whole-page pieces of min(bs, 64) rows that
 // start on 1024-byte boundaries of the swizzled tile.
@@ -270,15 +277,18 @@ void launch_keys_sm90a(const cuda::IndexerProblem& p, uint32_t* keys, int64_t ke
   a.keys = keys;
   a.lg_st = keys_ld;
   a.lg_ss = 1;
+  a.spans = prof_spans();
   launch_scores(p, a, kOutKeys, p.max_len(), sm_count, false, stream);
 }
 
 namespace {
 
-// The fused passes' shared arguments.
-LogitsArgs fused_args(const FusedBuffers& f) {
+// The fused passes' shared arguments; `span`: the pass's span slot (cuda/topk_kernel.cuh).
+LogitsArgs fused_args(const FusedBuffers& f, int span) {
   LogitsArgs a{};
   a.lg_ss = 1;
+  a.spans = prof_spans();
+  a.span = span;
   a.samples = f.samples;
   a.topk = f.topk;
   a.debug = f.debug;
@@ -295,10 +305,15 @@ LogitsArgs fused_args(const FusedBuffers& f) {
 
 bool fused_block_size(int block_size) { return tma_block_size(block_size) && !cpasync_forced(); }
 
+SampleGrid sample_grid(const cuda::IndexerProblem& p, int samples, int sm_count) {
+  const LogitsPlan pl = plan_logits(p, samples, sm_count, kOutSample);
+  return SampleGrid{static_cast<int64_t>(std::max(0, p.tokens)) * pl.num_chunks, pl.chunk_len / kTileTokens};
+}
+
 void launch_sample_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream) {
   require_problem(p, p.max_len());
   if (p.tokens == 0) return;
-  LogitsArgs a = fused_args(f);
+  LogitsArgs a = fused_args(f, 0);
   a.keys = f.sample_keys;
   a.lg_st = f.samples;
   launch_scores(p, a, kOutSample, f.samples, sm_count, false, stream);
@@ -311,17 +326,17 @@ void launch_admit_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, in
                                              "32 and multiples of 64 (the TMA kernel), not " +
                                                  std::to_string(p.block_size) + "; use the unfused path");
   }
-  launch_scores(p, fused_args(f), kOutAdmit, p.max_len(), sm_count, true, stream);
+  launch_scores(p, fused_args(f, 2), kOutAdmit, p.max_len(), sm_count, f.pdl_admit, stream);
 }
 
 void launch_repair_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, uint32_t* keys, int64_t keys_ld,
                          int sm_count, void* stream) {
   if (p.tokens == 0) return;
-  LogitsArgs a = fused_args(f);
+  LogitsArgs a = fused_args(f, 3);
   a.keys = keys;
   a.lg_st = keys_ld;
   a.gate_count = f.count;
-  launch_scores(p, a, kOutKeys, p.max_len(), sm_count, true, stream);
+  launch_scores(p, a, kOutKeys, p.max_len(), sm_count, f.pdl, stream);
 }
 
 std::string describe_scores(int heads, int block_size, bool keys) {

@@ -63,6 +63,8 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
   const cuda::IndexerProblem& p = a.p;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  __shared__ cuda::SpanStart span_t0;  // thread 0's (measurements): no registers held for it
+  if (a.spans != nullptr && threadIdx.x == 0) span_t0 = cuda::span_begin(a.spans, a.span);
   const TokenChunk w = token_chunk(a);
   const int s_end = w.s_end, nst = w.nst;
   if (OUT == kOutKeys && a.gate_count != nullptr) {
@@ -213,6 +215,7 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
     if (ad.fill > 0) flush_candidates(a, w.t, ad, lane);
   }
   fill_invisible<OUT>(a, w, w.c0 + nst * kTileTokens, tid, 128);
+  if (a.spans != nullptr && threadIdx.x == 0) cuda::span_end(a.spans, a.span, span_t0);
 }
 
 }  // namespace latte::hopper_indexer

@@ -81,6 +81,25 @@ std::size_t fused_bytes(const cuda::IndexerProblem& p, int topk) {
 
 }  // namespace
 
+// Whether the admission pass starts during the sample pass (programmatic dependent launch: its
+// consumers wait for the samples, its producer copies K meanwhile). Measured on the H200
+// (docs/performance.md, session 18: 1 to 128 tokens at 32K-128K, both paths alternating): it
+// saves 3-14 % of the fused time, except where the sample pass is more than three one-stage CTAs
+// per SM (32 and 48 tokens there: 512 and 768 CTAs), where the fused path with it was 0.95-1.17
+// of the unfused time, varying between runs and machines, and 0.93-0.97 at 128K without it.
+// LATTE_HOPPER_INDEXER_ADMIT_PDL=on|off (measurements) overrides.
+bool admission_pdl(const cuda::IndexerProblem& p, int sm_count) {
+  const char* v = std::getenv("LATTE_HOPPER_INDEXER_ADMIT_PDL");
+  if (v != nullptr && *v != 0 && std::strcmp(v, "automatic") != 0) {
+    if (std::strcmp(v, "on") == 0) return true;
+    if (std::strcmp(v, "off") == 0) return false;
+    throw Error(ErrorCode::invalid_argument, std::string("hopper.indexer: LATTE_HOPPER_INDEXER_ADMIT_PDL=") + v +
+                                                 " is not on, off or automatic; unset it for the default");
+  }
+  const SampleGrid g = sample_grid(p, fused_samples(p), sm_count);
+  return !(g.stages == 1 && g.ctas > 3 * static_cast<int64_t>(std::max(1, sm_count)));
+}
+
 std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count) {
   const int64_t t = std::max<int64_t>(1, tokens);
   const std::size_t keys = std::clamp(static_cast<std::size_t>(t) * kKeysLenHint * 4, kOneLongRow, kKeysCap);
@@ -102,13 +121,15 @@ TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t w
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
   if (!fused_block_size(p.block_size)) return TopkPath::unfused;
-  // The fused path where it measured faster on the H200 (docs/performance.md, session 17, both
-  // paths alternating): one query token at 32K (0.93 / 0.94 of the unfused time, H_i 64 / 32)
-  // and 128K (0.88 / 0.91), 128 tokens at 128K (0.96 / 0.96). Slower: one token at 8K (1.05 /
-  // 1.04), 32 tokens at 8K-128K (1.00-1.13), 128 tokens at 8K and 32K (1.02-1.18): its fixed
-  // costs (sample pass 7-21 us, repair launch 3 us, the candidates' select 15 us under Nsight
-  // Compute) then exceed the unfused top-k's.
-  const bool fused_faster = (p.tokens == 1 && p.max_len() >= 32768) || (p.tokens >= 128 && p.max_len() >= 131072);
+  // The fused path where it measured faster on the H200 (docs/performance.md, session 18: 1-128
+  // tokens x 32K / 64K / 128K, H_i 32 and 64, both paths alternating): at 128K every token
+  // count (0.79-0.97 of the unfused time); at 64K up to 24 tokens (0.85-0.96; 32-128 tokens
+  // 0.97-1.03); at 32K up to 8 tokens (0.93-0.99; 16 and more 0.99-1.17); one token at 8K was
+  // 1.04-1.05 (session 17). Below that its fixed costs (sample pass, repair launch, the
+  // candidates' select) exceed the unfused top-k's.
+  const int64_t len = p.max_len();
+  const bool fused_faster =
+      len >= 131072 || (len >= 65536 && p.tokens <= 24) || (len >= 32768 && p.tokens <= 8);
   return fused_faster && fused_bytes(p, topk) <= workspace_bytes ? TopkPath::fused : TopkPath::unfused;
 }
 
@@ -150,6 +171,8 @@ void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, ui
   f.list_cap = tp.cap;
   f.topk = out.topk;
   f.debug = env_debug();
+  f.pdl = cuda::topk_pdl_enabled();
+  f.pdl_admit = f.pdl && admission_pdl(p, sm_count);
   launch_sample_sm90a(p, f, sm_count, s);
   launch_admit_sm90a(p, f, sm_count, s);
   launch_repair_sm90a(p, f, keys, ld, sm_count, s);
@@ -167,7 +190,7 @@ void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, ui
   repair.vec = 1;
   repair.repair_tau = f.tau;
   repair.repair_cap = tp.cap;
-  cuda::launch_fused_final_keys(list, repair, tp, true, s);
+  cuda::launch_fused_final_keys(list, repair, tp, f.pdl, s);
 }
 
 }  // namespace
@@ -209,9 +232,9 @@ void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& ou
 std::string describe_topk(int heads, int block_size, int topk) {
   return describe_scores(heads, block_size, true) + "; then the exact top-" + std::to_string(std::max(1, topk)) +
          " of each row (radix select, one CTA per row; few long rows split over CTAs), the top-k kernels shared "
-         "with cuda.indexer; tokens in slices when their keys exceed the workspace. Fused for one query token at "
-         "32K+ positions and for 128+ tokens at 128K+ when the block size takes the TMA kernel and the workspace "
-         "holds it: a sample pass, an admission pass "
+         "with cuda.indexer; tokens in slices when their keys exceed the workspace. Fused at 128K+ positions, "
+         "at 64K+ for up to 24 query tokens and at 32K+ for up to 8, when the block size takes the TMA kernel "
+         "and the workspace holds it: a sample pass, an admission pass "
          "keeping each token's scores at or above a threshold from its samples, a repair pass where that failed, "
          "the exact top-k of the candidates (LATTE_HOPPER_INDEXER_PATH=fused|unfused forces one)";
 }

@@ -22,11 +22,15 @@ enum class TopkPath { automatic, fused, unfused };
 [[nodiscard]] std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count);
 // Workspace this problem runs with in one pass by `path` (automatic: the larger of the two).
 [[nodiscard]] std::size_t topk_workspace_bytes(const cuda::IndexerProblem& p, int topk, TopkPath path, int sm_count);
-// The path `automatic` takes: fused for one query token at >= 32K positions and for >= 128
-// tokens at >= 128K (where it measured faster) when the block size takes the TMA kernel and the
-// workspace holds every token's keys and fused buffers; unfused otherwise.
+// The path `automatic` takes: fused at >= 128K positions, at >= 64K for up to 24 query tokens
+// and at >= 32K for up to 8 (where it measured faster) when the block size takes the TMA kernel
+// and the workspace holds every token's keys and fused buffers; unfused otherwise.
 // LATTE_HOPPER_INDEXER_PATH=fused|unfused overrides it.
 [[nodiscard]] TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t workspace_bytes);
+
+// Whether the fused path's admission pass is launched dependent on its sample pass (the
+// measured rule in topk_launch.cpp; LATTE_HOPPER_INDEXER_ADMIT_PDL=on|off overrides).
+[[nodiscard]] bool admission_pdl(const cuda::IndexerProblem& p, int sm_count);
 
 // indexer_topk: out gets each token's topk best positions (physical or logical), ascending,
 // -1 padded, the same by either path. Throws latte::Error when the workspace holds less than
