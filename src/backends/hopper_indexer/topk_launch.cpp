@@ -124,7 +124,7 @@ TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t w
   // The fused path where it measured faster on the H200 (docs/performance.md, session 18: 1-128
   // tokens x 32K / 64K / 128K, H_i 32 and 64, both paths alternating): at 128K every token
   // count (0.79-0.97 of the unfused time); at 64K up to 24 tokens (0.85-0.96; 32-128 tokens
-  // 0.97-1.03); at 32K up to 8 tokens (0.93-0.99; 16 and more 0.99-1.17); one token at 8K was
+  // 0.97-1.03); at 32K up to 8 tokens (0.93-1.00; 16 and more 0.99-1.17); one token at 8K was
   // 1.04-1.05 (session 17). Below that its fixed costs (sample pass, repair launch, the
   // candidates' select) exceed the unfused top-k's.
   const int64_t len = p.max_len();
