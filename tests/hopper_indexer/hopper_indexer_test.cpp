@@ -72,6 +72,15 @@ void check(const Problem& p, const std::string& what) {
   EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0) << what << ": not deterministic";
 }
 
+// An environment variable set for the scope of one check.
+struct ScopedEnv {
+  ScopedEnv(const char* name, const char* value) : name(name) { setenv(name, value, 1); }
+  ~ScopedEnv() { unsetenv(name); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  const char* name;
+};
+
 class HopperIndexer : public ::testing::Test {
  protected:
   void SetUp() override { SKIP_WITHOUT_HOPPER(); }
@@ -189,9 +198,11 @@ TEST_F(HopperIndexer, TmaAndCpAsyncKernelsAgreeBitwise) {
     const Problem p = make_problem(rng, decode_tokens({2000, 333, 4096}, 2), 3, o);
     auto kernel = hopper_kernel(p);
     const std::vector<float> tma = run_logits(p, *kernel);
-    setenv("LATTE_HOPPER_INDEXER_KERNEL", "cpasync", 1);
-    const std::vector<float> cpasync = run_logits(p, *kernel);
-    unsetenv("LATTE_HOPPER_INDEXER_KERNEL");
+    std::vector<float> cpasync;
+    {
+      const ScopedEnv kernel_env("LATTE_HOPPER_INDEXER_KERNEL", "cpasync");
+      cpasync = run_logits(p, *kernel);
+    }
     EXPECT_EQ(std::memcmp(tma.data(), cpasync.data(), tma.size() * sizeof(float)), 0) << "bs " << bs;
     expect_logits_close(p, reference_logits(p), tma.data(), 2e-3, ("bs " + std::to_string(bs)).c_str());
   }
@@ -265,10 +276,15 @@ std::size_t ample_workspace(const Problem& p, const Kernel& kernel) {
 }
 
 // LATTE_HOPPER_INDEXER_PATH for the scope of one check.
-struct ForcePath {
-  explicit ForcePath(const char* path) { setenv("LATTE_HOPPER_INDEXER_PATH", path, 1); }
-  ~ForcePath() { unsetenv("LATTE_HOPPER_INDEXER_PATH"); }
+struct ForcePath : ScopedEnv {
+  explicit ForcePath(const char* path) : ScopedEnv("LATTE_HOPPER_INDEXER_PATH", path) {}
 };
+
+// The unfused path's indices for p (the reference of the fused path's tests).
+std::vector<int32_t> unfused_topk(const Problem& p, Kernel& kernel, int topk, std::size_t ws) {
+  const ForcePath force("unfused");
+  return run_topk(p, kernel, topk, true, ws);
+}
 
 // The top-k equals the exact top-k of hopper.indexer's own logits (the keys are those logits'
 // order keys) by both paths, logical and physical; valid against cpu.reference's logits;
@@ -348,27 +364,21 @@ TEST_F(HopperIndexer, TopkFusedRepairEqualsUnfused) {
   const int topk = 2048;
   auto kernel = hopper_topk_kernel(p, topk);
   const std::size_t ws = ample_workspace(p, *kernel);
-  std::vector<int32_t> unfused;
-  {
-    const ForcePath force("unfused");
-    unfused = run_topk(p, *kernel, topk, true, ws);
-  }
+  const std::vector<int32_t> unfused = unfused_topk(p, *kernel, topk, ws);
   const ForcePath force("fused");
   EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused";
   for (const char* debug : {"4", "8"}) {
-    setenv("LATTE_HOPPER_INDEXER_DEBUG", debug, 1);
+    const ScopedEnv env("LATTE_HOPPER_INDEXER_DEBUG", debug);
     EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused, LATTE_HOPPER_INDEXER_DEBUG=" << debug;
-    unsetenv("LATTE_HOPPER_INDEXER_DEBUG");
   }
   for (const char* admit : {"off", "on"}) {
-    setenv("LATTE_HOPPER_INDEXER_ADMIT_PDL", admit, 1);
+    const ScopedEnv env("LATTE_HOPPER_INDEXER_ADMIT_PDL", admit);
     EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused, LATTE_HOPPER_INDEXER_ADMIT_PDL=" << admit;
-    unsetenv("LATTE_HOPPER_INDEXER_ADMIT_PDL");
   }
 }
 
-// The automatic path at long contexts: 8 tokens of up to 128K positions (about 170 stages of 64
-// per admission CTA on an H200, invalid blocks among them), fused equal to unfused.
+// The automatic path at long contexts: 8 tokens of up to 128K positions (about 2700 positions, 42
+// stages of 64, per admission CTA on an H200; invalid blocks among them), fused equal to unfused.
 TEST_F(HopperIndexer, TopkFusedLongRowsEqualsUnfused) {
   Options o;
   o.heads = 64;
@@ -377,11 +387,7 @@ TEST_F(HopperIndexer, TopkFusedLongRowsEqualsUnfused) {
   const int topk = 2048;
   auto kernel = hopper_topk_kernel(p, topk);
   const std::size_t ws = ample_workspace(p, *kernel);
-  std::vector<int32_t> unfused;
-  {
-    const ForcePath force("unfused");
-    unfused = run_topk(p, *kernel, topk, true, ws);
-  }
+  const std::vector<int32_t> unfused = unfused_topk(p, *kernel, topk, ws);
   const ForcePath force("fused");
   EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused";
 }
@@ -555,11 +561,14 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
   EXPECT_EQ(hopper_indexer::choose_topk_path(one, 2048, 530000), TopkPath::unfused);  // one row of keys only
   EXPECT_GE(hopper_indexer::topk_workspace_bound(1, 2048, 132),
             hopper_indexer::topk_workspace_bytes(one, 2048, TopkPath::automatic, 132));
-  setenv("LATTE_HOPPER_INDEXER_PATH", "unfused", 1);
-  EXPECT_EQ(path(1, 131072), TopkPath::unfused);
-  setenv("LATTE_HOPPER_INDEXER_PATH", "fastest", 1);
-  EXPECT_THROW((void)path(1, 131072), Error);
-  unsetenv("LATTE_HOPPER_INDEXER_PATH");
+  {
+    const ForcePath force("unfused");
+    EXPECT_EQ(path(1, 131072), TopkPath::unfused);
+  }
+  {
+    const ForcePath force("fastest");
+    EXPECT_THROW((void)path(1, 131072), Error);
+  }
 #endif
 }
 
