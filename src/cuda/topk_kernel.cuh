@@ -611,9 +611,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_split_final_kernel(const To
 }
 
 // The fused path's last kernel, one CTA per row: the top-k of the row's admitted candidates
-// (`list`), or of the repair pass's output (`repair`: candidates, kSrcCands, for cuda.indexer;
-// the row's score keys, kSrcKeys, for hopper.indexer) where the admission pass failed.
-template <bool DH, int REPAIR_SRC = kSrcCands>
+// (`list`), or of the repair pass's candidates (`repair`) where the admission pass failed.
+template <bool DH>
 __global__ void __launch_bounds__(kTopkThreads) topk_fused_final_kernel(const TopkArgs list, const TopkArgs repair) {
   extern __shared__ __align__(16) uint8_t smem[];
   const int row = blockIdx.x;
@@ -625,8 +624,8 @@ __global__ void __launch_bounds__(kTopkThreads) topk_fused_final_kernel(const To
   clear_row_state(list, row, npos, smem);
   pdl_wait();  // the lists (admission pass) and the repair candidates
   if (fused_needs_repair(list.cand_count[row], repair.repair_tau[row], repair.repair_cap, list.topk)) {
-    n = REPAIR_SRC == kSrcCands ? cand_pairs(repair, row, npos) : npos;
-    topk_row_body<REPAIR_SRC, DH>(repair, row, smem, n, npos, brow);
+    n = cand_pairs(repair, row, npos);
+    topk_row_body<kSrcCands, DH>(repair, row, smem, n, npos, brow);
   } else {
     n = cand_pairs(list, row, npos);
     topk_row_body<kSrcCands, DH>(list, row, smem, n, npos, brow);

@@ -203,33 +203,23 @@ void launch_split_final(const TopkArgs& a, const TopkArgs& c, const TopkPlan& t,
             static_cast<std::size_t>(t.smem), pdl, stream, a, c);
 }
 
-template <int REPAIR_SRC>
-void launch_fused_final_from(const TopkArgs& list, const TopkArgs& repair, const TopkPlan& t, bool pdl,
-                             cudaStream_t stream) {
+}  // namespace
+
+void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const TopkPlan& t, bool pdl, cudaStream_t stream) {
   static std::atomic<uint64_t> done_direct{0}, done_match{0};
   const auto grid = static_cast<unsigned>(list.rows);
   const auto smem = static_cast<std::size_t>(t.smem);
   TopkArgs l = list, r = repair;  // the caller's prof_begin / prof_end bracket this launch
   l.prof = r.prof = topk_prof_buffer();
   if (topk_direct_hist()) {
-    allow_smem(topk_fused_final_kernel<true, REPAIR_SRC>, done_direct);
-    launch_ex(topk_fused_final_kernel<true, REPAIR_SRC>, grid, kTopkThreads, smem, pdl, stream, l, r);
+    allow_smem(topk_fused_final_kernel<true>, done_direct);
+    launch_ex(topk_fused_final_kernel<true>, grid, kTopkThreads, smem, pdl, stream, l, r);
   } else {
-    allow_smem(topk_fused_final_kernel<false, REPAIR_SRC>, done_match);
-    launch_ex(topk_fused_final_kernel<false, REPAIR_SRC>, grid, kTopkThreads, smem, pdl, stream, l, r);
+    allow_smem(topk_fused_final_kernel<false>, done_match);
+    launch_ex(topk_fused_final_kernel<false>, grid, kTopkThreads, smem, pdl, stream, l, r);
   }
 }
 
-}  // namespace
-
-void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const TopkPlan& t, bool pdl, cudaStream_t stream) {
-  launch_fused_final_from<kSrcCands>(list, repair, t, pdl, stream);
-}
-
-void launch_fused_final_keys(const TopkArgs& list, const TopkArgs& repair_keys, const TopkPlan& t, bool pdl,
-                             cudaStream_t stream) {
-  launch_fused_final_from<kSrcKeys>(list, repair_keys, t, pdl, stream);
-}
 
 namespace {
 

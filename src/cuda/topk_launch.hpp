@@ -56,9 +56,6 @@ void launch_keys_topk(const IndexerProblem& p, const TopkOutput& out, const uint
 // whose admission failed, its repair candidates (`repair`).
 void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const TopkPlan& t, bool pdl,
                         cudaStream_t stream);
-// The same with the failed rows selected from their score keys (`repair_keys`, kSrcKeys rows).
-void launch_fused_final_keys(const TopkArgs& list, const TopkArgs& repair_keys, const TopkPlan& t, bool pdl,
-                             cudaStream_t stream);
 
 // Plain exact top-k of f32 rows (scores [rows, n] with row stride ld): out[r, 0..topk) gets the
 // positions of the topk largest (ties to the smaller position, NaN last), ascending, -1 padded.

@@ -1,6 +1,6 @@
 // The exact-selection building blocks run alone on many adversarial buffers, against a host
 // sort: block_select_threshold (src/cuda/radix_select.cuh) and the fused indexer's candidate
-// compaction (candidate_compaction.cuh): the fused score kernel's compaction (128 threads /
+// compaction (cuda/running_topk.cuh): the fused score kernel's compaction (128 threads /
 // 10-bit digits / 256-entry lists), a 1024-thread compaction (1024 / 11 / 1024, where the
 // block_min_max bug showed), and the select exactly as the top-k kernel instantiates it
 // (topk_kernel.cuh's constants, both histogram counts). Each problem is one CTA; the launches
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda_indexer/candidate_compaction.cuh"
+#include "cuda/running_topk.cuh"
 #include "cuda/topk_kernel.cuh"
 #include "cuda/topk_launch.hpp"
 #include "gpu_test_util.hpp"
@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(THREADS) compact_kernel(uint32_t* keys, int32_
   __shared__ int hist[1 << DIGIT];
   const int b = blockIdx.x;
   int kept = -1;
-  const uint64_t thr = cuda_indexer::compact_candidates<THREADS, DIGIT, LCAP, PER>(
+  const uint64_t thr = cuda::compact_candidates<THREADS, DIGIT, LCAP, PER>(
       keys + static_cast<int64_t>(b) * cap, pos + static_cast<int64_t>(b) * cap, n[b], keep[b], sc, hist, &kept);
   if (threadIdx.x == 0) {
     thr_out[b] = thr;

@@ -377,6 +377,29 @@ TEST_F(HopperIndexer, TopkFusedRepairEqualsUnfused) {
   }
 }
 
+// The repair pass's running buffers (cuda/running_topk.cuh) at every buffer size: topk 1 and
+// 100 compact many times per CTA (chunks of thousands of positions against buffers of 1056 and
+// 1248), 4096 takes the largest shared-memory buffer (run after the smaller ones: the kernel's
+// limit must cover it); ties (K rows from 5 distinct vectors) make the compactions break them by
+// position. Every repair forced (tau = the largest sample).
+TEST_F(HopperIndexer, TopkFusedRepairEveryBufferSize) {
+  Options o;
+  o.heads = 32;
+  const Problem mixed = make_problem(rng, decode_tokens({3000, 20000, 70000}, 2), 3, o);
+  o.dup_pool = 5;
+  const Problem ties = make_problem(rng, decode_tokens({9000, 40000}, 1), 2, o);
+  for (const Problem* p : {&mixed, &ties})
+    for (const int topk : {1, 100, 4096}) {
+      const std::string what = std::string(p == &ties ? "ties" : "mixed") + ", topk " + std::to_string(topk);
+      auto kernel = hopper_topk_kernel(*p, topk);
+      const std::size_t ws = ample_workspace(*p, *kernel);
+      const std::vector<int32_t> unfused = unfused_topk(*p, *kernel, topk, ws);
+      const ForcePath force("fused");
+      const ScopedEnv env("LATTE_HOPPER_INDEXER_DEBUG", "4");
+      EXPECT_EQ(run_topk(*p, *kernel, topk, true, ws), unfused) << what;
+    }
+}
+
 // The automatic path at long contexts: 8 tokens of up to 128K positions (about 2700 positions, 42
 // stages of 64, per admission CTA on an H200; invalid blocks among them), fused equal to unfused.
 TEST_F(HopperIndexer, TopkFusedLongRowsEqualsUnfused) {
@@ -544,7 +567,7 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
   };
   const auto path = [&](int tokens, int64_t len, int block_size = 64) {
     const IndexerProblem p = problem(tokens, len, block_size);
-    return hopper_indexer::choose_topk_path(p, 2048, hopper_indexer::topk_workspace_bound(tokens, 2048, 132));
+    return hopper_indexer::choose_topk_path(p, 2048, hopper_indexer::topk_workspace_bound(tokens, 2048, 132), 132);
   };
   EXPECT_EQ(path(1, 8192), TopkPath::unfused);
   EXPECT_EQ(path(1, 32768), TopkPath::fused);
@@ -558,7 +581,7 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
   EXPECT_EQ(path(128, 131072), TopkPath::fused);
   EXPECT_EQ(path(1, 131072, 48), TopkPath::unfused);  // block size 48: no TMA kernel, no admission pass
   const IndexerProblem one = problem(1, 131072, 64);
-  EXPECT_EQ(hopper_indexer::choose_topk_path(one, 2048, 530000), TopkPath::unfused);  // one row of keys only
+  EXPECT_EQ(hopper_indexer::choose_topk_path(one, 2048, 530000, 132), TopkPath::unfused);  // one row of keys only
   EXPECT_GE(hopper_indexer::topk_workspace_bound(1, 2048, 132),
             hopper_indexer::topk_workspace_bytes(one, 2048, TopkPath::automatic, 132));
   {
@@ -574,6 +597,35 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
 
 // Host only: what describe() says for each head padding and block size (the wgmma n, the copy
 // kernel and why).
+// Host only: the fused path's workspace holds no [T, L] keys. It does not grow with the context
+// once the repair pass's chunks reach their bound (about 2 CTAs per SM over all tokens), and
+// stays far below the unfused path's keys at long contexts.
+TEST(HopperIndexerTopkPath, FusedWorkspaceIsIndependentOfTheContext) {
+#if !LATTE_HOPPER_INDEXER_BUILT
+  GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";
+#else
+  using hopper_indexer::TopkPath;
+  const auto bytes = [](int tokens, int64_t len, TopkPath path) {
+    IndexerProblem p;
+    p.tokens = tokens;
+    p.heads = 64;
+    p.block_size = 64;
+    p.max_blocks = static_cast<int>(len / 64);
+    p.batch = tokens;
+    return hopper_indexer::topk_workspace_bytes(p, 2048, path, 132);
+  };
+  for (const int tokens : {32, 128, 512}) {
+    EXPECT_EQ(bytes(tokens, 65536, TopkPath::fused), bytes(tokens, 131072, TopkPath::fused)) << tokens << " tokens";
+    EXPECT_LT(bytes(tokens, 131072, TopkPath::fused) * 2, bytes(tokens, 131072, TopkPath::unfused))
+        << tokens << " tokens";
+    EXPECT_LE(bytes(tokens, 131072, TopkPath::fused), static_cast<std::size_t>(tokens) * 80 * 1024 + (5u << 20))
+        << tokens << " tokens: O(T * topk) plus the repair pass's O(SMs * topk)";
+  }
+  EXPECT_LE(bytes(1, 262144, TopkPath::fused), std::size_t{5} << 20);
+  EXPECT_LT(bytes(1, 262144, TopkPath::fused), bytes(1, 262144, TopkPath::unfused));
+#endif
+}
+
 TEST(HopperIndexerDescribe, NamesTheColumnsAndTheCopyKernel) {
   auto be = Registry::global().find(kId);
   if (!be) GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";

@@ -144,7 +144,7 @@ void plan_layout(ScorePlan& pl, int topk) {
   pl.off_tok = pl.off_coef + nt * 4 * static_cast<int>(sizeof(float2));
   pl.off_misc = pl.off_tok + 2 * kMaxGroup * 4;
   // admit mode: sampled_threshold's 2 x 4 ints
-  const int misc = pl.mode == kModeFused ? static_cast<int>(align_up(sizeof(FusedMisc), 16)) : 32;
+  const int misc = pl.mode == kModeFused ? static_cast<int>(align_up(sizeof(cuda::RunningTopk), 16)) : 32;
   pl.off_buf = pl.off_misc + misc;
   pl.smem = pl.off_buf;
   if (pl.mode == kModeAdmit) pl.smem += kAdmitBufBytes;  // warp buffers

@@ -26,10 +26,10 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "candidate_compaction.cuh"
 #include "cuda/async_copy.cuh"
 #include "cuda/fp8_mma.cuh"
 #include "cuda/fused_threshold.cuh"
+#include "cuda/running_topk.cuh"
 #include "cuda/kernel_span.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
@@ -112,16 +112,6 @@ struct ScoreArgs {
   int span;  // this pass's slot
 };
 
-// Shared bookkeeping of the fused mode.
-constexpr int kFusedDigit = 10;
-struct FusedMisc {
-  cuda::SelectScratch sel;
-  int hist[1 << kFusedDigit];
-  int count;
-  uint32_t tau;
-};
-
-constexpr int kCompactPer = 8;  // buffer entries per thread per compaction round
 // Admit mode: candidates each warp gathers in shared memory before it reserves room in the
 // token's list (one global atomic per flush: an atomic's round trip per stage costs more).
 // A stage adds at most 32 per warp (one token per CTA, one score per lane), so the buffer holds
@@ -165,7 +155,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   uint8_t* sq = smem + a.off_q;
   float2* scoef = reinterpret_cast<float2*>(smem + a.off_coef);
   int* stok = reinterpret_cast<int*>(smem + a.off_tok);  // [0, 32): row, [32, 64): visible
-  FusedMisc& misc = *reinterpret_cast<FusedMisc*>(smem + a.off_misc);
+  cuda::RunningTopk& misc = *reinterpret_cast<cuda::RunningTopk*>(smem + a.off_misc);  // fused mode
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int g = lane >> 2, c = lane & 3;
@@ -191,10 +181,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     stok[tid] = row;
     stok[kMaxGroup + tid] = vis;
   }
-  if (MODE == kModeFused && tid == 0) {
-    misc.count = 0;
-    misc.tau = 1;
-  }
+  if (MODE == kModeFused) cuda::running_topk_clear(misc);
   if (MODE == kModeSample && chunk == 0 && tid == 0 && t0 < a.tokens) a.row_total[t0] = 0;  // for the admission pass
   // The fused path's passes follow each other with programmatic dependent launch: the next
   // pass may start now; it reads this one's output after its pdl_wait.
@@ -362,18 +349,6 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     wbuf_n += __popc(m);
   };
 
-  // Keeps the `keep` best of the buffer and raises the admission threshold.
-  auto compact = [&](int keep) {
-    int kept = 0;
-    const uint64_t thr = compact_candidates<kThreads, kFusedDigit, 256, kCompactPer>(bkeys, bpos, misc.count, keep,
-                                                                                     misc.sel, misc.hist, &kept);
-    if (tid == 0) {
-      misc.count = kept;
-      misc.tau = static_cast<uint32_t>(thr >> 32);
-    }
-    __syncthreads();
-  };
-
 
   for (int gi = 0; gi < a.group; ++gi) {
     const int row = stok[gi];
@@ -503,13 +478,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
         else __syncwarp();
         issue(issue_slot);
         cuda::cp_async_commit();
-        if (MODE == kModeFused) {
-          // Every thread reads the count before any warp appends again (barrier), so the
-          // decision is uniform.
-          const bool full = misc.count > a.capb - kStageTokens;
-          __syncthreads();
-          if (full) compact(a.topk);
-        }
+        if (MODE == kModeFused) cuda::running_topk_keep_room<kThreads>(misc, bkeys, bpos, a.capb, kStageTokens, a.topk);
 
         const int64_t sbase = s_begin + static_cast<int64_t>(it) * kStageTokens;
         const uint8_t* kt = sk + slot * kKStageBytes;
@@ -623,24 +592,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
           } else if (MODE == kModeKeys) {
             a.keys[static_cast<int64_t>(t) * a.keys_ld + my_s] = vis ? cuda::score_key(score) : 0u;
           } else {
-            const uint32_t key = vis ? cuda::score_key(score) : 0u;
-            const int pass = (key != 0u && key >= misc.tau) ? 1 : 0;
-            // Slots: warp inclusive scan, one atomic by lane 31 (the pattern that fixed the
-            // top-k kernel's collection; see docs/kernels/indexer.md, "Known issues").
-            int incl = pass;
-#pragma unroll
-            for (int o = 1; o < 32; o <<= 1) {
-              const int y = __shfl_up_sync(0xffffffffu, incl, o);
-              if (lane >= o) incl += y;
-            }
-            int wbase = 0;
-            if (lane == 31 && incl > 0) wbase = atomicAdd(&misc.count, incl);
-            wbase = __shfl_sync(0xffffffffu, wbase, 31);
-            if (pass) {
-              const int idx = wbase + incl - 1;
-              bkeys[idx] = key;
-              bpos[idx] = static_cast<int32_t>(my_s);
-            }
+            cuda::running_topk_offer(misc, bkeys, bpos, vis ? cuda::score_key(score) : 0u, static_cast<int32_t>(my_s));
           }
         }
         // Room for the next stage's admissions (group == 1: token t0).
@@ -689,16 +641,8 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
 
   if (MODE == kModeFused) {
     __syncthreads();
-    if (misc.count > a.topk) compact(a.topk);
-    const int n = misc.count;
-    const int t = t0;  // group == 1
-    if (t < a.tokens) {
-      const int64_t base = (static_cast<int64_t>(t) * a.num_chunks + chunk) * a.topk;
-      for (int i = tid; i < a.topk; i += kThreads) {
-        a.cand_keys[base + i] = i < n ? bkeys[i] : 0u;
-        a.cand_pos[base + i] = i < n ? bpos[i] : -1;
-      }
-    }
+    const int64_t base = (static_cast<int64_t>(t0) * a.num_chunks + chunk) * a.topk;  // group == 1
+    if (t0 < a.tokens) cuda::running_topk_write<kThreads>(misc, bkeys, bpos, a.topk, a.cand_keys + base, a.cand_pos + base);
   }
   cuda::span_end(a.spans, a.span, span_t0);
 }

@@ -21,8 +21,6 @@
 namespace latte::hopper_indexer {
 namespace {
 
-constexpr int kMaxTopk = 4096;
-
 Capabilities indexer_capabilities() {
   Capabilities caps;
   caps.ops = {Op::indexer_logits, Op::indexer_topk};
@@ -34,14 +32,15 @@ Capabilities indexer_capabilities() {
   caps.block_size = IntRule::at_least(1);
   caps.topk = IntRule::range(1, kMaxTopk);
   caps.workspace =
-      "indexer_logits: none; indexer_topk: u32 keys for min(T * 131072, 64M) positions (at least "
-      "524288), plus the larger of the split top-k's candidate lists (T <= SMs / 8) and the fused "
-      "path's samples and candidate lists (72 KB per token, up to 512 tokens)";
+      "indexer_logits: none; indexer_topk: the larger of the unfused path's u32 keys for min(T * "
+      "131072, 64M) positions (at least 524288) plus the split top-k's candidate lists (T <= SMs / 8), "
+      "and the fused path's samples and candidate lists (72 KB per token, up to 512 tokens) plus its "
+      "repair pass's topk candidates per CTA (about 2 CTAs per SM; no [T, L] keys)";
   caps.notes =
       "wgmma e4m3 (sm_90a instructions: H100 / H200 only); index heads padded to a power of two "
       ">= 8, one query token per CTA; K pages by TMA for block sizes 8, 16, 32 and multiples of 64, "
-      "by cp.async otherwise; indexer_topk: fused (sample, admission, repair, exact top-k of the "
-      "candidates) at 128K+ positions, at 64K+ for up to 24 query tokens and 32K+ for up to 8, else unfused (score "
+      "by cp.async otherwise; indexer_topk: fused (sample, admission, repair by running top-k buffers, exact "
+      "top-k of the candidates; O(T * topk) memory) at 128K+ positions, at 64K+ for up to 24 query tokens and 32K+ for up to 8, else unfused (score "
       "keys in the workspace, then the exact radix top-k; tokens in slices when the workspace is short); "
       "bf16 queries: cuda.indexer";
   return caps;

@@ -24,6 +24,7 @@
 #include "cuda/kernel_span.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
+#include "cuda/running_topk.cuh"
 #include "cuda/sm90a_wgmma.cuh"
 
 namespace latte::hopper_indexer {
@@ -36,9 +37,10 @@ constexpr int kTileBytes = kTileTokens * 128;
 // What a score kernel writes (its OUT template parameter).
 enum ScoreOut : int {
   kOutLogits = 0,  // f32 logits (indexer_logits)
-  kOutKeys = 1,    // u32 score keys (indexer_topk's unfused path; the fused path's repair)
+  kOutKeys = 1,    // u32 score keys (indexer_topk's unfused path)
   kOutSample = 2,  // the fused path's sample pass: keys at `samples` evenly spaced positions (cp.async kernel)
   kOutAdmit = 3,   // the fused path's admission: candidates >= the token's threshold into its list (TMA kernel)
+  kOutRepair = 4,  // the fused path's repair: each CTA's topk best candidates, for failed tokens (cp.async kernel)
 };
 
 // The per-warp candidate buffer of the admission epilogue: a stage adds at most 16 per warp
@@ -57,8 +59,10 @@ struct LogitsArgs {
   int piece_rows;   // TMA kernel: rows of one copy, min(block_size, 64)
   // The fused path (topk_launch.cpp). kOutSample: `samples` keys per token into keys (lg_st =
   // samples), the token's count zeroed. kOutAdmit: tau from those keys (written to row_tau),
-  // candidates into list_keys / list_pos (list_cap per token), row_count incremented. kOutKeys
-  // with gate_count set (the repair pass): only tokens whose admission failed.
+  // candidates into list_keys / list_pos (list_cap per token), row_count incremented.
+  // kOutRepair: only tokens whose admission failed (row_count, row_tau); each CTA keeps a running
+  // buffer of repair_cap candidates in shared memory and writes its topk best to
+  // cand_keys / cand_pos [T, chunks, topk].
   int samples;
   int topk;
   int debug;  // LATTE_HOPPER_INDEXER_DEBUG: 4 / 8 force the repair (cuda::fused_sample_rank)
@@ -68,7 +72,9 @@ struct LogitsArgs {
   uint32_t* list_keys;
   int32_t* list_pos;
   int list_cap;
-  const int* gate_count;
+  int repair_cap;
+  uint32_t* cand_keys;
+  int32_t* cand_pos;
   unsigned long long* spans;  // LATTE_CUDA_TOPK_PROF=1: kernel spans (cuda/kernel_span.cuh), else null
   int span;                   // the span slot of this pass
 };
@@ -298,6 +304,20 @@ __device__ __forceinline__ void admit_scores(const float (&acc)[NR][NI / 2], con
     ad.fill += __popc(mask);
     if (ad.fill > kAdmitBuffer - 16) flush_candidates(a, w.t, ad, lane);
   }
+}
+
+// The repair epilogue: this thread's rows of the tile that are visible and before c1 are offered
+// to the CTA's running top-k buffer (keys, pos; cuda/running_topk.cuh). A stage offers at most 64.
+template <int NI, int NR, typename Coef>
+__device__ __forceinline__ void offer_scores(const float (&acc)[NR][NI / 2], const Coef& coef, const TokenChunk& w,
+                                             int pos_a, float sc_a, float sc_b, bool ok_a, bool ok_b, int lane,
+                                             cuda::RunningTopk& run, uint32_t* keys, int32_t* pos) {
+  const float2 sums = head_sums<NI, NR>(acc, coef);
+  const int c = lane & 3;
+  const int at = c == 0 ? pos_a : pos_a + 8;
+  const float score = c == 0 ? sums.x * sc_a : sums.y * sc_b;
+  const bool vis = c < 2 && (c == 0 ? ok_a : ok_b) && at < w.vis && at < w.c1;
+  cuda::running_topk_offer(run, keys, pos, vis ? cuda::score_key(score) : 0u, at);
 }
 
 // -inf at positions [from, c1) of the token's logits row (past the stages computed). Other

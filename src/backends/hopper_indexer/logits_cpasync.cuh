@@ -4,7 +4,9 @@
 // (logits_common.cuh). The TMA kernel (logits_tma.cuh) takes the block sizes it can copy a
 // page piece at a time; this one takes the rest (block sizes below 8 or not dividing 64 or
 // divisible by it), at a higher instruction cost per position, and the fused path's sample
-// pass (kOutSample: the rows of a stage are sampled positions, not consecutive ones).
+// pass (kOutSample: the rows of a stage are sampled positions, not consecutive ones) and repair
+// pass (kOutRepair: a running top-k buffer per CTA, whose every thread takes part in each
+// stage's barrier).
 #pragma once
 
 #include "logits_common.cuh"
@@ -15,9 +17,11 @@ constexpr int kCpAsyncThreads = 128;
 constexpr int kCpAsyncStages = 3;  // 3, 4 and 6 measured: 3 fastest (B = 32 x 32K, H_i 32 / 64)
 
 // Shared memory: queries, the stages' K tiles, scales, validity flags, block ids and offsets,
-// coef per column; plus 1024 bytes of alignment.
-__host__ __device__ constexpr int cpasync_smem_bytes(int columns) {
-  return 1024 + columns * 128 + kCpAsyncStages * (kTileBytes + kTileTokens * (4 + 1 + 4 + 4)) + columns * 4;
+// coef per column; kOutRepair: the running buffer's state and its repair_cap entries; plus 1024
+// bytes of alignment.
+__host__ __device__ constexpr int cpasync_smem_bytes(int columns, int repair_cap = 0) {
+  return 1024 + columns * 128 + kCpAsyncStages * (kTileBytes + kTileTokens * (4 + 1 + 4 + 4)) + columns * 4 +
+         (repair_cap > 0 ? static_cast<int>(sizeof(cuda::RunningTopk)) + repair_cap * 8 : 0);
 }
 
 template <int OUT, int NI, int NR>
@@ -34,6 +38,10 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
   int* sbt = reinterpret_cast<int*>(sok + S * kTileTokens);  // block id ring
   int* sbo = sbt + S * kTileTokens;                            // offset in the block
   float* scoef = reinterpret_cast<float*>(sbo + S * kTileTokens);
+  // kOutRepair: the running buffer (16-byte aligned: everything before it is a multiple of 32 bytes).
+  cuda::RunningTopk& run = *reinterpret_cast<cuda::RunningTopk*>(scoef + NC);
+  uint32_t* run_keys = reinterpret_cast<uint32_t*>(&run + 1);
+  int32_t* run_pos = reinterpret_cast<int32_t*>(run_keys + a.repair_cap);
   const uint32_t sq_s = cuda::smem_addr(sq), stiles_s = cuda::smem_addr(stiles);
   const cuda::IndexerProblem& p = a.p;
 
@@ -42,6 +50,16 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
   if (a.spans != nullptr && threadIdx.x == 0) span_t0 = cuda::span_begin(a.spans, a.span);
   const TokenChunk w = token_chunk<OUT>(a);
   const int s_end = w.s_end, nst = w.nst;
+  if constexpr (OUT == kOutRepair) {
+    // Only the tokens whose admission failed (every thread takes the same branch). Launched
+    // dependent on the admission pass: its counts and thresholds after the wait.
+    cuda::pdl_wait();
+    if (!cuda::fused_needs_repair(a.row_count[w.t], a.row_tau[w.t], a.list_cap, a.topk)) {
+      if (a.spans != nullptr && threadIdx.x == 0) cuda::span_end(a.spans, a.span, span_t0);
+      return;
+    }
+    cuda::running_topk_clear(run);  // published by the barrier after the query staging
+  }
   if constexpr (OUT == kOutSample) {
     // The admission pass after it may start at once (its producers copy K, its consumers wait
     // for this grid before reading the samples). The token's candidate count is cleared here.
@@ -126,13 +144,25 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
       wg::fence_proxy_async_smem();
       __syncthreads();  // stage it landed for every thread; stage it - 1's slot is free
       issue(it + S - 1);
+      // The barrier above ordered the previous stage's offers: room for this stage's 64.
+      if constexpr (OUT == kOutRepair)
+        cuda::running_topk_keep_room<kCpAsyncThreads>(run, run_keys, run_pos, a.repair_cap, kTileTokens, a.topk);
       const int slot = it % S;
       tile_scores<NI, NR>(acc, stiles_s + slot * kTileBytes, sq_s);
-      write_scores<OUT, NI, NR>(acc, a, coef, w, w.c0 + it * kTileTokens + ra, sscale[slot * kTileTokens + ra],
-                                 sscale[slot * kTileTokens + ra + 8], sok[slot * kTileTokens + ra] != 0,
-                                 sok[slot * kTileTokens + ra + 8] != 0, lane);
+      const int pos_a = w.c0 + it * kTileTokens + ra;
+      const float sc_a = sscale[slot * kTileTokens + ra], sc_b = sscale[slot * kTileTokens + ra + 8];
+      const bool ok_a = sok[slot * kTileTokens + ra] != 0, ok_b = sok[slot * kTileTokens + ra + 8] != 0;
+      if constexpr (OUT == kOutRepair) offer_scores<NI, NR>(acc, coef, w, pos_a, sc_a, sc_b, ok_a, ok_b, lane, run, run_keys, run_pos);
+      else write_scores<OUT, NI, NR>(acc, a, coef, w, pos_a, sc_a, sc_b, ok_a, ok_b, lane);
     }
     cuda::cp_async_wait<0>();
+  }
+  if constexpr (OUT == kOutRepair) {
+    // The CTA's topk best into its slot of the token's row [chunks, topk] (gridDim.x = T x chunks).
+    __syncthreads();
+    const int chunks = static_cast<int>(gridDim.x / static_cast<unsigned>(p.tokens));
+    const int64_t base = (static_cast<int64_t>(w.t) * chunks + blockIdx.x / static_cast<unsigned>(p.tokens)) * a.topk;
+    cuda::running_topk_write<kCpAsyncThreads>(run, run_keys, run_pos, a.topk, a.cand_keys + base, a.cand_pos + base);
   }
   fill_invisible<OUT>(a, w, w.c0 + nst * kTileTokens, tid, kCpAsyncThreads);
   if (a.spans != nullptr && threadIdx.x == 0) cuda::span_end(a.spans, a.span, span_t0);

@@ -13,6 +13,7 @@
 namespace latte::hopper_indexer {
 
 constexpr int kMaxHeads = 128;
+constexpr int kMaxTopk = 4096;  // indexer_topk's largest topk (the repair pass's buffer in shared memory)
 
 // logits [T, logits_len] f32 with strides (ld_t, ld_s). Needs e4m3 queries (p.q_fp8) and an
 // sm_90 device; throws latte::Error otherwise.
@@ -37,6 +38,8 @@ struct FusedBuffers {
   uint32_t* list_keys = nullptr;    // [T, list_cap]
   int32_t* list_pos = nullptr;      // [T, list_cap]
   int list_cap = 0;
+  uint32_t* cand_keys = nullptr;    // [T, repair_split(...).chunks, topk]: the repair pass's output
+  int32_t* cand_pos = nullptr;
   int topk = 0;
   int debug = 0;  // 4 / 8: force the repair (LATTE_HOPPER_INDEXER_DEBUG, tests)
   // Programmatic dependent launches: the admission pass on the sample pass (pdl_admit), the
@@ -62,10 +65,23 @@ void launch_sample_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, i
 // samples (into f.tau), the scores at or above it into the token's list (f.count past
 // f.list_cap: the list overflowed).
 void launch_admit_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream);
-// The repair pass (the keys kernel, launched dependent on the admission pass): score keys
-// [T, keys_ld] of the tokens whose admission failed (cuda::fused_needs_repair) only.
-void launch_repair_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, uint32_t* keys, int64_t keys_ld,
-                         int sm_count, void* stream);
+// The repair pass's cut: each token's positions in `chunks` chunks of chunk_len (a multiple of
+// 64) positions, a CTA each; about two CTAs per SM over all tokens, each chunk at least 2 * topk
+// positions. Its output, [T, chunks, topk] candidates, is O(T * topk + SMs * topk).
+struct RepairSplit {
+  int chunk_len = 0;
+  int chunks = 0;
+};
+[[nodiscard]] RepairSplit repair_split(int64_t tokens, int64_t max_len, int topk, int sm_count);
+// A repair CTA's running buffer (shared memory): the cp.async kernel compacts it to topk
+// before a stage could overflow it.
+[[nodiscard]] constexpr int repair_cap(int topk) { return (2 * topk + 1024 + 31) / 32 * 32; }
+
+// The repair pass (the cp.async kernel, launched dependent on the admission pass): for the tokens
+// whose admission failed (cuda::fused_needs_repair) only, each CTA's topk best candidates of its
+// chunk (a running top-k buffer in shared memory, cuda/running_topk.cuh) into f.cand_keys /
+// f.cand_pos; no [T, L] keys.
+void launch_repair_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream);
 
 // Kernel::describe() text: the matrix path, the kernel and its copies for this block size, the
 // columns of a CTA, the output (keys: u32 score keys, else f32 logits).

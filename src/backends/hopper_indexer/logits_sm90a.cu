@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <tuple>
 #include <mutex>
 #include <string>
 
@@ -69,11 +70,13 @@ void with_columns(int columns, F&& f) {
   }
 }
 
-// The kernel instance of a plan: its function pointer, threads and shared memory.
+// The kernel instance of a plan: its function pointer, threads and shared memory (smem_max: the
+// most any call of it takes, the repair pass's depending on topk).
 struct KernelRef {
   const void* fn = nullptr;
   int threads = 0;
   int smem = 0;
+  int smem_max = 0;
 };
 
 template <int OUT, int S>
@@ -81,49 +84,55 @@ struct TmaRef {
   KernelRef* out;
   template <int NI, int NR>
   void run() const {
-    *out = KernelRef{reinterpret_cast<const void*>(&logits_tma_kernel<OUT, NI, NR, S>), kTmaThreads,
-                     tma_smem_bytes(NI * NR, S, OUT)};
+    const int smem = tma_smem_bytes(NI * NR, S, OUT);
+    *out = KernelRef{reinterpret_cast<const void*>(&logits_tma_kernel<OUT, NI, NR, S>), kTmaThreads, smem, smem};
   }
 };
 
 template <int OUT>
 struct CpAsyncRef {
   KernelRef* out;
+  int topk;  // kOutRepair: sizes the running buffer
   template <int NI, int NR>
   void run() const {
+    const bool repair = OUT == kOutRepair;
     *out = KernelRef{reinterpret_cast<const void*>(&logits_cpasync_kernel<OUT, NI, NR>), kCpAsyncThreads,
-                     cpasync_smem_bytes(NI * NR)};
+                     cpasync_smem_bytes(NI * NR, repair ? repair_cap(topk) : 0),
+                     cpasync_smem_bytes(NI * NR, repair ? repair_cap(kMaxTopk) : 0)};
   }
 };
 
 // The kernel writing `out` (ScoreOut): the TMA kernel (logits, keys, admission) or the cp.async
-// kernel (logits, keys, samples).
-KernelRef kernel_of(bool tma, int padded_heads, int out) {
+// kernel (logits, keys, samples, repair).
+KernelRef kernel_of(bool tma, int padded_heads, int out, int topk) {
   KernelRef k;
   if (tma) {
     if (out == kOutKeys) with_columns(padded_heads, TmaRef<kOutKeys, kTmaStages>{&k});
     else if (out == kOutAdmit) with_columns(padded_heads, TmaRef<kOutAdmit, kTmaStages>{&k});
     else with_columns(padded_heads, TmaRef<kOutLogits, kTmaStages>{&k});
   } else {
-    if (out == kOutKeys) with_columns(padded_heads, CpAsyncRef<kOutKeys>{&k});
-    else if (out == kOutSample) with_columns(padded_heads, CpAsyncRef<kOutSample>{&k});
-    else with_columns(padded_heads, CpAsyncRef<kOutLogits>{&k});
+    if (out == kOutKeys) with_columns(padded_heads, CpAsyncRef<kOutKeys>{&k, topk});
+    else if (out == kOutSample) with_columns(padded_heads, CpAsyncRef<kOutSample>{&k, topk});
+    else if (out == kOutRepair) with_columns(padded_heads, CpAsyncRef<kOutRepair>{&k, topk});
+    else with_columns(padded_heads, CpAsyncRef<kOutLogits>{&k, topk});
   }
   return k;
 }
 
-// Raises the kernel's shared-memory limit once per (kernel, device) and returns its resident
-// CTAs per SM, cached (the occupancy query costs microseconds of host time per launch).
+// Raises the kernel's shared-memory limit to its most once per (kernel, device) and returns its
+// resident CTAs per SM at k.smem, cached (the occupancy query costs microseconds of host time
+// per launch).
 int prepare(const KernelRef& k) {
   int device = 0;
   LATTE_CUDA_TRY(cudaGetDevice(&device));
   static std::mutex mu;
-  static std::map<std::pair<const void*, int>, int> cache;
+  static std::map<std::tuple<const void*, int, int>, int> cache;
   const std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(k.fn, device);
+  const auto key = std::make_tuple(k.fn, device, k.smem);
   const auto it = cache.find(key);
   if (it != cache.end()) return it->second;
-  LATTE_CUDA_TRY(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem));
+  // Every cached entry of (fn, device) raised the limit already; setting it again is harmless.
+  LATTE_CUDA_TRY(cudaFuncSetAttribute(k.fn, cudaFuncAttributeMaxDynamicSharedMemorySize, k.smem_max));
   int n = 0;
   LATTE_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, k.fn, k.threads, k.smem));
   n = std::max(1, n);
@@ -177,15 +186,23 @@ struct LogitsPlan {
   int ctas_per_sm = 0;
 };
 
-LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count, int out) {
+LogitsPlan plan_logits(const cuda::IndexerProblem& p, int64_t logits_len, int sm_count, int out, int topk = 0) {
   LogitsPlan pl;
   while (pl.padded_heads < p.heads) pl.padded_heads *= 2;
-  // The sample pass gathers scattered positions: the cp.async kernel; the admission pass: the TMA kernel.
-  pl.tma = out == kOutAdmit || (out != kOutSample && tma_block_size(p.block_size) && !cpasync_forced());
+  // The sample pass gathers scattered positions and the repair pass needs every thread at each
+  // stage's barrier: the cp.async kernel; the admission pass: the TMA kernel.
+  pl.tma = out == kOutAdmit ||
+           (out != kOutSample && out != kOutRepair && tma_block_size(p.block_size) && !cpasync_forced());
   pl.piece_rows = pl.tma ? std::min(p.block_size, kTileTokens) : 0;
   pl.stages = pl.tma ? kTmaStages : kCpAsyncStages;
-  pl.kernel = kernel_of(pl.tma, pl.padded_heads, out);
+  pl.kernel = kernel_of(pl.tma, pl.padded_heads, out, topk);
   pl.ctas_per_sm = sm_count > 0 ? prepare(pl.kernel) : 0;
+  if (out == kOutRepair) {
+    const RepairSplit r = repair_split(p.tokens, logits_len, topk, sm_count);
+    pl.chunk_len = r.chunk_len;
+    pl.num_chunks = r.chunks;
+    return pl;
+  }
   // Chunks of positions: one full wave when the tokens are fewer than the CTA slots (decode),
   // about four waves otherwise (prefill).
   const int64_t slots = static_cast<int64_t>(std::max(1, sm_count)) * std::max(1, pl.ctas_per_sm);
@@ -220,7 +237,7 @@ void require_problem(const cuda::IndexerProblem& p, int64_t row_len) {
 // kOutSample); `pdl`: launched dependent on the previous kernel in the stream (the fused path).
 void launch_scores(const cuda::IndexerProblem& p, LogitsArgs a, int out, int64_t row_len, int sm_count, bool pdl,
                    void* stream) {
-  const LogitsPlan pl = plan_logits(p, row_len, sm_count, out);
+  const LogitsPlan pl = plan_logits(p, row_len, sm_count, out, a.topk);
   const int64_t grid = static_cast<int64_t>(p.tokens) * pl.num_chunks;
   if (grid >= (int64_t{1} << 31)) {
     throw Error(ErrorCode::unsupported, "hopper.indexer: the problem needs more than 2^31 CTAs; split the batch");
@@ -253,6 +270,17 @@ void launch_scores(const cuda::IndexerProblem& p, LogitsArgs a, int out, int64_t
 }
 
 }  // namespace
+
+RepairSplit repair_split(int64_t tokens, int64_t max_len, int topk, int sm_count) {
+  const int64_t len = std::max<int64_t>(1, max_len);
+  const int64_t by_ctas = ceil_div(2 * static_cast<int64_t>(std::max(1, sm_count)), std::max<int64_t>(1, tokens));
+  const int64_t by_len = std::max<int64_t>(1, len / (2 * static_cast<int64_t>(std::max(1, topk))));
+  const int64_t chunks = std::min(by_ctas, by_len);
+  RepairSplit r;
+  r.chunk_len = static_cast<int>(ceil_div(ceil_div(len, chunks), kTileTokens) * kTileTokens);
+  r.chunks = static_cast<int>(ceil_div(len, r.chunk_len));
+  return r;
+}
 
 void launch_logits_sm90a(const cuda::IndexerProblem& p, float* logits, int64_t ld_t, int64_t ld_s,
                          int64_t logits_len, int sm_count, void* stream) {
@@ -298,6 +326,9 @@ LogitsArgs fused_args(const FusedBuffers& f, int span) {
   a.list_keys = f.list_keys;
   a.list_pos = f.list_pos;
   a.list_cap = f.list_cap;
+  a.repair_cap = repair_cap(f.topk);
+  a.cand_keys = f.cand_keys;
+  a.cand_pos = f.cand_pos;
   return a;
 }
 
@@ -329,14 +360,13 @@ void launch_admit_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, in
   launch_scores(p, fused_args(f, 2), kOutAdmit, p.max_len(), sm_count, f.pdl_admit, stream);
 }
 
-void launch_repair_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, uint32_t* keys, int64_t keys_ld,
-                         int sm_count, void* stream) {
+void launch_repair_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream) {
   if (p.tokens == 0) return;
-  LogitsArgs a = fused_args(f, 3);
-  a.keys = keys;
-  a.lg_st = keys_ld;
-  a.gate_count = f.count;
-  launch_scores(p, a, kOutKeys, p.max_len(), sm_count, f.pdl, stream);
+  if (f.topk < 1 || f.topk > kMaxTopk) {
+    throw Error(ErrorCode::invalid_argument, "hopper.indexer: the fused repair pass takes topk 1.." +
+                                                 std::to_string(kMaxTopk) + ", not " + std::to_string(f.topk));
+  }
+  launch_scores(p, fused_args(f, 3), kOutRepair, p.max_len(), sm_count, f.pdl, stream);
 }
 
 std::string describe_scores(int heads, int block_size, bool keys) {

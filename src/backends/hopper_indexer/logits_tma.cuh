@@ -67,12 +67,6 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
   if (a.spans != nullptr && threadIdx.x == 0) span_t0 = cuda::span_begin(a.spans, a.span);
   const TokenChunk w = token_chunk(a);
   const int s_end = w.s_end, nst = w.nst;
-  if (OUT == kOutKeys && a.gate_count != nullptr) {
-    // The fused path's repair pass: only the tokens whose admission failed (every thread takes
-    // the same branch). Launched dependent on the admission pass: its counts after the wait.
-    cuda::pdl_wait();
-    if (!cuda::fused_needs_repair(a.gate_count[w.t], a.row_tau[w.t], a.list_cap, a.topk)) return;
-  }
 
   if (tid == 32) {
     for (int s = 0; s < S; ++s) {

@@ -34,12 +34,13 @@ int64_t keys_ld(const cuda::IndexerProblem& p) { return (std::max<int64_t>(1, p.
 // path: at 256K, 1024 samples would expect about 6K candidates, too near the list capacity).
 int fused_samples(const cuda::IndexerProblem& p) { return p.max_len() <= 131072 ? 1024 : kMaxSamples; }
 
-// The fused path's buffers of n tokens after their keys: samples, tau, counts, lists.
+// The fused path's buffers of n tokens: samples, tau, counts, lists, and the repair pass's
+// output (cand_entries (key, position) pairs: T x chunks x topk).
 struct FusedLayout {
-  std::size_t samples = 0, tau = 0, count = 0, list_keys = 0, list_pos = 0, total = 0;
+  std::size_t samples = 0, tau = 0, count = 0, list_keys = 0, list_pos = 0, cand_keys = 0, cand_pos = 0, total = 0;
 };
 
-FusedLayout fused_layout(int64_t n, int samples, int list_cap) {
+FusedLayout fused_layout(int64_t n, int samples, int list_cap, std::size_t cand_entries) {
   FusedLayout f;
   const auto N = static_cast<std::size_t>(n);
   std::size_t off = 0;
@@ -53,6 +54,8 @@ FusedLayout fused_layout(int64_t n, int samples, int list_cap) {
   f.count = take(N * 4);
   f.list_keys = take(N * list_cap * 4);
   f.list_pos = take(N * list_cap * 4);
+  f.cand_keys = take(cand_entries * 4);
+  f.cand_pos = take(cand_entries * 4);
   f.total = off;
   return f;
 }
@@ -72,11 +75,17 @@ int env_debug() {
   return v ? std::atoi(v) : 0;
 }
 
-// The fused path's workspace for all of p's tokens at once: their keys (the repair pass's), then
-// the fused buffers.
-std::size_t fused_bytes(const cuda::IndexerProblem& p, int topk) {
-  const int cap = cuda::plan_topk(p.max_len(), topk).cap;
-  return align_up(static_cast<std::size_t>(p.tokens) * keys_ld(p) * 4) + fused_layout(p.tokens, fused_samples(p), cap).total;
+// The repair pass's candidates of p's tokens: T x chunks x topk.
+std::size_t repair_entries(const cuda::IndexerProblem& p, int topk, int sm_count) {
+  const RepairSplit r = repair_split(p.tokens, p.max_len(), topk, sm_count);
+  return static_cast<std::size_t>(p.tokens) * r.chunks * topk;
+}
+
+// The fused path's workspace for all of p's tokens at once: O(T * topk) plus the repair pass's
+// O(SMs * topk), whatever the context length.
+FusedLayout fused_layout_of(const cuda::IndexerProblem& p, int topk, int sm_count) {
+  return fused_layout(p.tokens, fused_samples(p), cuda::plan_topk(p.max_len(), topk).cap,
+                      repair_entries(p, topk, sm_count));
 }
 
 }  // namespace
@@ -104,8 +113,12 @@ std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count) {
   const int64_t t = std::max<int64_t>(1, tokens);
   const std::size_t keys = std::clamp(static_cast<std::size_t>(t) * kKeysLenHint * 4, kOneLongRow, kKeysCap);
   const std::size_t split = cuda::split_workspace_bound(t, 2 * kKeysLenHint, std::max(1, topk), sm_count);
-  const std::size_t fused = fused_layout(std::min(t, kFusedTokensBound), kMaxSamples, kListCapBound).total;
-  return keys + std::max(split, fused);
+  // The repair pass's chunks: at most ceil(2 * SMs / T) per token (repair_split).
+  const int64_t tf = std::min(t, kFusedTokensBound), k = std::max(1, topk);
+  const int64_t repair_ctas = tf * ((2 * static_cast<int64_t>(std::max(1, sm_count)) + tf - 1) / tf);
+  const std::size_t fused =
+      fused_layout(tf, kMaxSamples, kListCapBound, static_cast<std::size_t>(repair_ctas * k)).total;
+  return std::max(keys + split, fused);
 }
 
 std::size_t topk_workspace_bytes(const cuda::IndexerProblem& p, int topk, TopkPath path, int sm_count) {
@@ -113,11 +126,11 @@ std::size_t topk_workspace_bytes(const cuda::IndexerProblem& p, int topk, TopkPa
   const std::size_t unfused = align_up(static_cast<std::size_t>(p.tokens) * keys_ld(p) * 4) +
                               cuda::split_workspace_bytes(p.tokens, p.max_len(), std::max(1, topk), sm_count);
   if (path == TopkPath::unfused) return unfused;
-  const std::size_t fused = fused_bytes(p, std::max(1, topk));
+  const std::size_t fused = fused_layout_of(p, std::max(1, topk), sm_count).total;
   return path == TopkPath::fused ? fused : std::max(unfused, fused);
 }
 
-TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t workspace_bytes) {
+TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t workspace_bytes, int sm_count) {
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
   if (!fused_block_size(p.block_size)) return TopkPath::unfused;
@@ -130,7 +143,8 @@ TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t w
   const int64_t len = p.max_len();
   const bool fused_faster =
       len >= 131072 || (len >= 65536 && p.tokens <= 24) || (len >= 32768 && p.tokens <= 8);
-  return fused_faster && fused_bytes(p, topk) <= workspace_bytes ? TopkPath::fused : TopkPath::unfused;
+  return fused_faster && fused_layout_of(p, topk, sm_count).total <= workspace_bytes ? TopkPath::fused
+                                                                                    : TopkPath::unfused;
 }
 
 namespace {
@@ -156,11 +170,9 @@ void launch_unfused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, 
 
 void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, uint8_t* ws, int sm_count,
                   cudaStream_t s) {
-  const int64_t ld = keys_ld(p);
   const cuda::TopkPlan tp = cuda::plan_topk(p.max_len(), out.topk);
-  auto* keys = reinterpret_cast<uint32_t*>(ws);
-  uint8_t* fws = ws + align_up(static_cast<std::size_t>(p.tokens) * ld * 4);
-  const FusedLayout l = fused_layout(p.tokens, fused_samples(p), tp.cap);
+  const FusedLayout l = fused_layout_of(p, out.topk, sm_count);
+  uint8_t* fws = ws;
   FusedBuffers f;
   f.sample_keys = reinterpret_cast<uint32_t*>(fws + l.samples);
   f.samples = fused_samples(p);
@@ -169,13 +181,15 @@ void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, ui
   f.list_keys = reinterpret_cast<uint32_t*>(fws + l.list_keys);
   f.list_pos = reinterpret_cast<int32_t*>(fws + l.list_pos);
   f.list_cap = tp.cap;
+  f.cand_keys = reinterpret_cast<uint32_t*>(fws + l.cand_keys);
+  f.cand_pos = reinterpret_cast<int32_t*>(fws + l.cand_pos);
   f.topk = out.topk;
   f.debug = env_debug();
   f.pdl = cuda::topk_pdl_enabled();
   f.pdl_admit = f.pdl && admission_pdl(p, sm_count);
   launch_sample_sm90a(p, f, sm_count, s);
   launch_admit_sm90a(p, f, sm_count, s);
-  launch_repair_sm90a(p, f, keys, ld, sm_count, s);
+  launch_repair_sm90a(p, f, sm_count, s);
   cuda::TopkArgs list = cuda::topk_args(p, out, tp);
   list.keys = f.list_keys;
   list.cpos = f.list_pos;
@@ -185,12 +199,14 @@ void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, ui
   list.dense = 1;
   list.vec = tp.cap % 4 == 0 ? 1 : 0;
   cuda::TopkArgs repair = cuda::topk_args(p, out, tp);
-  repair.keys = keys;
-  repair.ld = ld;
-  repair.vec = 1;
+  repair.keys = f.cand_keys;
+  repair.cpos = f.cand_pos;
+  repair.ld = static_cast<int64_t>(repair_split(p.tokens, p.max_len(), out.topk, sm_count).chunks) * out.topk;
+  repair.n_fixed = repair.ld;
+  repair.vec = repair.ld % 4 == 0 ? 1 : 0;
   repair.repair_tau = f.tau;
   repair.repair_cap = tp.cap;
-  cuda::launch_fused_final_keys(list, repair, tp, f.pdl, s);
+  cuda::launch_fused_final(list, repair, tp, f.pdl, s);
 }
 
 }  // namespace
@@ -198,18 +214,18 @@ void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, ui
 void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, TopkPath path, void* workspace,
                        std::size_t workspace_bytes, int sm_count, void* stream) {
   if (p.tokens <= 0 || out.topk <= 0) return;
+  if (path == TopkPath::automatic) path = choose_topk_path(p, out.topk, workspace_bytes, sm_count);
   const std::size_t row_bytes = static_cast<std::size_t>(keys_ld(p)) * 4;
-  if (workspace == nullptr || workspace_bytes < row_bytes) {
+  if (path == TopkPath::unfused && (workspace == nullptr || workspace_bytes < row_bytes)) {
     throw Error(ErrorCode::invalid_argument,
-                "hopper.indexer: indexer_topk needs at least " + std::to_string(row_bytes) +
+                "hopper.indexer: indexer_topk's unfused path needs at least " + std::to_string(row_bytes) +
                     " bytes of workspace (one token's keys for " + std::to_string(p.max_len()) +
                     " positions), got " + std::to_string(workspace_bytes) +
                     ". Give the workspace the kernel's workspace_bytes() reports.");
   }
-  if (path == TopkPath::automatic) path = choose_topk_path(p, out.topk, workspace_bytes);
   if (path == TopkPath::fused) {
-    const std::size_t need = fused_bytes(p, out.topk);
-    if (need > workspace_bytes || !fused_block_size(p.block_size)) {
+    const std::size_t need = fused_layout_of(p, out.topk, sm_count).total;
+    if (workspace == nullptr || need > workspace_bytes || !fused_block_size(p.block_size)) {
       throw Error(ErrorCode::invalid_argument,
                   "hopper.indexer: the fused indexer_topk path needs " + std::to_string(need) +
                       " bytes of workspace (got " + std::to_string(workspace_bytes) + ") and a block size of 8, 16, 32 "
@@ -235,8 +251,8 @@ std::string describe_topk(int heads, int block_size, int topk) {
          "with cuda.indexer; tokens in slices when their keys exceed the workspace. Fused at 128K+ positions, "
          "at 64K+ for up to 24 query tokens and at 32K+ for up to 8, when the block size takes the TMA kernel "
          "and the workspace holds it: a sample pass, an admission pass "
-         "keeping each token's scores at or above a threshold from its samples, a repair pass where that failed, "
-         "the exact top-k of the candidates (LATTE_HOPPER_INDEXER_PATH=fused|unfused forces one)";
+         "keeping each token's scores at or above a threshold from its samples, a repair pass where that failed "
+         "(each CTA's topk best in a running buffer: no [T, L] keys), the exact top-k of the candidates (LATTE_HOPPER_INDEXER_PATH=fused|unfused forces one)";
 }
 
 }  // namespace latte::hopper_indexer
