@@ -598,7 +598,7 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
 // Host only: what describe() says for each head padding and block size (the wgmma n, the copy
 // kernel and why).
 // Host only: the fused path's workspace holds no [T, L] keys. It does not grow with the context
-// once the repair pass's chunks reach their bound (about 2 CTAs per SM over all tokens), and
+// once the repair pass's chunks reach their bound (about one CTA per SM over all tokens), and
 // stays far below the unfused path's keys at long contexts.
 TEST(HopperIndexerTopkPath, FusedWorkspaceIsIndependentOfTheContext) {
 #if !LATTE_HOPPER_INDEXER_BUILT

@@ -35,7 +35,7 @@ Capabilities indexer_capabilities() {
       "indexer_logits: none; indexer_topk: the larger of the unfused path's u32 keys for min(T * "
       "131072, 64M) positions (at least 524288) plus the split top-k's candidate lists (T <= SMs / 8), "
       "and the fused path's samples and candidate lists (72 KB per token, up to 512 tokens) plus its "
-      "repair pass's topk candidates per CTA (about 2 CTAs per SM; no [T, L] keys)";
+      "repair pass's topk candidates per CTA (about one CTA per SM; no [T, L] keys)";
   caps.notes =
       "wgmma e4m3 (sm_90a instructions: H100 / H200 only); index heads padded to a power of two "
       ">= 8, one query token per CTA; K pages by TMA for block sizes 8, 16, 32 and multiples of 64, "

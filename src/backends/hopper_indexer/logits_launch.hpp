@@ -66,8 +66,10 @@ void launch_sample_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, i
 // f.list_cap: the list overflowed).
 void launch_admit_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream);
 // The repair pass's cut: each token's positions in `chunks` chunks of chunk_len (a multiple of
-// 64) positions, a CTA each; about two CTAs per SM over all tokens, each chunk at least 2 * topk
-// positions. Its output, [T, chunks, topk] candidates, is O(T * topk + SMs * topk).
+// 64) positions, a CTA each; about kRepairCtasPerSm CTAs per SM over all tokens (one wave
+// where no admission failed: its CTAs only read their token's count and leave), each chunk at
+// least 2 * topk positions. Its output, [T, chunks, topk] candidates, is O(T * topk + SMs * topk).
+constexpr int kRepairCtasPerSm = 1;
 struct RepairSplit {
   int chunk_len = 0;
   int chunks = 0;

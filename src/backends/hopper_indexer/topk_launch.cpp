@@ -113,9 +113,9 @@ std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count) {
   const int64_t t = std::max<int64_t>(1, tokens);
   const std::size_t keys = std::clamp(static_cast<std::size_t>(t) * kKeysLenHint * 4, kOneLongRow, kKeysCap);
   const std::size_t split = cuda::split_workspace_bound(t, 2 * kKeysLenHint, std::max(1, topk), sm_count);
-  // The repair pass's chunks: at most ceil(2 * SMs / T) per token (repair_split).
+  // The repair pass's chunks: at most ceil(kRepairCtasPerSm * SMs / T) per token (repair_split).
   const int64_t tf = std::min(t, kFusedTokensBound), k = std::max(1, topk);
-  const int64_t repair_ctas = tf * ((2 * static_cast<int64_t>(std::max(1, sm_count)) + tf - 1) / tf);
+  const int64_t repair_ctas = tf * ((kRepairCtasPerSm * static_cast<int64_t>(std::max(1, sm_count)) + tf - 1) / tf);
   const std::size_t fused =
       fused_layout(tf, kMaxSamples, kListCapBound, static_cast<std::size_t>(repair_ctas * k)).total;
   return std::max(keys + split, fused);

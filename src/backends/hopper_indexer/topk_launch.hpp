@@ -19,7 +19,7 @@ enum class TopkPath { automatic, fused, unfused };
 // path's (keys for min(tokens * 131072, 64M) positions, at least one row of 524288, the top-k's
 // longest, plus the split top-k's lists for rows up to 262144 positions) and the fused path's
 // for up to 512 tokens (2048 samples and 8192 candidates each: 72 KB a token, plus the repair
-// pass's topk candidates of about 2 CTAs per SM; no keys).
+// pass's topk candidates of about one CTA per SM; no keys).
 [[nodiscard]] std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count);
 // Workspace this problem runs with in one pass by `path` (automatic: the larger of the two).
 [[nodiscard]] std::size_t topk_workspace_bytes(const cuda::IndexerProblem& p, int topk, TopkPath path, int sm_count);
