@@ -7,6 +7,7 @@
 // median is reported as sync_us where noted); small problems rotate over block tables that point
 // at different pages so the K bytes do not sit in L2.
 // Flags: --quick, --prefill-only, --decode32, --topk-only, --shape B,ctx,H (one decode shape).
+// Environment: LATTE_BENCH_ZERO_K=1 zeroes the K cache (all scores tie: the fused paths' worst case).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -280,6 +281,9 @@ Setup make_setup(int B, int64_t ctx, int H, int T, bool prefill) {
   s.pages = need_pages * s.rot;
   s.k = dalloc<uint8_t>(static_cast<std::size_t>(s.pages * page_bytes));
   fill_pages<<<1024, 256>>>(s.k, s.pages, s.bs, 7);
+  // LATTE_BENCH_ZERO_K=1: every K byte and scale zero, so every score ties (a zeroed cache, as in
+  // an engine's warm-up): the fused paths' admissions all overflow and every token is repaired.
+  if (std::getenv("LATTE_BENCH_ZERO_K") != nullptr) CK(cudaMemset(s.k, 0, static_cast<std::size_t>(s.pages * page_bytes)));
   std::vector<int32_t> perm(static_cast<std::size_t>(s.pages));
   for (int64_t i = 0; i < s.pages; ++i) perm[static_cast<std::size_t>(i)] = static_cast<int32_t>(i);
   uint64_t st = 12345;
