@@ -1,10 +1,13 @@
 // A CTA's running top-k candidate buffer: the fused indexer paths' repair passes (cuda.indexer's
 // score kernel in its fused mode, hopper.indexer's cp.async kernel in kOutRepair) keep the topk
-// best (key, position) pairs of the CTA's positions in O(topk) memory. Scores whose key is at
-// or above a running threshold are appended; when the buffer nears its capacity it is
-// compacted to the topk best and the topk-th key becomes the threshold. Ties between equal keys
-// are broken by the composite (key, position) order of cuda/radix_select.cuh, so the kept set
-// is exactly what the final selection would take from these positions.
+// best (key, position) pairs of the CTA's positions in O(topk) memory. Pairs whose composite
+// (key, position) (cuda/radix_select.cuh: higher key first, then the smaller position) is at or
+// above a running threshold are appended; when the buffer nears its capacity it is compacted to
+// the topk best and the topk-th composite becomes the threshold. The kept set is exactly what
+// the final selection would take from these positions. The threshold is the whole composite,
+// not its key alone: where many scores tie (a zeroed cache), a key threshold would admit every
+// later position of the tied key and compact again and again; the composite rejects the ones
+// ranked below the topk already kept.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +27,7 @@ struct alignas(16) RunningTopk {
   SelectScratch sel;
   int hist[1 << kCompactDigit];
   int count;     // entries in the buffer
-  uint32_t tau;  // keys below it are not among the topk best seen so far (1: take any)
+  uint64_t thr;  // composites below it are not among the topk best seen so far (0: take any)
 };
 
 // Compaction of a candidate buffer: keeps the `keep` best (key, position) pairs of the first n
@@ -83,16 +86,16 @@ __device__ uint64_t compact_candidates(uint32_t* keys, int32_t* pos, int n, int 
 __device__ __forceinline__ void running_topk_clear(RunningTopk& r) {
   if (threadIdx.x == 0) {
     r.count = 0;
-    r.tau = 1u;
+    r.thr = 0u;
   }
 }
 
-// Appends (key, position) of the warp's lanes whose key is non-zero (0: not visible) and at or
-// above the threshold: one shared atomic per warp. Every lane of the warp calls it; the caller
+// Appends (key, position) of the warp's lanes whose key is non-zero (0: not visible) and whose
+// composite is at or above the threshold: one shared atomic per warp. Every lane of the warp calls it; the caller
 // keeps the buffer's room for a warp's worth per call (running_topk_keep_room).
 __device__ __forceinline__ void running_topk_offer(RunningTopk& r, uint32_t* keys, int32_t* pos, uint32_t key,
                                                    int32_t position) {
-  const bool pass = key != 0u && key >= r.tau;
+  const bool pass = key != 0u && composite_key(key, static_cast<uint32_t>(position)) >= r.thr;
   const unsigned m = __ballot_sync(0xffffffffu, pass);
   if (m == 0u) return;
   const int lane = static_cast<int>(threadIdx.x & 31);
@@ -106,7 +109,7 @@ __device__ __forceinline__ void running_topk_offer(RunningTopk& r, uint32_t* key
   }
 }
 
-// Keeps the `keep` best of the buffer and raises the threshold to the keep-th key. Every thread
+// Keeps the `keep` best of the buffer and raises the threshold to the keep-th composite. Every thread
 // of the block calls it, after a barrier that ordered the appends.
 template <int THREADS>
 __device__ __forceinline__ void running_topk_compact(RunningTopk& r, uint32_t* keys, int32_t* pos, int keep) {
@@ -115,7 +118,7 @@ __device__ __forceinline__ void running_topk_compact(RunningTopk& r, uint32_t* k
       keys, pos, r.count, keep, r.sel, r.hist, &kept);
   if (threadIdx.x == 0) {
     r.count = kept;
-    r.tau = static_cast<uint32_t>(thr >> 32);
+    r.thr = thr;
   }
   __syncthreads();
 }
