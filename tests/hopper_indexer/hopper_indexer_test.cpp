@@ -548,6 +548,20 @@ TEST(HopperIndexerSelection, FirstForE4m3IndexerOpsOnSm90Only) {
   }
 }
 
+#if LATTE_HOPPER_INDEXER_BUILT
+// A decode problem of `tokens` query tokens over `len` positions (64 index heads), for the host
+// path and workspace rules.
+IndexerProblem host_problem(int tokens, int64_t len, int block_size = 64) {
+  IndexerProblem p;
+  p.tokens = tokens;
+  p.heads = 64;
+  p.block_size = block_size;
+  p.max_blocks = static_cast<int>(len / block_size);
+  p.batch = tokens;
+  return p;
+}
+#endif
+
 // Host only (runs in CI): the automatic top-k path follows the H200 measurements (fused at >= 128K,
 // at >= 64K for up to 24 tokens, at >= 32K for up to 8), needs the workspace and a TMA block
 // size, and yields to LATTE_HOPPER_INDEXER_PATH.
@@ -556,17 +570,8 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
   GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";
 #else
   using hopper_indexer::TopkPath;
-  const auto problem = [](int tokens, int64_t len, int block_size) {
-    IndexerProblem p;
-    p.tokens = tokens;
-    p.heads = 64;
-    p.block_size = block_size;
-    p.max_blocks = static_cast<int>(len / block_size);
-    p.batch = tokens;
-    return p;
-  };
   const auto path = [&](int tokens, int64_t len, int block_size = 64) {
-    const IndexerProblem p = problem(tokens, len, block_size);
+    const IndexerProblem p = host_problem(tokens, len, block_size);
     return hopper_indexer::choose_topk_path(p, 2048, hopper_indexer::topk_workspace_bound(tokens, 2048, 132), 132);
   };
   EXPECT_EQ(path(1, 8192), TopkPath::unfused);
@@ -580,7 +585,7 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
   EXPECT_EQ(path(128, 32768), TopkPath::unfused);
   EXPECT_EQ(path(128, 131072), TopkPath::fused);
   EXPECT_EQ(path(1, 131072, 48), TopkPath::unfused);  // block size 48: no TMA kernel, no admission pass
-  const IndexerProblem one = problem(1, 131072, 64);
+  const IndexerProblem one = host_problem(1, 131072);
   EXPECT_EQ(hopper_indexer::choose_topk_path(one, 2048, 530000, 132), TopkPath::unfused);  // one row of keys only
   EXPECT_GE(hopper_indexer::topk_workspace_bound(1, 2048, 132),
             hopper_indexer::topk_workspace_bytes(one, 2048, TopkPath::automatic, 132));
@@ -595,8 +600,6 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
 #endif
 }
 
-// Host only: what describe() says for each head padding and block size (the wgmma n, the copy
-// kernel and why).
 // Host only: the fused path's workspace holds no [T, L] keys. It does not grow with the context
 // once the repair pass's chunks reach their bound (about one CTA per SM over all tokens), and
 // stays far below the unfused path's keys at long contexts.
@@ -606,13 +609,7 @@ TEST(HopperIndexerTopkPath, FusedWorkspaceIsIndependentOfTheContext) {
 #else
   using hopper_indexer::TopkPath;
   const auto bytes = [](int tokens, int64_t len, TopkPath path) {
-    IndexerProblem p;
-    p.tokens = tokens;
-    p.heads = 64;
-    p.block_size = 64;
-    p.max_blocks = static_cast<int>(len / 64);
-    p.batch = tokens;
-    return hopper_indexer::topk_workspace_bytes(p, 2048, path, 132);
+    return hopper_indexer::topk_workspace_bytes(host_problem(tokens, len), 2048, path, 132);
   };
   for (const int tokens : {32, 128, 512}) {
     EXPECT_EQ(bytes(tokens, 65536, TopkPath::fused), bytes(tokens, 131072, TopkPath::fused)) << tokens << " tokens";
@@ -626,6 +623,8 @@ TEST(HopperIndexerTopkPath, FusedWorkspaceIsIndependentOfTheContext) {
 #endif
 }
 
+// Host only: what describe() says for each head padding and block size (the wgmma n, the copy
+// kernel and why).
 TEST(HopperIndexerDescribe, NamesTheColumnsAndTheCopyKernel) {
   auto be = Registry::global().find(kId);
   if (!be) GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";
