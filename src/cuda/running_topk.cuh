@@ -91,8 +91,8 @@ __device__ __forceinline__ void running_topk_clear(RunningTopk& r) {
 }
 
 // Appends (key, position) of the warp's lanes whose key is non-zero (0: not visible) and whose
-// composite is at or above the threshold: one shared atomic per warp. Every lane of the warp calls it; the caller
-// keeps the buffer's room for a warp's worth per call (running_topk_keep_room).
+// composite is at or above the threshold: one shared atomic per warp. Every lane of the warp
+// calls it; the caller keeps room for a warp's worth per call (running_topk_keep_room).
 __device__ __forceinline__ void running_topk_offer(RunningTopk& r, uint32_t* keys, int32_t* pos, uint32_t key,
                                                    int32_t position) {
   const bool pass = key != 0u && composite_key(key, static_cast<uint32_t>(position)) >= r.thr;
@@ -109,8 +109,8 @@ __device__ __forceinline__ void running_topk_offer(RunningTopk& r, uint32_t* key
   }
 }
 
-// Keeps the `keep` best of the buffer and raises the threshold to the keep-th composite. Every thread
-// of the block calls it, after a barrier that ordered the appends.
+// Keeps the `keep` best of the buffer and raises the threshold to the keep-th composite. Every
+// thread of the block calls it, after a barrier that ordered the appends.
 template <int THREADS>
 __device__ __forceinline__ void running_topk_compact(RunningTopk& r, uint32_t* keys, int32_t* pos, int keep) {
   int kept = 0;
