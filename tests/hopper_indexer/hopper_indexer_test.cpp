@@ -280,11 +280,25 @@ struct ForcePath : ScopedEnv {
   explicit ForcePath(const char* path) : ScopedEnv("LATTE_HOPPER_INDEXER_PATH", path) {}
 };
 
-// The unfused path's indices for p (the reference of the fused path's tests).
-std::vector<int32_t> unfused_topk(const Problem& p, Kernel& kernel, int topk, std::size_t ws) {
-  const ForcePath force("unfused");
-  return run_topk(p, kernel, topk, true, ws);
-}
+// The fused path held to the unfused one: p's top-k kernel, an ample workspace and the unfused
+// path's physical indices (the reference); fused() runs the fused path under whatever else the
+// test has set in the environment.
+struct FusedAgainstUnfused {
+  const Problem& p;
+  int topk;
+  std::unique_ptr<Kernel> kernel;
+  std::size_t ws;
+  std::vector<int32_t> unfused;
+  FusedAgainstUnfused(const Problem& problem, int k)
+      : p(problem), topk(k), kernel(hopper_topk_kernel(p, k)), ws(ample_workspace(p, *kernel)) {
+    const ForcePath force("unfused");
+    unfused = run_topk(p, *kernel, topk, true, ws);
+  }
+  std::vector<int32_t> fused() {
+    const ForcePath force("fused");
+    return run_topk(p, *kernel, topk, true, ws);
+  }
+};
 
 // The top-k equals the exact top-k of hopper.indexer's own logits (the keys are those logits'
 // order keys) by both paths, logical and physical; valid against cpu.reference's logits;
@@ -361,19 +375,15 @@ TEST_F(HopperIndexer, TopkFusedRepairEqualsUnfused) {
   o.heads = 64;
   o.invalid_block = true;
   const Problem p = make_problem(rng, decode_tokens({300, 5000, 20000, 70000}, 2), 4, o);
-  const int topk = 2048;
-  auto kernel = hopper_topk_kernel(p, topk);
-  const std::size_t ws = ample_workspace(p, *kernel);
-  const std::vector<int32_t> unfused = unfused_topk(p, *kernel, topk, ws);
-  const ForcePath force("fused");
-  EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused";
+  FusedAgainstUnfused check(p, 2048);
+  EXPECT_EQ(check.fused(), check.unfused) << "fused";
   for (const char* debug : {"4", "8"}) {
     const ScopedEnv env("LATTE_HOPPER_INDEXER_DEBUG", debug);
-    EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused, LATTE_HOPPER_INDEXER_DEBUG=" << debug;
+    EXPECT_EQ(check.fused(), check.unfused) << "fused, LATTE_HOPPER_INDEXER_DEBUG=" << debug;
   }
   for (const char* admit : {"off", "on"}) {
     const ScopedEnv env("LATTE_HOPPER_INDEXER_ADMIT_PDL", admit);
-    EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused, LATTE_HOPPER_INDEXER_ADMIT_PDL=" << admit;
+    EXPECT_EQ(check.fused(), check.unfused) << "fused, LATTE_HOPPER_INDEXER_ADMIT_PDL=" << admit;
   }
 }
 
@@ -391,12 +401,9 @@ TEST_F(HopperIndexer, TopkFusedRepairEveryBufferSize) {
   for (const Problem* p : {&mixed, &ties})
     for (const int topk : {1, 100, 4096}) {
       const std::string what = std::string(p == &ties ? "ties" : "mixed") + ", topk " + std::to_string(topk);
-      auto kernel = hopper_topk_kernel(*p, topk);
-      const std::size_t ws = ample_workspace(*p, *kernel);
-      const std::vector<int32_t> unfused = unfused_topk(*p, *kernel, topk, ws);
-      const ForcePath force("fused");
+      FusedAgainstUnfused check(*p, topk);
       const ScopedEnv env("LATTE_HOPPER_INDEXER_DEBUG", "4");
-      EXPECT_EQ(run_topk(*p, *kernel, topk, true, ws), unfused) << what;
+      EXPECT_EQ(check.fused(), check.unfused) << what;
     }
 }
 
@@ -407,12 +414,8 @@ TEST_F(HopperIndexer, TopkFusedLongRowsEqualsUnfused) {
   o.heads = 64;
   o.invalid_block = true;
   const Problem p = make_problem(rng, decode_tokens({131072, 120001, 131072, 99999, 131072, 65600, 131072, 128000}, 1), 8, o);
-  const int topk = 2048;
-  auto kernel = hopper_topk_kernel(p, topk);
-  const std::size_t ws = ample_workspace(p, *kernel);
-  const std::vector<int32_t> unfused = unfused_topk(p, *kernel, topk, ws);
-  const ForcePath force("fused");
-  EXPECT_EQ(run_topk(p, *kernel, topk, true, ws), unfused) << "fused";
+  FusedAgainstUnfused check(p, 2048);
+  EXPECT_EQ(check.fused(), check.unfused) << "fused";
 }
 
 // The fused path's admission pass is launched dependent on its sample pass except where the

@@ -5,6 +5,7 @@
 // for visible positions p < visible_lens[t] in a valid block, -inf elsewhere.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -70,6 +71,11 @@ void launch_admit_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, in
 // where no admission failed: its CTAs only read their token's count and leave), each chunk at
 // least 2 * topk positions. Its output, [T, chunks, topk] candidates, is O(T * topk + SMs * topk).
 constexpr int kRepairCtasPerSm = 1;
+// The most chunks per token that cut gives: ceil(kRepairCtasPerSm * SMs / T).
+[[nodiscard]] inline int64_t repair_chunks_bound(int64_t tokens, int sm_count) {
+  const int64_t t = std::max<int64_t>(1, tokens);
+  return (kRepairCtasPerSm * static_cast<int64_t>(std::max(1, sm_count)) + t - 1) / t;
+}
 struct RepairSplit {
   int chunk_len = 0;
   int chunks = 0;

@@ -273,8 +273,7 @@ void launch_scores(const cuda::IndexerProblem& p, LogitsArgs a, int out, int64_t
 
 RepairSplit repair_split(int64_t tokens, int64_t max_len, int topk, int sm_count) {
   const int64_t len = std::max<int64_t>(1, max_len);
-  const int64_t by_ctas =
-      ceil_div(kRepairCtasPerSm * static_cast<int64_t>(std::max(1, sm_count)), std::max<int64_t>(1, tokens));
+  const int64_t by_ctas = repair_chunks_bound(tokens, sm_count);
   const int64_t by_len = std::max<int64_t>(1, len / (2 * static_cast<int64_t>(std::max(1, topk))));
   const int64_t chunks = std::min(by_ctas, by_len);
   RepairSplit r;

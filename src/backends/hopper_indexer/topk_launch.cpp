@@ -35,13 +35,16 @@ int64_t keys_ld(const cuda::IndexerProblem& p) { return (std::max<int64_t>(1, p.
 int fused_samples(const cuda::IndexerProblem& p) { return p.max_len() <= 131072 ? 1024 : kMaxSamples; }
 
 // The fused path's buffers of n tokens: samples, tau, counts, lists, and the repair pass's
-// output (cand_entries (key, position) pairs: T x chunks x topk).
+// output ((key, position) pairs: n x repair_chunks x topk).
 struct FusedLayout {
   std::size_t samples = 0, tau = 0, count = 0, list_keys = 0, list_pos = 0, cand_keys = 0, cand_pos = 0, total = 0;
+  int64_t repair_chunks = 0;
 };
 
-FusedLayout fused_layout(int64_t n, int samples, int list_cap, std::size_t cand_entries) {
+FusedLayout fused_layout(int64_t n, int samples, int list_cap, int64_t repair_chunks, int topk) {
   FusedLayout f;
+  f.repair_chunks = repair_chunks;
+  const std::size_t cand_entries = static_cast<std::size_t>(n * repair_chunks) * topk;
   const auto N = static_cast<std::size_t>(n);
   std::size_t off = 0;
   auto take = [&](std::size_t bytes) {
@@ -75,17 +78,11 @@ int env_debug() {
   return v ? std::atoi(v) : 0;
 }
 
-// The repair pass's candidates of p's tokens: T x chunks x topk.
-std::size_t repair_entries(const cuda::IndexerProblem& p, int topk, int sm_count) {
-  const RepairSplit r = repair_split(p.tokens, p.max_len(), topk, sm_count);
-  return static_cast<std::size_t>(p.tokens) * r.chunks * topk;
-}
-
 // The fused path's workspace for all of p's tokens at once: O(T * topk) plus the repair pass's
 // O(SMs * topk), whatever the context length.
 FusedLayout fused_layout_of(const cuda::IndexerProblem& p, int topk, int sm_count) {
   return fused_layout(p.tokens, fused_samples(p), cuda::plan_topk(p.max_len(), topk).cap,
-                      repair_entries(p, topk, sm_count));
+                      repair_split(p.tokens, p.max_len(), topk, sm_count).chunks, topk);
 }
 
 }  // namespace
@@ -113,11 +110,9 @@ std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count) {
   const int64_t t = std::max<int64_t>(1, tokens);
   const std::size_t keys = std::clamp(static_cast<std::size_t>(t) * kKeysLenHint * 4, kOneLongRow, kKeysCap);
   const std::size_t split = cuda::split_workspace_bound(t, 2 * kKeysLenHint, std::max(1, topk), sm_count);
-  // The repair pass's chunks: at most ceil(kRepairCtasPerSm * SMs / T) per token (repair_split).
-  const int64_t tf = std::min(t, kFusedTokensBound), k = std::max(1, topk);
-  const int64_t repair_ctas = tf * ((kRepairCtasPerSm * static_cast<int64_t>(std::max(1, sm_count)) + tf - 1) / tf);
+  const int64_t tf = std::min(t, kFusedTokensBound);
   const std::size_t fused =
-      fused_layout(tf, kMaxSamples, kListCapBound, static_cast<std::size_t>(repair_ctas * k)).total;
+      fused_layout(tf, kMaxSamples, kListCapBound, repair_chunks_bound(tf, sm_count), std::max(1, topk)).total;
   return std::max(keys + split, fused);
 }
 
@@ -201,7 +196,7 @@ void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, ui
   cuda::TopkArgs repair = cuda::topk_args(p, out, tp);
   repair.keys = f.cand_keys;
   repair.cpos = f.cand_pos;
-  repair.ld = static_cast<int64_t>(repair_split(p.tokens, p.max_len(), out.topk, sm_count).chunks) * out.topk;
+  repair.ld = l.repair_chunks * out.topk;
   repair.n_fixed = repair.ld;
   repair.vec = repair.ld % 4 == 0 ? 1 : 0;
   repair.repair_tau = f.tau;
