@@ -402,8 +402,13 @@ int main(int argc, char** argv) {
   // 1,32,128 and fp8 32); LATTE_BENCH_KERNEL_TOKENS=n: every kernel made for n tokens (requests)
   // per call, as an engine makes one for its largest batch, while each call keeps its own count
   // (the plan's split and kernel follow the kernel's size). For plan sweeps.
+  // LATTE_BENCH_TOPK=n: the sparse shapes' topk (default 2048; per-CTA fixed costs show as the
+  // intercept of time against topk).
   std::vector<int> decode_tokens = {1, 32, 128}, dense_bf16 = {1, 32, 128}, dense_fp8 = {32}, kernel_tokens = {0};
+  std::vector<int> topk_env = {2048};
   if (!counts_from_env("LATTE_BENCH_TOKENS", &decode_tokens)) return 2;
+  if (std::getenv("LATTE_BENCH_TOPK") && !counts_from_env("LATTE_BENCH_TOPK", &topk_env)) return 2;
+  const int topk = topk_env.front();
   if (std::getenv("LATTE_BENCH_KERNEL_TOKENS") && !counts_from_env("LATTE_BENCH_KERNEL_TOKENS", &kernel_tokens)) return 2;
   if (std::getenv("LATTE_BENCH_DENSE_BATCHES")) {
     if (!counts_from_env("LATTE_BENCH_DENSE_BATCHES", &dense_bf16)) return 2;
@@ -413,14 +418,14 @@ int main(int argc, char** argv) {
   for (CacheFormat f : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
     const std::string fs = f == CacheFormat::bf16 ? "bf16" : "fp8";
     for (int T : decode_tokens) {
-      shapes.push_back({"glm5-tp8 decode " + fs + " T=" + std::to_string(T), false, f, 8, T, 2048, 32768, glm});
-      shapes.push_back({"glm5-tp1 decode " + fs + " T=" + std::to_string(T), false, f, 64, T, 2048, 32768, glm});
-      shapes.push_back({"dsv32 decode " + fs + " T=" + std::to_string(T), false, f, 128, T, 2048, 32768, ds});
+      shapes.push_back({"glm5-tp8 decode " + fs + " T=" + std::to_string(T), false, f, 8, T, topk, 32768, glm});
+      shapes.push_back({"glm5-tp1 decode " + fs + " T=" + std::to_string(T), false, f, 64, T, topk, 32768, glm});
+      shapes.push_back({"dsv32 decode " + fs + " T=" + std::to_string(T), false, f, 128, T, topk, 32768, ds});
     }
-    shapes.push_back({"glm5-tp1 prefill " + fs + " T=4096", false, f, 64, 4096, 2048, 32768, glm});
-    shapes.push_back({"glm5-tp8 prefill " + fs + " T=4096", false, f, 8, 4096, 2048, 32768, glm});
+    shapes.push_back({"glm5-tp1 prefill " + fs + " T=4096", false, f, 64, 4096, topk, 32768, glm});
+    shapes.push_back({"glm5-tp8 prefill " + fs + " T=4096", false, f, 8, 4096, topk, 32768, glm});
   }
-  shapes.push_back({"dsv32 prefill bf16 T=4096", false, CacheFormat::bf16, 128, 4096, 2048, 32768, ds});
+  shapes.push_back({"dsv32 prefill bf16 T=4096", false, CacheFormat::bf16, 128, 4096, topk, 32768, ds});
   for (int B : dense_bf16)
     shapes.push_back({"dsv3 dense decode bf16 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 32768, ds});
   for (int B : dense_fp8)
