@@ -407,7 +407,12 @@ int main(int argc, char** argv) {
   std::vector<int> decode_tokens = {1, 32, 128}, dense_bf16 = {1, 32, 128}, dense_fp8 = {32}, kernel_tokens = {0};
   std::vector<int> topk_env = {2048};
   if (!counts_from_env("LATTE_BENCH_TOKENS", &decode_tokens)) return 2;
-  if (std::getenv("LATTE_BENCH_TOPK") && !counts_from_env("LATTE_BENCH_TOPK", &topk_env)) return 2;
+  if (!counts_from_env("LATTE_BENCH_TOPK", &topk_env)) return 2;
+  if (topk_env.size() != 1 || topk_env.front() > 32768) {
+    std::fprintf(stderr, "LATTE_BENCH_TOPK=%s: expected one topk from 1 to 32768 (run once per topk)\n",
+                 std::getenv("LATTE_BENCH_TOPK"));
+    return 2;
+  }
   const int topk = topk_env.front();
   if (std::getenv("LATTE_BENCH_KERNEL_TOKENS") && !counts_from_env("LATTE_BENCH_KERNEL_TOKENS", &kernel_tokens)) return 2;
   if (std::getenv("LATTE_BENCH_DENSE_BATCHES")) {

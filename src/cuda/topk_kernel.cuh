@@ -24,6 +24,7 @@
 #include "cuda/pdl.cuh"
 #include "cuda/radix_select.cuh"
 #include "cuda/topk_args.hpp"
+#include "cuda/topk_launch.hpp"
 
 namespace latte::cuda {
 
@@ -40,11 +41,13 @@ __device__ __forceinline__ void prof_mark(unsigned long long* prof, int row, int
   }
 }
 
-// Kernel spans (cuda/kernel_span.cuh) live behind the 32 phase marks of the prof buffer. Slots:
-// 0, 2, 3 the score passes (sample or keys, admission, repair), 4 the top-k kernel (or
-// the split histogram kernel), 5 the split collect kernel, 6 the split final kernel.
+// Kernel spans (cuda/kernel_span.cuh) live behind the kTopkProfSpans phase marks of the prof
+// buffer. Slots: kSpanScore / kSpanAdmit / kSpanRepair the score passes (topk_launch.hpp), 4 the
+// top-k kernel (or the split histogram kernel), 5 the split collect kernel, 6 the split final kernel.
 constexpr int kSpanTopk = 4, kSpanCollect = 5, kSpanSplitFinal = 6;
-__device__ __forceinline__ unsigned long long* spans_of(unsigned long long* prof) { return prof ? prof + 32 : nullptr; }
+__device__ __forceinline__ unsigned long long* spans_of(unsigned long long* prof) {
+  return prof ? prof + kTopkProfSpans : nullptr;
+}
 
 constexpr int kTopkDigit = 11;  // radix digit of the exact selects (2048 bins)
 

@@ -50,7 +50,7 @@ struct SplitPlan {
 // LATTE_CUDA_TOPK_PROF=1 (measurements only: synchronizes): phase marks of row 0 (32 entries)
 // and the kernel spans behind them (cuda/kernel_span.cuh), printed to stderr every 20th
 // indexer_topk or top-k call.
-constexpr int kProfWords = 32 + 5 * kSpanSlots;
+constexpr int kProfWords = kTopkProfSpans + 5 * kSpanSlots;
 }  // namespace
 
 unsigned long long* topk_prof_buffer() {
@@ -62,6 +62,11 @@ unsigned long long* topk_prof_buffer() {
   return buf;
 }
 
+unsigned long long* topk_prof_spans() {
+  unsigned long long* b = topk_prof_buffer();
+  return b ? b + kTopkProfSpans : nullptr;
+}
+
 namespace {
 // Calls nest (indexer_topk around its top-k launch): the outermost pair clears and prints.
 int prof_depth = 0;
@@ -70,7 +75,7 @@ int prof_depth = 0;
 void topk_prof_begin(cudaStream_t stream) {
   if (!topk_prof_buffer() || prof_depth++ > 0) return;
   LATTE_CUDA_TRY(cudaMemsetAsync(topk_prof_buffer(), 0, kProfWords * sizeof(unsigned long long), stream));
-  LATTE_CUDA_TRY(cudaMemsetAsync(topk_prof_buffer() + 32, 0xFF, kSpanSlots * sizeof(unsigned long long), stream));
+  LATTE_CUDA_TRY(cudaMemsetAsync(topk_prof_spans(), 0xFF, kSpanSlots * sizeof(unsigned long long), stream));
 }
 
 void topk_prof_end(const char* what, cudaStream_t stream) {
@@ -108,7 +113,7 @@ void topk_prof_end(const char* what, cudaStream_t stream) {
   }
   // Kernel spans, us from the first kernel's start: first CTA start - last CTA end, then the
   // last CTA start and the longest CTA.
-  const unsigned long long* start = h + 32;
+  const unsigned long long* start = h + kTopkProfSpans;
   const unsigned long long* end = start + kSpanSlots;
   const unsigned long long* last_start = end + kSpanSlots;
   const unsigned long long* longest = last_start + kSpanSlots;
@@ -219,7 +224,6 @@ void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const Topk
     launch_ex(topk_fused_final_kernel<false>, grid, kTopkThreads, smem, pdl, stream, l, r);
   }
 }
-
 
 namespace {
 

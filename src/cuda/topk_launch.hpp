@@ -79,6 +79,10 @@ void launch_candidates_topk(const uint32_t* keys, const int32_t* pos, int rows, 
 // bracketed call; null buffer otherwise. Brackets nest: the outermost clears and prints.
 constexpr int kTopkProfSpans = 32;
 [[nodiscard]] unsigned long long* topk_prof_buffer();
+// The kernel spans behind the phase marks (topk_prof_buffer() + kTopkProfSpans), else null.
+[[nodiscard]] unsigned long long* topk_prof_spans();
+// The score passes' span slots (the top-k kernels take slots 4-6, topk_kernel.cuh).
+constexpr int kSpanScore = 0, kSpanAdmit = 2, kSpanRepair = 3;
 void topk_prof_begin(cudaStream_t stream);
 void topk_prof_end(const char* what, cudaStream_t stream);
 

@@ -360,8 +360,10 @@ struct ScoreLaunch {
   }
 };
 
-// The span slot of a score pass (topk_kernel.cuh, spans_of).
-int span_slot(int mode) { return mode == kModeAdmit ? 2 : mode == kModeFused ? 3 : 0; }
+// The span slot of a score pass (cuda/topk_launch.hpp).
+int span_slot(int mode) {
+  return mode == kModeAdmit ? cuda::kSpanAdmit : mode == kModeFused ? cuda::kSpanRepair : cuda::kSpanScore;
+}
 
 void dispatch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream, bool pdl = false) {
   if (pl.grid() <= 0) return;
@@ -369,7 +371,7 @@ void dispatch_score(const ScoreArgs& a, const ScorePlan& pl, cudaStream_t stream
     throw Error(ErrorCode::unsupported, "cuda.indexer: the problem needs more than 2^31 CTAs; split the batch");
   }
   ScoreArgs b = a;
-  b.spans = cuda::topk_prof_buffer() ? cuda::topk_prof_buffer() + cuda::kTopkProfSpans : nullptr;
+  b.spans = cuda::topk_prof_spans();
   b.span = span_slot(pl.mode);
   with_score_kernel(pl.mode, pl.math, ScoreLaunch{b, pl, pdl, stream});
 }

@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
-#include <tuple>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 #include "cuda/check.cuh"
 #include "cuda/topk_launch.hpp"
@@ -37,12 +37,6 @@ static_assert(kMaxSamples == cuda::kFusedSamples, "the sample rows sampled_thres
 constexpr int kTmaStages = 6;
 
 int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
-
-// The kernel spans of LATTE_CUDA_TOPK_PROF=1 (measurements), else null.
-unsigned long long* prof_spans() {
-  unsigned long long* b = cuda::topk_prof_buffer();
-  return b ? b + cuda::kTopkProfSpans : nullptr;
-}
 
 // Block sizes whose 64-position stages split into whole-page pieces of min(bs, 64) rows that
 // start on 1024-byte boundaries of the swizzled tile.
@@ -305,17 +299,17 @@ void launch_keys_sm90a(const cuda::IndexerProblem& p, uint32_t* keys, int64_t ke
   a.keys = keys;
   a.lg_st = keys_ld;
   a.lg_ss = 1;
-  a.spans = prof_spans();
+  a.spans = cuda::topk_prof_spans();
   launch_scores(p, a, kOutKeys, p.max_len(), sm_count, false, stream);
 }
 
 namespace {
 
-// The fused passes' shared arguments; `span`: the pass's span slot (cuda/topk_kernel.cuh).
+// The fused passes' shared arguments; `span`: the pass's span slot (cuda/topk_launch.hpp).
 LogitsArgs fused_args(const FusedBuffers& f, int span) {
   LogitsArgs a{};
   a.lg_ss = 1;
-  a.spans = prof_spans();
+  a.spans = cuda::topk_prof_spans();
   a.span = span;
   a.samples = f.samples;
   a.topk = f.topk;
@@ -344,7 +338,7 @@ SampleGrid sample_grid(const cuda::IndexerProblem& p, int samples, int sm_count)
 void launch_sample_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream) {
   require_problem(p, p.max_len());
   if (p.tokens == 0) return;
-  LogitsArgs a = fused_args(f, 0);
+  LogitsArgs a = fused_args(f, cuda::kSpanScore);
   a.keys = f.sample_keys;
   a.lg_st = f.samples;
   launch_scores(p, a, kOutSample, f.samples, sm_count, false, stream);
@@ -357,7 +351,7 @@ void launch_admit_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, in
                                              "32 and multiples of 64 (the TMA kernel), not " +
                                                  std::to_string(p.block_size) + "; use the unfused path");
   }
-  launch_scores(p, fused_args(f, 2), kOutAdmit, p.max_len(), sm_count, f.pdl_admit, stream);
+  launch_scores(p, fused_args(f, cuda::kSpanAdmit), kOutAdmit, p.max_len(), sm_count, f.pdl_admit, stream);
 }
 
 void launch_repair_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, int sm_count, void* stream) {
@@ -366,7 +360,7 @@ void launch_repair_sm90a(const cuda::IndexerProblem& p, const FusedBuffers& f, i
     throw Error(ErrorCode::invalid_argument, "hopper.indexer: the fused repair pass takes topk 1.." +
                                                  std::to_string(kMaxTopk) + ", not " + std::to_string(f.topk));
   }
-  launch_scores(p, fused_args(f, 3), kOutRepair, p.max_len(), sm_count, f.pdl, stream);
+  launch_scores(p, fused_args(f, cuda::kSpanRepair), kOutRepair, p.max_len(), sm_count, f.pdl, stream);
 }
 
 std::string describe_scores(int heads, int block_size, bool keys) {

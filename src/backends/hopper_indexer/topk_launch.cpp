@@ -163,21 +163,20 @@ void launch_unfused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, 
   }
 }
 
-void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, uint8_t* ws, int sm_count,
-                  cudaStream_t s) {
+// `l`: fused_layout_of(p, out.topk, sm_count), which the workspace `ws` holds.
+void launch_fused(const cuda::IndexerProblem& p, const cuda::TopkOutput& out, const FusedLayout& l, uint8_t* ws,
+                  int sm_count, cudaStream_t s) {
   const cuda::TopkPlan tp = cuda::plan_topk(p.max_len(), out.topk);
-  const FusedLayout l = fused_layout_of(p, out.topk, sm_count);
-  uint8_t* fws = ws;
   FusedBuffers f;
-  f.sample_keys = reinterpret_cast<uint32_t*>(fws + l.samples);
+  f.sample_keys = reinterpret_cast<uint32_t*>(ws + l.samples);
   f.samples = fused_samples(p);
-  f.tau = reinterpret_cast<uint32_t*>(fws + l.tau);
-  f.count = reinterpret_cast<int*>(fws + l.count);
-  f.list_keys = reinterpret_cast<uint32_t*>(fws + l.list_keys);
-  f.list_pos = reinterpret_cast<int32_t*>(fws + l.list_pos);
+  f.tau = reinterpret_cast<uint32_t*>(ws + l.tau);
+  f.count = reinterpret_cast<int*>(ws + l.count);
+  f.list_keys = reinterpret_cast<uint32_t*>(ws + l.list_keys);
+  f.list_pos = reinterpret_cast<int32_t*>(ws + l.list_pos);
   f.list_cap = tp.cap;
-  f.cand_keys = reinterpret_cast<uint32_t*>(fws + l.cand_keys);
-  f.cand_pos = reinterpret_cast<int32_t*>(fws + l.cand_pos);
+  f.cand_keys = reinterpret_cast<uint32_t*>(ws + l.cand_keys);
+  f.cand_pos = reinterpret_cast<int32_t*>(ws + l.cand_pos);
   f.topk = out.topk;
   f.debug = env_debug();
   f.pdl = cuda::topk_pdl_enabled();
@@ -218,8 +217,10 @@ void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& ou
                     " positions), got " + std::to_string(workspace_bytes) +
                     ". Give the workspace the kernel's workspace_bytes() reports.");
   }
+  FusedLayout fused;
   if (path == TopkPath::fused) {
-    const std::size_t need = fused_layout_of(p, out.topk, sm_count).total;
+    fused = fused_layout_of(p, out.topk, sm_count);
+    const std::size_t need = fused.total;
     if (workspace == nullptr || need > workspace_bytes || !fused_block_size(p.block_size)) {
       throw Error(ErrorCode::invalid_argument,
                   "hopper.indexer: the fused indexer_topk path needs " + std::to_string(need) +
@@ -232,7 +233,7 @@ void launch_topk_sm90a(const cuda::IndexerProblem& p, const cuda::TopkOutput& ou
   // Refusals come before the bracket: LATTE_CUDA_TOPK_PROF's begin / end must pair.
   cuda::topk_prof_begin(s);
   if (path == TopkPath::fused) {
-    launch_fused(p, out, ws, sm_count, s);
+    launch_fused(p, out, fused, ws, sm_count, s);
     cuda::topk_prof_end("hopper fused", s);
   } else {
     launch_unfused(p, out, ws, workspace_bytes, sm_count, s);
@@ -247,7 +248,8 @@ std::string describe_topk(int heads, int block_size, int topk) {
          "at 64K+ for up to 24 query tokens and at 32K+ for up to 8, when the block size takes the TMA kernel "
          "and the workspace holds it: a sample pass, an admission pass "
          "keeping each token's scores at or above a threshold from its samples, a repair pass where that failed "
-         "(each CTA's topk best in a running buffer: no [T, L] keys), the exact top-k of the candidates (LATTE_HOPPER_INDEXER_PATH=fused|unfused forces one)";
+         "(each CTA's topk best in a running buffer: no [T, L] keys), the exact top-k of the candidates "
+         "(LATTE_HOPPER_INDEXER_PATH=fused|unfused forces one)";
 }
 
 }  // namespace latte::hopper_indexer
