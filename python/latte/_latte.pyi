@@ -4,6 +4,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 __version__: str
 
+Tensor = Any  # a torch.Tensor, a TensorArg or any DLPack producer
+
 class TensorArg:
     """One op argument: a DLPack tensor wrapped without a copy."""
 
@@ -17,6 +19,8 @@ class TensorArg:
     ) -> None: ...
     @property
     def name(self) -> str: ...
+    @property
+    def from_descriptor(self) -> bool: ...
     @property
     def data_ptr(self) -> int: ...
     @property
@@ -54,101 +58,106 @@ class DsaStepReport:
     def to_json(self) -> str: ...
     def to_dict(self) -> Dict[str, Any]: ...
 
+# The ops take each tensor as a torch.Tensor (read from its descriptor), a TensorArg, or any
+# DLPack producer (converted by latte._tensors.arg); stream None = torch's current stream of
+# the first tensor's device (0 for other producers).
 def sparse_mla(
-    q: TensorArg,
-    kv_cache: TensorArg,
-    indices: TensorArg,
-    out: TensorArg,
-    lse: Optional[TensorArg],
+    q: Tensor,
+    kv_cache: Tensor,
+    indices: Tensor,
+    out: Tensor,
+    lse: Optional[Tensor],
     scale: float,
-    *,
     kv_format: Optional[str] = None,
     backend: Optional[str] = None,
-    stream: int = 0,
+    stream: Any = None,
     check_indices: bool = False,
 ) -> str: ...
 def mla_decode(
-    q: TensorArg,
-    kv_cache: TensorArg,
-    block_table: TensorArg,
-    seq_lens: TensorArg,
-    out: TensorArg,
-    lse: Optional[TensorArg],
+    q: Tensor,
+    kv_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    out: Tensor,
+    lse: Optional[Tensor],
     scale: float,
-    *,
     kv_format: Optional[str] = None,
     backend: Optional[str] = None,
-    stream: int = 0,
+    stream: Any = None,
     check_indices: bool = False,
 ) -> str: ...
 def indexer_topk(
-    q: TensorArg,
-    q_scale: Optional[TensorArg],
-    weights: TensorArg,
-    k_cache: TensorArg,
-    block_table: TensorArg,
-    token_request: Optional[TensorArg],
-    visible_lens: TensorArg,
-    indices: TensorArg,
-    *,
+    q: Tensor,
+    q_scale: Optional[Tensor],
+    weights: Tensor,
+    k_cache: Tensor,
+    block_table: Tensor,
+    token_request: Optional[Tensor],
+    visible_lens: Tensor,
+    indices: Tensor,
+    topk: Optional[int] = None,
     kind: str = "physical",
     backend: Optional[str] = None,
-    stream: int = 0,
+    stream: Any = None,
     check_indices: bool = False,
 ) -> str: ...
 def indexer_logits(
-    q: TensorArg,
-    q_scale: Optional[TensorArg],
-    weights: TensorArg,
-    k_cache: TensorArg,
-    block_table: TensorArg,
-    token_request: Optional[TensorArg],
-    visible_lens: TensorArg,
-    logits: TensorArg,
-    *,
+    q: Tensor,
+    q_scale: Optional[Tensor],
+    weights: Tensor,
+    k_cache: Tensor,
+    block_table: Tensor,
+    token_request: Optional[Tensor],
+    visible_lens: Tensor,
+    logits: Tensor,
     backend: Optional[str] = None,
-    stream: int = 0,
+    stream: Any = None,
     check_indices: bool = False,
 ) -> str: ...
 def kv_store(
-    latent: TensorArg,
-    rope: TensorArg,
-    slot_mapping: TensorArg,
-    kv_cache: TensorArg,
-    *,
+    latent: Tensor,
+    rope: Tensor,
+    slot_mapping: Tensor,
+    kv_cache: Tensor,
     scale_kind: str = "amax",
     kv_format: Optional[str] = None,
     backend: Optional[str] = None,
-    stream: int = 0,
+    stream: Any = None,
     check_indices: bool = False,
 ) -> str: ...
 def indexer_k_store(
-    k: TensorArg,
-    slot_mapping: TensorArg,
-    k_cache: TensorArg,
-    *,
+    k: Tensor,
+    slot_mapping: Tensor,
+    k_cache: Tensor,
     scale_kind: str = "amax",
     backend: Optional[str] = None,
-    stream: int = 0,
+    stream: Any = None,
     check_indices: bool = False,
 ) -> str: ...
 def logical_to_slots(
-    positions: TensorArg,
-    block_table: TensorArg,
-    token_request: Optional[TensorArg],
-    slots: TensorArg,
+    positions: Tensor,
+    block_table: Tensor,
+    token_request: Optional[Tensor],
+    slots: Tensor,
     block_size: int,
-    *,
     backend: Optional[str] = None,
-    stream: int = 0,
+    stream: Any = None,
     check_indices: bool = False,
 ) -> str: ...
+# The view an op call makes of `tensor` (the torch descriptor path or DLPack).
+def tensor_view(tensor: Any, name: str, op: str = "", writable: bool = False) -> TensorArg: ...
 def model_spec(
-    model: str, *, tp: int = 1, kv_cache: str = "bf16", block_size: int = 64
+    model: str,
+    *,
+    model_json: Optional[str] = None,
+    tp: int = 1,
+    kv_cache: str = "bf16",
+    block_size: int = 64,
 ) -> Dict[str, Any]: ...
 def select(
     model: str,
     *,
+    model_json: Optional[str] = None,
     tp: int = 1,
     kv_cache: str = "bf16",
     block_size: int = 64,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Callable, Dict, Iterable, List, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
 from . import _latte
 
@@ -30,6 +30,7 @@ __all__ = [
 Selection = _latte.Selection
 DsaStepReport = _latte.DsaStepReport
 PolicyArg = Union[str, "os.PathLike[str]", Dict[str, Any], None]
+ModelArg = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
 
 def _names(value: Union[str, Iterable[str], None]) -> List[str]:
@@ -38,6 +39,15 @@ def _names(value: Union[str, Iterable[str], None]) -> List[str]:
         return []
     items = [value] if isinstance(value, str) else list(value)
     return [part for item in items for part in str(item).split(",") if part]
+
+
+def _model(model: ModelArg) -> Dict[str, Any]:
+    # A config's fields (an engine's parsed config.json) travel as JSON text, named "config"
+    # in messages unless the mapping names itself with "_name_or_path".
+    if isinstance(model, Mapping):
+        source = str(model.get("_name_or_path") or "config")
+        return {"model": source, "model_json": json.dumps(dict(model), default=str)}
+    return {"model": os.fspath(model), "model_json": None}
 
 
 def _policy(policy: PolicyArg) -> Dict[str, Optional[str]]:
@@ -49,7 +59,7 @@ def _policy(policy: PolicyArg) -> Dict[str, Optional[str]]:
 
 
 def select(
-    model: str,
+    model: ModelArg,
     *,
     tp: int = 1,
     kv_cache: str = "bf16",
@@ -64,7 +74,8 @@ def select(
     """Chooses the backend for one operation of a model and explains the choice.
 
     Args:
-        model: a preset (glm-5, deepseek-v3.2, deepseek-v3, kimi-k2) or a config.json path.
+        model: a preset (glm-5, deepseek-v3.2, deepseek-v3, kimi-k2), a config.json path, or
+            the config's fields as a dict (what ``transformers`` ``config.to_dict()`` gives).
         tp: tensor-parallel size (heads per rank = num_attention_heads / tp).
         kv_cache: "bf16" or "fp8_ds_mla".
         device: "cpu", "cuda", "cuda:N", or an architecture "sm_80" ... "sm_120" to ask "what
@@ -89,7 +100,7 @@ def select(
         NotFoundError, ConfigError, PolicyError, InvalidArgumentError: bad inputs.
     """
     return _latte.select(
-        os.fspath(model), tp=tp, kv_cache=kv_cache, block_size=block_size,
+        **_model(model), tp=tp, kv_cache=kv_cache, block_size=block_size,
         device=device or "cpu", op=op, tokens=tokens, force=_names(force),
         exclude=_names(exclude), **_policy(policy))
 
@@ -146,13 +157,14 @@ def model_presets() -> List[str]:
 
 
 def model_spec(
-    model: str, *, tp: int = 1, kv_cache: str = "bf16", block_size: int = 64
+    model: ModelArg, *, tp: int = 1, kv_cache: str = "bf16", block_size: int = 64
 ) -> Dict[str, Any]:
     """A model's MLA/DSA shape as latte reads it from a preset or config.json, with the
     deployment applied: num_heads, heads_per_rank, kv_lora_rank, qk_nope_head_dim,
     qk_rope_head_dim, v_head_dim, q_lora_rank, softmax_scale (yarn mscale included), indexer
-    (num_heads, head_dim, topk; None for a dense model), is_dsa, ..."""
-    return _latte.model_spec(os.fspath(model), tp=tp, kv_cache=kv_cache, block_size=block_size)
+    (num_heads, head_dim, topk; None for a dense model), is_dsa, ... ``model`` as for
+    :func:`select`."""
+    return _latte.model_spec(**_model(model), tp=tp, kv_cache=kv_cache, block_size=block_size)
 
 
 def built_with_cuda() -> bool:

@@ -40,16 +40,25 @@ Op op_for(const std::optional<std::string>& name, const ModelSpec& model) {
   throw Error(ErrorCode::invalid_argument, "op '" + *name + "' is not an operation: use one of " + names);
 }
 
-Selection select(const std::string& model_name, int tp, const std::string& kv_cache, int block_size,
-                 const std::string& device_name, const std::optional<std::string>& op_name,
-                 int64_t tokens, const std::vector<std::string>& force,
-                 const std::vector<std::string>& exclude, const std::optional<std::string>& policy_path,
-                 const std::optional<std::string>& policy_json, bool strict) {
+// A preset name or config.json path, or (model_json) the config's fields as JSON text, which
+// `source` names in messages: what an engine holding a parsed config passes.
+ModelSpec model_for(const std::string& model_name, const std::optional<std::string>& model_json,
+                    int tp, const std::string& kv_cache, int block_size) {
   Deployment deployment;
   deployment.tp = tp;
   deployment.kv_cache = parse_kv_cache(kv_cache);
   deployment.block_size = block_size;
-  const ModelSpec model = load_model(model_name, deployment);
+  if (model_json) return parse_model_config(*model_json, model_name, deployment);
+  return load_model(model_name, deployment);
+}
+
+Selection select(const std::string& model_name, const std::optional<std::string>& model_json, int tp,
+                 const std::string& kv_cache, int block_size, const std::string& device_name,
+                 const std::optional<std::string>& op_name, int64_t tokens,
+                 const std::vector<std::string>& force, const std::vector<std::string>& exclude,
+                 const std::optional<std::string>& policy_path,
+                 const std::optional<std::string>& policy_json, bool strict) {
+  const ModelSpec model = model_for(model_name, model_json, tp, kv_cache, block_size);
   const DeviceInfo device = describe_device(device_name);
   AttentionOptions attention;
   attention.max_tokens = tokens;
@@ -142,16 +151,15 @@ void bind_selection(nb::module_& m) {
 
   m.def(
       "model_spec",
-      [](const std::string& model, int tp, const std::string& kv_cache, int block_size) {
-        Deployment deployment;
-        deployment.tp = tp;
-        deployment.kv_cache = parse_kv_cache(kv_cache);
-        deployment.block_size = block_size;
-        return model_dict(load_model(model, deployment));
+      [](const std::string& model, const std::optional<std::string>& model_json, int tp,
+         const std::string& kv_cache, int block_size) {
+        return model_dict(model_for(model, model_json, tp, kv_cache, block_size));
       },
-      "model"_a, nb::kw_only(), "tp"_a = 1, "kv_cache"_a = "bf16", "block_size"_a = 64);
+      "model"_a, nb::kw_only(), "model_json"_a.none() = nb::none(), "tp"_a = 1, "kv_cache"_a = "bf16",
+      "block_size"_a = 64);
 
-  m.def("select", &select, "model"_a, nb::kw_only(), "tp"_a = 1, "kv_cache"_a = "bf16",
+  m.def("select", &select, "model"_a, nb::kw_only(), "model_json"_a.none() = nb::none(), "tp"_a = 1,
+        "kv_cache"_a = "bf16",
         "block_size"_a = 64, "device"_a = "cpu", "op"_a.none() = nb::none(), "tokens"_a = 0,
         "force"_a = std::vector<std::string>{}, "exclude"_a = std::vector<std::string>{},
         "policy_path"_a.none() = nb::none(), "policy_json"_a.none() = nb::none(),

@@ -1,0 +1,108 @@
+"""What latte computes for vLLM, on tensors laid out as vLLM lays them out, with no vLLM import.
+
+The vLLM classes in :mod:`latte.integrations.vllm.backend` are thin shells over these
+functions, so the same code runs under vLLM (tests/vllm) and on a GPU where vLLM cannot be
+installed (tests/python/test_vllm_layout_gpu.py).
+
+vLLM's layouts (vLLM 0.33):
+
+- MLA cache of one layer: ``[num_blocks, block_size, 576]`` bfloat16, or ``[num_blocks,
+  block_size, 656]`` uint8 for ``fp8_ds_mla``. The block stride may exceed ``block_size`` rows
+  (other layers' pages sit between blocks); latte reads the strides, so the cache is passed
+  as vLLM binds it.
+- Indexer K cache of one layer: ``[num_blocks, block_size, 132]`` uint8, a page being
+  ``block_size * 128`` e4m3 codes then ``block_size`` float32 scales (latte's own indexer
+  page layout, docs/operations.md).
+- The shared top-k buffer: ``[max_tokens, index_topk]`` int32 of *logical* positions in each
+  token's request, -1 for none. Attention turns them into cache slots through the block table.
+- ``query_start_loc`` ``[num_reqs + 1]`` and ``seq_lens`` ``[num_reqs]`` int32: a request's
+  tokens are consecutive, and the last of them sits at position ``seq_lens[r] - 1``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Tuple, Union
+
+from ... import ops
+
+Tensor = Any  # torch.Tensor
+
+KV_LORA_RANK = 512  # the latent part of q and of a cache row
+ROPE_DIM = 64
+
+
+def step_token_tables(query_start_loc: Tensor, seq_lens: Tensor, num_reqs: int, num_tokens: int,
+                      token_request: Tensor, visible_lens: Tensor) -> Tuple[Tensor, Tensor]:
+    """Per token of a step, the request it belongs to and how many positions it sees.
+
+    Writes ``token_request[:num_tokens]`` (the token's row of the block table) and
+    ``visible_lens[:num_tokens]`` (its position in the request plus one: the causal window the
+    indexer scores), both int32, with tensor ops only (capturable, no host sync). Returns the
+    two ``[:num_tokens]`` views.
+    """
+    import torch
+
+    req = token_request[:num_tokens]
+    vis = visible_lens[:num_tokens]
+    if num_tokens == 0:
+        return req, vis
+    tokens = torch.arange(num_tokens, device=query_start_loc.device, dtype=torch.int32)
+    ends = query_start_loc[1:num_reqs + 1]
+    # right=True: the first request whose end lies past the token.
+    torch.searchsorted(ends, tokens, right=True, out_int32=True, out=req)
+    req.clamp_(max=max(num_reqs - 1, 0))  # padding tokens past the last request stay in range
+    req_long = req.long()
+    # position = seq_len - (end - token): the request's last token is at seq_len - 1.
+    torch.add(seq_lens[req_long] - ends[req_long], tokens + 1, out=vis)
+    return req, vis
+
+
+def mqa_query(q: Union[Tensor, Tuple[Tensor, Tensor]], out: Tensor = None) -> Tensor:
+    """The ``[T, H, 576]`` query latte reads: vLLM hands either that tensor or the pair
+    ``(ql_nope [T, H, 512], q_pe [T, H, 64])``, which is concatenated (into ``out`` when given)."""
+    if isinstance(q, tuple):
+        import torch
+
+        ql_nope, q_pe = q
+        if out is None:
+            return torch.cat((ql_nope, q_pe), dim=-1)
+        return torch.cat((ql_nope, q_pe), dim=-1, out=out[:ql_nope.shape[0]])
+    return q
+
+
+def sparse_mla_forward(q: Union[Tensor, Tuple[Tensor, Tensor]], kv_cache: Tensor,
+                       topk_logical: Tensor, block_table: Tensor, token_request: Tensor,
+                       block_size: int, scale: float, *, slots: Tensor, out: Tensor = None,
+                       backend: str = None) -> Tensor:
+    """Sparse MLA over vLLM's cache for the first ``T`` tokens (``T`` = q's rows).
+
+    ``topk_logical`` ``[>=T, topk]`` holds logical positions per token (vLLM's top-k buffer);
+    they become physical slots in ``slots[:T]`` (an int32 ``[>=T, topk]`` buffer the caller
+    keeps) through ``block_table`` and ``token_request``, then attention reads those slots.
+    Returns ``out[:T]`` ``[T, H, 512]`` bfloat16 (allocated like q when ``out`` is None).
+    """
+    q = mqa_query(q)
+    tokens = q.shape[0]
+    slots_t = slots[:tokens]
+    ops.logical_to_slots(topk_logical[:tokens], block_table, block_size,
+                         token_request=token_request[:tokens], slots=slots_t, backend=backend)
+    out_t = None if out is None else out[:tokens]
+    return ops.sparse_mla(q, kv_cache, slots_t, scale, out=out_t, backend=backend)
+
+
+def indexer_topk_logical(q_fp8: Tensor, weights: Tensor, k_cache: Tensor, block_table: Tensor,
+                         token_request: Tensor, visible_lens: Tensor, *, q_scale: Tensor,
+                         topk_out: Tensor, backend: str = None) -> Tensor:
+    """The lightning indexer's exact top-k for the first ``T`` tokens, as logical positions.
+
+    ``q_fp8`` ``[T, H_i, 128]`` float8_e4m3fn and ``weights`` ``[T, H_i]`` float32 are what vLLM's
+    DSA layer hands its indexer (the query's per-token scale is already folded into the
+    weights, so ``q_scale`` is a buffer of ones ``[>=T, H_i]``); ``k_cache`` is the layer's
+    indexer cache. Writes ``topk_out[:T]`` (a view of vLLM's top-k buffer, ``[>=T, topk]``
+    int32) and returns it.
+    """
+    tokens = q_fp8.shape[0]
+    indices = topk_out[:tokens]
+    return ops.indexer_topk(q_fp8, weights, k_cache, block_table, visible_lens[:tokens],
+                            q_scale=q_scale[:tokens], token_request=token_request[:tokens],
+                            kind="logical", indices=indices, backend=backend)

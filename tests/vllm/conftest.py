@@ -1,0 +1,101 @@
+"""Tests of latte's vLLM plugin against the real vLLM (scripts/test-vllm installs the pinned
+release into .venv-vllm). They run on a machine without a GPU driver:
+
+- ``vllm.platforms.cuda`` imports the compiled extension ``vllm._C_stable_libtorch``, which
+  needs ``libcuda.so.1``; without a driver the tests stand in for that one module (an empty
+  module in ``sys.modules``) so vLLM's real CUDA selector code can be imported and asked, with
+  the device capability mocked per test;
+- latte computes on the CPU (``cpu.reference``), the float64 oracle.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MODELS = REPO / "configs" / "models"
+
+vllm = pytest.importorskip("vllm", reason="tests/vllm run in .venv-vllm (scripts/test-vllm)")
+
+
+def _has_driver() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+if not _has_driver() and "vllm._C_stable_libtorch" not in sys.modules:
+    sys.modules["vllm._C_stable_libtorch"] = types.ModuleType("vllm._C_stable_libtorch")
+
+
+def model_config_dict(name: str) -> dict:
+    return json.loads((MODELS / f"{name}.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory):
+    """A directory holding a config.json per model fixture, as vLLM's ModelConfig reads one."""
+    dirs = {}
+    for path in MODELS.glob("*.json"):
+        d = tmp_path_factory.mktemp(path.stem)
+        (d / "config.json").write_text(path.read_text())
+        dirs[path.stem] = d
+    return dirs
+
+
+_configs = {}
+
+
+def vllm_config(model_dirs, model: str, *, tp: int = 1, kv_cache_dtype: str = "auto",
+                block_size: int = 64, max_num_batched_tokens: int = 256):
+    """A real VllmConfig for a model fixture (no weights, no tokenizer), cached per arguments."""
+    key = (model, tp, kv_cache_dtype, block_size, max_num_batched_tokens)
+    if key in _configs:
+        return _configs[key]
+    from vllm.config import (CacheConfig, DeviceConfig, ModelConfig, ParallelConfig,
+                             SchedulerConfig, VllmConfig)
+
+    model_config = ModelConfig(model=str(model_dirs[model]), skip_tokenizer_init=True,
+                               dtype="bfloat16", max_model_len=4096)
+    config = VllmConfig(
+        model_config=model_config,
+        device_config=DeviceConfig(device="cpu"),  # no GPU here; the capability is mocked
+        cache_config=CacheConfig(block_size=block_size, cache_dtype=kv_cache_dtype),
+        parallel_config=ParallelConfig(tensor_parallel_size=tp),
+        scheduler_config=SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens,
+                                         max_num_seqs=16, max_model_len=4096,
+                                         is_encoder_decoder=False),
+    )
+    _configs[key] = config
+    return config
+
+
+@pytest.fixture
+def clean_overrides():
+    """Undo every slot latte took in vLLM's enum, before and after a test."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    def clear():
+        for member in AttentionBackendEnum:
+            if member.is_overridden() and member.name != "LATTE_MLA_SPARSE":
+                member.clear_override()
+
+    clear()
+    yield
+    clear()
+
+
+def reload_plugin():
+    """A fresh latte.integrations.vllm (its register() runs once per process otherwise)."""
+    import latte.integrations.vllm as plugin
+
+    return importlib.reload(plugin)
