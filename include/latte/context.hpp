@@ -76,6 +76,13 @@ class Context {
   // keyed by the registry's generation, so this is only needed by benchmarks).
   void clear_cache() const;
 
+  // A counter that moves on every change of the policy layers or the plugins (and on
+  // clear_cache); it never returns to an earlier value. With registry().generation() it stamps
+  // everything inside the context that select() depends on, so a cache keyed by (epoch,
+  // generation, spec, device, options, environment) agrees with select() without rebuilding its
+  // key. The functional API keeps such a per-call cache (src/core/api.cpp).
+  [[nodiscard]] uint64_t epoch() const;
+
  private:
   [[nodiscard]] std::shared_ptr<const detail::Decision> decision(const AttentionSpec& spec,
                                                                  const DeviceInfo& device,

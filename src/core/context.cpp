@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -56,14 +57,20 @@ struct Context::Impl {
 
   mutable std::shared_mutex cache_mutex;
   mutable std::unordered_map<std::string, std::shared_ptr<const detail::Decision>> cache;
+  // Bumped after every state change (clear_cache runs after each), so a reader that sees the
+  // new value also sees the new state; see Context::epoch.
+  mutable std::atomic<uint64_t> epoch{0};
 
   void set_policies(PolicyStack stack) {  // state_mutex held
     policy_fingerprint = stack.fingerprint();
     policies = std::make_shared<const PolicyStack>(std::move(stack));
   }
   void clear_cache() const {
-    std::unique_lock lock(cache_mutex);
-    cache.clear();
+    {
+      std::unique_lock lock(cache_mutex);
+      cache.clear();
+    }
+    epoch.fetch_add(1, std::memory_order_acq_rel);
   }
 };
 
@@ -297,5 +304,7 @@ std::shared_ptr<const detail::Decision> Context::decision(const AttentionSpec& s
 }
 
 void Context::clear_cache() const { impl_->clear_cache(); }
+
+uint64_t Context::epoch() const { return impl_->epoch.load(std::memory_order_acquire); }
 
 }  // namespace latte
