@@ -1,9 +1,14 @@
 """How Python tensors become latte arguments.
 
+The op functions pass the caller's objects to the extension, which reads a plain torch tensor
+(torch.Tensor or nn.Parameter, CPU or CUDA, a dtype latte takes) from its descriptor in C++ and
+calls ``arg`` below for everything else (python/src/tensor_arg.hpp, CallTensor).
+
 - ``arg``: any DLPack tensor -> ``_latte.TensorArg``, a latte::TensorView over the same memory
   (no copy). The few dtypes DLPack producers cannot export (numpy's ml_dtypes bfloat16 and
   float8, torch's float8) travel as uint views of the same memory and are read as their real
   dtype.
+- ``lead_shape``: the leading sizes of an input, to size an output allocated for it.
 - ``empty_like_input``: an output allocated like the op's first input (torch in -> torch out on
   the same device; numpy in -> numpy out).
 - ``stream_handle``: the cudaStream_t a call runs on.
@@ -76,6 +81,15 @@ def optional_arg(x: Any, name: str, op: str, *,
     return None if x is None else arg(x, name, op, writable=writable)
 
 
+def lead_shape(x: Any, name: str, op: str, count: int) -> tuple[int, ...]:
+    """The first ``count`` sizes of an input, to size an output allocated for it; zeros when it
+    has fewer dimensions (an output sized from a malformed input is never used: C++ checks that
+    input first and reports it). Raises as ``arg`` does for an object that is not a tensor."""
+    shape = x.shape if is_torch(x) or is_numpy(x) else arg(x, name, op).shape
+    shape = tuple(int(s) for s in shape)
+    return shape[:count] if len(shape) >= count else (0,) * count
+
+
 def empty_like_input(like: Any, shape: Sequence[int], dtype: str, name: str) -> Any:
     """An uninitialized output of latte dtype ``dtype`` allocated the way ``like`` was."""
     shape = tuple(int(s) for s in shape)
@@ -108,7 +122,11 @@ def stream_handle(stream: Any, like: Any) -> int:
     0 (the legacy default stream) for other CUDA producers; ignored on the CPU."""
     if stream is None:
         if is_torch(like) and like.is_cuda:
-            return _module("torch").cuda.current_stream(like.device).cuda_stream
+            torch = _module("torch")
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None:  # the handle, without making a torch.cuda.Stream
+                return raw(like.get_device())
+            return torch.cuda.current_stream(like.device).cuda_stream
         return 0
     if isinstance(stream, int) and not isinstance(stream, bool):
         return stream

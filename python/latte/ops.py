@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple, Union
 
 from . import _latte
-from ._tensors import arg, empty_like_input, optional_arg, stream_handle
-from .errors import ArgumentTypeError, InvalidArgumentError
+from ._tensors import empty_like_input, lead_shape
+from .errors import ArgumentTypeError
 
 __all__ = [
     "sparse_mla",
@@ -35,15 +35,10 @@ Tensor = Any  # torch.Tensor, numpy.ndarray or another DLPack producer
 Stream = Any  # int cudaStream_t, torch.cuda.Stream, or an object with .cuda_stream / .ptr
 
 
-def _lead(t: "_latte.TensorArg", count: int) -> Tuple[int, ...]:
-    # The first `count` sizes of an input, zeros when it has fewer dimensions. An output sized
-    # from a malformed input is never used: C++ checks that input first and reports it.
-    shape = tuple(t.shape)
-    return shape[:count] if len(shape) >= count else (0,) * count
-
-
-def _backend(backend: Optional[str]) -> Optional[str]:
-    return backend or None
+# Each op passes the caller's objects straight to the extension, which reads torch tensors
+# from their descriptors and everything else through DLPack (_tensors.arg), picks the stream
+# and validates in C++: the Python layer only allocates missing outputs (docs/python.md, "Host
+# cost of a call").
 
 
 def sparse_mla(
@@ -84,19 +79,15 @@ def sparse_mla(
     Returns:
         out, or (out, lse) when return_lse or lse is given.
     """
-    op = "sparse_mla"
-    q_arg = arg(q, "q", op)
-    t, h = _lead(q_arg, 2)
-    if out is None:
-        out = empty_like_input(q, (t, h, 512), "bf16", "out")
     want_lse = return_lse or lse is not None
-    if want_lse and lse is None:
-        lse = empty_like_input(q, (t, h), "f32", "lse")
-    _latte.sparse_mla(
-        q_arg, arg(kv_cache, "kv_cache", op), arg(indices, "indices", op),
-        arg(out, "out", op, writable=True), optional_arg(lse, "lse", op, writable=True),
-        float(scale), kv_format=kv_format, backend=_backend(backend),
-        stream=stream_handle(stream, q), check_indices=check_indices)
+    if out is None or (want_lse and lse is None):
+        lead = lead_shape(q, "q", "sparse_mla", 2)
+        if out is None:
+            out = empty_like_input(q, (*lead, 512), "bf16", "out")
+        if want_lse and lse is None:
+            lse = empty_like_input(q, lead, "f32", "lse")
+    _latte.sparse_mla(q, kv_cache, indices, out, lse, float(scale), kv_format, backend or None,
+                      stream, check_indices)
     return (out, lse) if want_lse else out
 
 
@@ -132,33 +123,16 @@ def mla_decode(
     Returns:
         out, or (out, lse) when return_lse or lse is given.
     """
-    op = "mla_decode"
-    q_arg = arg(q, "q", op)
-    b, s_q, h = _lead(q_arg, 3)
-    if out is None:
-        out = empty_like_input(q, (b, s_q, h, 512), "bf16", "out")
     want_lse = return_lse or lse is not None
-    if want_lse and lse is None:
-        lse = empty_like_input(q, (b, s_q, h), "f32", "lse")
-    _latte.mla_decode(
-        q_arg, arg(kv_cache, "kv_cache", op), arg(block_table, "block_table", op),
-        arg(seq_lens, "seq_lens", op), arg(out, "out", op, writable=True),
-        optional_arg(lse, "lse", op, writable=True), float(scale), kv_format=kv_format,
-        backend=_backend(backend), stream=stream_handle(stream, q), check_indices=check_indices)
+    if out is None or (want_lse and lse is None):
+        lead = lead_shape(q, "q", "mla_decode", 3)
+        if out is None:
+            out = empty_like_input(q, (*lead, 512), "bf16", "out")
+        if want_lse and lse is None:
+            lse = empty_like_input(q, lead, "f32", "lse")
+    _latte.mla_decode(q, kv_cache, block_table, seq_lens, out, lse, float(scale), kv_format,
+                      backend or None, stream, check_indices)
     return (out, lse) if want_lse else out
-
-
-def _indexer_inputs(op, q, q_scale, weights, k_cache, block_table, token_request, visible_lens):
-    # The IndexerInputs fields, by the C++ names the binding takes as keywords.
-    return {
-        "q": arg(q, "q", op),
-        "q_scale": optional_arg(q_scale, "q_scale", op),
-        "weights": arg(weights, "weights", op),
-        "k_cache": arg(k_cache, "k_cache", op),
-        "block_table": arg(block_table, "block_table", op),
-        "token_request": optional_arg(token_request, "token_request", op),
-        "visible_lens": arg(visible_lens, "visible_lens", op),
-    }
 
 
 def indexer_topk(
@@ -200,22 +174,14 @@ def indexer_topk(
     Returns:
         indices [T, topk] int32.
     """
-    op = "indexer_topk"
-    inputs = _indexer_inputs(op, q, q_scale, weights, k_cache, block_table, token_request,
-                             visible_lens)
     if indices is None:
         if topk is None:
-            raise ArgumentTypeError(f"{op}: pass topk (the columns of the result) or indices=")
-        (t,) = _lead(inputs["q"], 1)
+            raise ArgumentTypeError("indexer_topk: pass topk (the columns of the result) or indices=")
+        (t,) = lead_shape(q, "q", "indexer_topk", 1)
         indices = empty_like_input(q, (t, int(topk)), "i32", "indices")
-    indices_arg = arg(indices, "indices", op, writable=True)
-    if topk is not None and tuple(indices_arg.shape[1:]) != (int(topk),):
-        raise InvalidArgumentError(
-            f"{op}: topk is {topk} but indices= is {indices_arg.describe()}: pass one of them, "
-            f"or make indices [T, topk]")
-    _latte.indexer_topk(
-        **inputs, indices=indices_arg, kind=kind, backend=_backend(backend),
-        stream=stream_handle(stream, q), check_indices=check_indices)
+    _latte.indexer_topk(q, q_scale, weights, k_cache, block_table, token_request, visible_lens,
+                        indices, None if topk is None else int(topk), kind, backend or None,
+                        stream, check_indices)
     return indices
 
 
@@ -241,17 +207,14 @@ def indexer_logits(
     Returns:
         logits [T, L] float32.
     """
-    op = "indexer_logits"
-    inputs = _indexer_inputs(op, q, q_scale, weights, k_cache, block_table, token_request,
-                             visible_lens)
     if logits is None:
-        (t,) = _lead(inputs["q"], 1)
-        _, max_blocks = _lead(inputs["block_table"], 2)
-        _, block_size = _lead(inputs["k_cache"], 2)
+        op = "indexer_logits"
+        (t,) = lead_shape(q, "q", op, 1)
+        _, max_blocks = lead_shape(block_table, "block_table", op, 2)
+        _, block_size = lead_shape(k_cache, "k_cache", op, 2)
         logits = empty_like_input(q, (t, max_blocks * block_size), "f32", "logits")
-    _latte.indexer_logits(
-        **inputs, logits=arg(logits, "logits", op, writable=True),
-        backend=_backend(backend), stream=stream_handle(stream, q), check_indices=check_indices)
+    _latte.indexer_logits(q, q_scale, weights, k_cache, block_table, token_request, visible_lens,
+                          logits, backend or None, stream, check_indices)
     return logits
 
 
@@ -280,12 +243,8 @@ def kv_store(
             two).
         kv_format, backend, stream, check_indices: as for :func:`sparse_mla`.
     """
-    op = "kv_store"
-    _latte.kv_store(
-        arg(latent, "latent", op), arg(rope, "rope", op), arg(slot_mapping, "slot_mapping", op),
-        arg(kv_cache, "kv_cache", op, writable=True), scale_kind=scale_kind, kv_format=kv_format,
-        backend=_backend(backend), stream=stream_handle(stream, latent),
-        check_indices=check_indices)
+    _latte.kv_store(latent, rope, slot_mapping, kv_cache, scale_kind, kv_format, backend or None,
+                    stream, check_indices)
 
 
 def indexer_k_store(
@@ -307,11 +266,8 @@ def indexer_k_store(
         k_cache: [num_blocks, block_size, 132] uint8 pages.
         scale_kind, backend, stream, check_indices: as for :func:`kv_store`.
     """
-    op = "indexer_k_store"
-    _latte.indexer_k_store(
-        arg(k, "k", op), arg(slot_mapping, "slot_mapping", op),
-        arg(k_cache, "k_cache", op, writable=True), scale_kind=scale_kind,
-        backend=_backend(backend), stream=stream_handle(stream, k), check_indices=check_indices)
+    _latte.indexer_k_store(k, slot_mapping, k_cache, scale_kind, backend or None, stream,
+                           check_indices)
 
 
 def logical_to_slots(
@@ -339,13 +295,9 @@ def logical_to_slots(
     Returns:
         slots [T, K] int32.
     """
-    op = "logical_to_slots"
-    positions_arg = arg(positions, "positions", op)
     if slots is None:
-        slots = empty_like_input(positions, _lead(positions_arg, 2), "i32", "slots")
-    _latte.logical_to_slots(
-        positions_arg, arg(block_table, "block_table", op),
-        optional_arg(token_request, "token_request", op), arg(slots, "slots", op, writable=True),
-        int(block_size), backend=_backend(backend), stream=stream_handle(stream, positions),
-        check_indices=check_indices)
+        lead = lead_shape(positions, "positions", "logical_to_slots", 2)
+        slots = empty_like_input(positions, lead, "i32", "slots")
+    _latte.logical_to_slots(positions, block_table, token_request, slots, int(block_size),
+                            backend or None, stream, check_indices)
     return slots

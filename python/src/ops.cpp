@@ -1,6 +1,7 @@
-// The ops: TensorArgs in, latte::run on the selected backend (or the forced one), the id of the
-// backend that ran out. Output allocation, stream lookup and keyword defaults live in
-// latte/ops.py; this file only builds the C++ argument structs (include/latte/ops.hpp).
+// The ops: the caller's tensors in (CallTensor: torch descriptors, TensorArgs, DLPack), latte::run
+// on the selected backend (or the forced one), the id of the backend that ran out. Output
+// allocation and keyword defaults live in latte/ops.py; this file builds the C++ argument structs
+// (include/latte/ops.hpp) and picks the stream.
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -20,15 +21,19 @@ using namespace nb::literals;
 namespace latte::python {
 namespace {
 
-using OptArg = const TensorArg*;  // None -> nullptr: an absent optional tensor
+using Obj = nb::handle;  // a tensor argument: torch.Tensor, TensorArg, or any DLPack producer
 
-// Runs without the GIL: the CPU reference can take a while, and a CUDA launch never needs it.
-std::string call(const OpArgs& args, const std::optional<std::string>& backend, uintptr_t stream,
-                 bool check_indices) {
+// The GIL is kept while a CUDA call is queued: the launch takes microseconds, and giving the
+// GIL away lets another Python thread hold it for up to its switch interval (5 ms) before this
+// call may return. CPU calls (the reference computes in float64) and check_indices (a host
+// sync) release it.
+std::string call(const OpArgs& args, const CallTensor& first, const std::optional<std::string>& backend,
+                 nb::handle stream, bool check_indices) {
   CallOptions options;
-  options.backend = backend.value_or("");
-  options.stream = reinterpret_cast<void*>(stream);
+  if (backend) options.backend = *backend;
+  options.stream = reinterpret_cast<void*>(call_stream(stream, first));
   options.check_indices = check_indices;
+  if (first.view().device.kind == DeviceKind::cuda && !check_indices) return run(args, options);
   nb::gil_scoped_release release;
   return run(args, options);
 }
@@ -66,143 +71,201 @@ IndexKind parse_index_kind(const std::string& name) {
               "logical (positions in the request)");
 }
 
-IndexerInputs indexer_inputs(const TensorArg& q, OptArg q_scale, const TensorArg& weights,
-                             const TensorArg& k_cache, const TensorArg& block_table,
-                             OptArg token_request, const TensorArg& visible_lens) {
-  IndexerInputs in;
-  in.q = q.view();
-  in.q_scale = view_or_absent(q_scale);
-  in.weights = weights.view();
-  in.k_cache = k_cache.view();
-  in.block_table = block_table.view();
-  in.token_request = view_or_absent(token_request);
-  in.visible_lens = visible_lens.view();
-  return in;
-}
+// The seven indexer inputs, resolved in the order the Python layer always converted them.
+struct IndexerTensors {
+  CallTensor q, q_scale, weights, k_cache, block_table, token_request, visible_lens;
+
+  IndexerTensors(const char* op, Obj q_, Obj q_scale_, Obj weights_, Obj k_cache_, Obj block_table_,
+                 Obj token_request_, Obj visible_lens_) {
+    q.resolve(q_, "q", op, false);
+    q_scale.resolve_optional(q_scale_, "q_scale", op, false);
+    weights.resolve(weights_, "weights", op, false);
+    k_cache.resolve(k_cache_, "k_cache", op, false);
+    block_table.resolve(block_table_, "block_table", op, false);
+    token_request.resolve_optional(token_request_, "token_request", op, false);
+    visible_lens.resolve(visible_lens_, "visible_lens", op, false);
+  }
+  [[nodiscard]] IndexerInputs inputs() const {
+    IndexerInputs in;
+    in.q = q.view();
+    in.q_scale = q_scale.view();
+    in.weights = weights.view();
+    in.k_cache = k_cache.view();
+    in.block_table = block_table.view();
+    in.token_request = token_request.view();
+    in.visible_lens = visible_lens.view();
+    return in;
+  }
+};
 
 }  // namespace
 
+// Every tensor parameter takes a torch.Tensor, a TensorArg or any DLPack producer (CallTensor);
+// latte/ops.py passes the caller's objects straight through. Parameters are positional so that
+// the Python layer's call parses no keywords.
 void bind_ops(nb::module_& m) {
   m.def(
       "sparse_mla",
-      [](const TensorArg& q, const TensorArg& kv_cache, const TensorArg& indices, const TensorArg& out,
-         OptArg lse, float scale, const std::optional<std::string>& kv_format,
-         const std::optional<std::string>& backend, uintptr_t stream, bool check_indices) {
+      [](Obj q, Obj kv_cache, Obj indices, Obj out, Obj lse, float scale,
+         const std::optional<std::string>& kv_format, const std::optional<std::string>& backend,
+         Obj stream, bool check_indices) {
+        constexpr const char* op = "sparse_mla";
+        CallTensor t[5];
+        t[0].resolve(q, "q", op, false);
+        t[1].resolve(kv_cache, "kv_cache", op, false);
+        t[2].resolve(indices, "indices", op, false);
+        t[3].resolve(out, "out", op, true);
+        t[4].resolve_optional(lse, "lse", op, true);
         SparseMlaArgs a;
-        a.q = q.view();
-        a.kv_cache = kv_cache.view();
-        a.indices = indices.view();
-        a.out = out.view();
-        a.lse = view_or_absent(lse);
+        a.q = t[0].view();
+        a.kv_cache = t[1].view();
+        a.indices = t[2].view();
+        a.out = t[3].view();
+        a.lse = t[4].view();
         a.scale = scale;
-        if (kv_format) check_kv_format("sparse_mla", kv_format, validate(a).format);
-        return call(a, backend, stream, check_indices);
+        if (kv_format) check_kv_format(op, kv_format, validate(a).format);
+        return call(a, t[0], backend, stream, check_indices);
       },
-      "q"_a, "kv_cache"_a, "indices"_a, "out"_a, "lse"_a.none(), "scale"_a, nb::kw_only(),
-      "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(), "stream"_a = 0,
-      "check_indices"_a = false);
+      "q"_a.none(), "kv_cache"_a.none(), "indices"_a.none(), "out"_a.none(), "lse"_a.none(),
+      "scale"_a, "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(),
+      "stream"_a.none() = nb::none(), "check_indices"_a = false);
 
   m.def(
       "mla_decode",
-      [](const TensorArg& q, const TensorArg& kv_cache, const TensorArg& block_table,
-         const TensorArg& seq_lens, const TensorArg& out, OptArg lse, float scale,
+      [](Obj q, Obj kv_cache, Obj block_table, Obj seq_lens, Obj out, Obj lse, float scale,
          const std::optional<std::string>& kv_format, const std::optional<std::string>& backend,
-         uintptr_t stream, bool check_indices) {
+         Obj stream, bool check_indices) {
+        constexpr const char* op = "mla_decode";
+        CallTensor t[6];
+        t[0].resolve(q, "q", op, false);
+        t[1].resolve(kv_cache, "kv_cache", op, false);
+        t[2].resolve(block_table, "block_table", op, false);
+        t[3].resolve(seq_lens, "seq_lens", op, false);
+        t[4].resolve(out, "out", op, true);
+        t[5].resolve_optional(lse, "lse", op, true);
         MlaDecodeArgs a;
-        a.q = q.view();
-        a.kv_cache = kv_cache.view();
-        a.block_table = block_table.view();
-        a.seq_lens = seq_lens.view();
-        a.out = out.view();
-        a.lse = view_or_absent(lse);
+        a.q = t[0].view();
+        a.kv_cache = t[1].view();
+        a.block_table = t[2].view();
+        a.seq_lens = t[3].view();
+        a.out = t[4].view();
+        a.lse = t[5].view();
         a.scale = scale;
-        if (kv_format) check_kv_format("mla_decode", kv_format, validate(a).format);
-        return call(a, backend, stream, check_indices);
+        if (kv_format) check_kv_format(op, kv_format, validate(a).format);
+        return call(a, t[0], backend, stream, check_indices);
       },
-      "q"_a, "kv_cache"_a, "block_table"_a, "seq_lens"_a, "out"_a, "lse"_a.none(), "scale"_a,
-      nb::kw_only(), "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(),
-      "stream"_a = 0, "check_indices"_a = false);
+      "q"_a.none(), "kv_cache"_a.none(), "block_table"_a.none(), "seq_lens"_a.none(),
+      "out"_a.none(), "lse"_a.none(), "scale"_a, "kv_format"_a.none() = nb::none(),
+      "backend"_a.none() = nb::none(), "stream"_a.none() = nb::none(), "check_indices"_a = false);
 
   m.def(
       "indexer_topk",
-      [](const TensorArg& q, OptArg q_scale, const TensorArg& weights, const TensorArg& k_cache,
-         const TensorArg& block_table, OptArg token_request, const TensorArg& visible_lens,
-         const TensorArg& indices, const std::string& kind, const std::optional<std::string>& backend,
-         uintptr_t stream, bool check_indices) {
+      [](Obj q, Obj q_scale, Obj weights, Obj k_cache, Obj block_table, Obj token_request,
+         Obj visible_lens, Obj indices, std::optional<int64_t> topk, const std::string& kind,
+         const std::optional<std::string>& backend, Obj stream, bool check_indices) {
+        constexpr const char* op = "indexer_topk";
+        IndexerTensors in(op, q, q_scale, weights, k_cache, block_table, token_request, visible_lens);
+        CallTensor out;
+        out.resolve(indices, "indices", op, true);
+        // topk and indices= both given: they must agree (a [T, topk] result).
+        if (topk && (out.view().rank != 2 || out.view().size(1) != *topk)) {
+          throw Error(ErrorCode::invalid_argument,
+                      std::string(op) + ": topk is " + std::to_string(*topk) + " but indices= is " +
+                          out.view().describe() + ": pass one of them, or make indices [T, topk]");
+        }
         IndexerTopkArgs a;
-        a.in = indexer_inputs(q, q_scale, weights, k_cache, block_table, token_request, visible_lens);
-        a.indices = indices.view();
+        a.in = in.inputs();
+        a.indices = out.view();
         a.kind = parse_index_kind(kind);
-        return call(a, backend, stream, check_indices);
+        return call(a, in.q, backend, stream, check_indices);
       },
-      "q"_a, "q_scale"_a.none(), "weights"_a, "k_cache"_a, "block_table"_a, "token_request"_a.none(),
-      "visible_lens"_a, "indices"_a, nb::kw_only(), "kind"_a = "physical",
-      "backend"_a.none() = nb::none(), "stream"_a = 0, "check_indices"_a = false);
+      "q"_a.none(), "q_scale"_a.none(), "weights"_a.none(), "k_cache"_a.none(),
+      "block_table"_a.none(), "token_request"_a.none(), "visible_lens"_a.none(), "indices"_a.none(),
+      "topk"_a.none() = nb::none(), "kind"_a = "physical", "backend"_a.none() = nb::none(),
+      "stream"_a.none() = nb::none(), "check_indices"_a = false);
 
   m.def(
       "indexer_logits",
-      [](const TensorArg& q, OptArg q_scale, const TensorArg& weights, const TensorArg& k_cache,
-         const TensorArg& block_table, OptArg token_request, const TensorArg& visible_lens,
-         const TensorArg& logits, const std::optional<std::string>& backend, uintptr_t stream,
+      [](Obj q, Obj q_scale, Obj weights, Obj k_cache, Obj block_table, Obj token_request,
+         Obj visible_lens, Obj logits, const std::optional<std::string>& backend, Obj stream,
          bool check_indices) {
+        constexpr const char* op = "indexer_logits";
+        IndexerTensors in(op, q, q_scale, weights, k_cache, block_table, token_request, visible_lens);
+        CallTensor out;
+        out.resolve(logits, "logits", op, true);
         IndexerLogitsArgs a;
-        a.in = indexer_inputs(q, q_scale, weights, k_cache, block_table, token_request, visible_lens);
-        a.logits = logits.view();
-        return call(a, backend, stream, check_indices);
+        a.in = in.inputs();
+        a.logits = out.view();
+        return call(a, in.q, backend, stream, check_indices);
       },
-      "q"_a, "q_scale"_a.none(), "weights"_a, "k_cache"_a, "block_table"_a, "token_request"_a.none(),
-      "visible_lens"_a, "logits"_a, nb::kw_only(), "backend"_a.none() = nb::none(), "stream"_a = 0,
-      "check_indices"_a = false);
+      "q"_a.none(), "q_scale"_a.none(), "weights"_a.none(), "k_cache"_a.none(),
+      "block_table"_a.none(), "token_request"_a.none(), "visible_lens"_a.none(), "logits"_a.none(),
+      "backend"_a.none() = nb::none(), "stream"_a.none() = nb::none(), "check_indices"_a = false);
 
   m.def(
       "kv_store",
-      [](const TensorArg& latent, const TensorArg& rope, const TensorArg& slot_mapping,
-         const TensorArg& kv_cache, const std::string& scale_kind,
+      [](Obj latent, Obj rope, Obj slot_mapping, Obj kv_cache, const std::string& scale_kind,
          const std::optional<std::string>& kv_format, const std::optional<std::string>& backend,
-         uintptr_t stream, bool check_indices) {
+         Obj stream, bool check_indices) {
+        constexpr const char* op = "kv_store";
+        CallTensor t[4];
+        t[0].resolve(latent, "latent", op, false);
+        t[1].resolve(rope, "rope", op, false);
+        t[2].resolve(slot_mapping, "slot_mapping", op, false);
+        t[3].resolve(kv_cache, "kv_cache", op, true);
         KvStoreArgs a;
-        a.latent = latent.view();
-        a.rope = rope.view();
-        a.slot_mapping = slot_mapping.view();
-        a.kv_cache = kv_cache.view();
-        a.scale_kind = parse_scale_kind("kv_store", scale_kind);
-        if (kv_format) check_kv_format("kv_store", kv_format, validate(a).format);
-        return call(a, backend, stream, check_indices);
+        a.latent = t[0].view();
+        a.rope = t[1].view();
+        a.slot_mapping = t[2].view();
+        a.kv_cache = t[3].view();
+        a.scale_kind = parse_scale_kind(op, scale_kind);
+        if (kv_format) check_kv_format(op, kv_format, validate(a).format);
+        return call(a, t[0], backend, stream, check_indices);
       },
-      "latent"_a, "rope"_a, "slot_mapping"_a, "kv_cache"_a, nb::kw_only(), "scale_kind"_a = "amax",
-      "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(), "stream"_a = 0,
-      "check_indices"_a = false);
+      "latent"_a.none(), "rope"_a.none(), "slot_mapping"_a.none(), "kv_cache"_a.none(),
+      "scale_kind"_a = "amax", "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(),
+      "stream"_a.none() = nb::none(), "check_indices"_a = false);
 
   m.def(
       "indexer_k_store",
-      [](const TensorArg& k, const TensorArg& slot_mapping, const TensorArg& k_cache,
-         const std::string& scale_kind, const std::optional<std::string>& backend, uintptr_t stream,
-         bool check_indices) {
+      [](Obj k, Obj slot_mapping, Obj k_cache, const std::string& scale_kind,
+         const std::optional<std::string>& backend, Obj stream, bool check_indices) {
+        constexpr const char* op = "indexer_k_store";
+        CallTensor t[3];
+        t[0].resolve(k, "k", op, false);
+        t[1].resolve(slot_mapping, "slot_mapping", op, false);
+        t[2].resolve(k_cache, "k_cache", op, true);
         IndexerKStoreArgs a;
-        a.k = k.view();
-        a.slot_mapping = slot_mapping.view();
-        a.k_cache = k_cache.view();
-        a.scale_kind = parse_scale_kind("indexer_k_store", scale_kind);
-        return call(a, backend, stream, check_indices);
+        a.k = t[0].view();
+        a.slot_mapping = t[1].view();
+        a.k_cache = t[2].view();
+        a.scale_kind = parse_scale_kind(op, scale_kind);
+        return call(a, t[0], backend, stream, check_indices);
       },
-      "k"_a, "slot_mapping"_a, "k_cache"_a, nb::kw_only(), "scale_kind"_a = "amax",
-      "backend"_a.none() = nb::none(), "stream"_a = 0, "check_indices"_a = false);
+      "k"_a.none(), "slot_mapping"_a.none(), "k_cache"_a.none(), "scale_kind"_a = "amax",
+      "backend"_a.none() = nb::none(), "stream"_a.none() = nb::none(), "check_indices"_a = false);
 
   m.def(
       "logical_to_slots",
-      [](const TensorArg& positions, const TensorArg& block_table, OptArg token_request,
-         const TensorArg& slots, int block_size, const std::optional<std::string>& backend,
-         uintptr_t stream, bool check_indices) {
+      [](Obj positions, Obj block_table, Obj token_request, Obj slots, int block_size,
+         const std::optional<std::string>& backend, Obj stream, bool check_indices) {
+        constexpr const char* op = "logical_to_slots";
+        CallTensor t[4];
+        t[0].resolve(positions, "positions", op, false);
+        t[1].resolve(block_table, "block_table", op, false);
+        t[2].resolve_optional(token_request, "token_request", op, false);
+        t[3].resolve(slots, "slots", op, true);
         LogicalToSlotsArgs a;
-        a.positions = positions.view();
-        a.block_table = block_table.view();
-        a.token_request = view_or_absent(token_request);
-        a.slots = slots.view();
+        a.positions = t[0].view();
+        a.block_table = t[1].view();
+        a.token_request = t[2].view();
+        a.slots = t[3].view();
         a.block_size = block_size;
-        return call(a, backend, stream, check_indices);
+        return call(a, t[0], backend, stream, check_indices);
       },
-      "positions"_a, "block_table"_a, "token_request"_a.none(), "slots"_a, "block_size"_a,
-      nb::kw_only(), "backend"_a.none() = nb::none(), "stream"_a = 0, "check_indices"_a = false);
+      "positions"_a.none(), "block_table"_a.none(), "token_request"_a.none(), "slots"_a.none(),
+      "block_size"_a, "backend"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "check_indices"_a = false);
 }
 
 }  // namespace latte::python

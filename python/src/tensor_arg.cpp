@@ -143,7 +143,223 @@ std::string not_a_tensor(nb::handle object) {
   return "a " + python_type_name(object) + ", which has no DLPack or buffer interface";
 }
 
+// A strong reference that is released at scope exit (the C API returns new references).
+struct Ref {
+  PyObject* p;
+  explicit Ref(PyObject* object) : p(object) {}
+  ~Ref() { Py_XDECREF(p); }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+};
+
+// What the descriptor path needs from torch, looked up once torch has been imported by the
+// caller (latte never imports it). The references are kept for the process's life.
+struct TorchInfo {
+  PyTypeObject* tensor = nullptr;     // torch.Tensor
+  PyTypeObject* parameter = nullptr;  // torch.nn.Parameter
+  PyObject* strided = nullptr;        // torch.strided
+  std::vector<std::pair<PyObject*, DType>> dtypes;
+  PyObject* raw_stream = nullptr;     // torch._C._cuda_getCurrentRawStream, when torch has CUDA
+};
+
+PyObject* attr_or_null(PyObject* object, const char* name) {
+  PyObject* value = object ? PyObject_GetAttrString(object, name) : nullptr;
+  if (!value) PyErr_Clear();
+  return value;  // a new reference, kept by TorchInfo
+}
+
+// Null until the caller has imported torch (then filled once; under the GIL).
+const TorchInfo* torch_info() {
+  static TorchInfo info;
+  static bool ready = false;
+  if (ready) return &info;
+  PyObject* torch = PyImport_GetModule(nb::str("torch").ptr());  // not an import: sys.modules
+  if (!torch) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Ref torch_ref(torch);
+  PyObject* tensor = attr_or_null(torch, "Tensor");
+  if (!tensor || !PyType_Check(tensor)) {  // torch still importing: try again on a later call
+    Py_XDECREF(tensor);
+    return nullptr;
+  }
+  info.tensor = reinterpret_cast<PyTypeObject*>(tensor);
+  Ref nn(attr_or_null(torch, "nn"));
+  PyObject* parameter = attr_or_null(nn.p, "Parameter");
+  if (parameter && PyType_Check(parameter)) {
+    info.parameter = reinterpret_cast<PyTypeObject*>(parameter);
+  } else {
+    Py_XDECREF(parameter);
+  }
+  info.strided = attr_or_null(torch, "strided");
+  const std::pair<const char*, DType> names[] = {
+      {"float32", DType::f32}, {"float16", DType::f16}, {"bfloat16", DType::bf16},
+      {"float8_e4m3fn", DType::e4m3}, {"int32", DType::i32}, {"uint8", DType::u8}};
+  for (const auto& [name, dtype] : names) {
+    if (PyObject* d = attr_or_null(torch, name)) info.dtypes.emplace_back(d, dtype);
+  }
+  Ref c(attr_or_null(torch, "_C"));
+  info.raw_stream = attr_or_null(c.p, "_cuda_getCurrentRawStream");
+  ready = true;
+  return &info;
+}
+
+PyObject* interned(const char* text) {
+  return PyUnicode_InternFromString(text);  // kept for the process's life
+}
+
+bool read_int64(PyObject* item, int64_t* out) {
+  const long long v = PyLong_AsLongLong(item);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+// The view of a plain torch tensor from its descriptor, or false when anything is not the plain
+// case (the caller then takes the DLPack path, which handles or refuses it as before). The
+// shape, strides and pointer are torch's own for this tensor, so the view covers exactly the
+// tensor's memory; requires_grad does not matter (latte never records autograd), as with the
+// detach() the DLPack path does.
+bool read_torch(PyObject* object, TensorView* view) {
+  const TorchInfo* torch = torch_info();
+  if (!torch) return false;
+  PyTypeObject* type = Py_TYPE(object);
+  if (type != torch->tensor && (torch->parameter == nullptr || type != torch->parameter)) return false;
+  static PyObject* const s_layout = interned("layout");
+  static PyObject* const s_dtype = interned("dtype");
+  static PyObject* const s_is_cuda = interned("is_cuda");
+  static PyObject* const s_is_cpu = interned("is_cpu");
+  static PyObject* const s_get_device = interned("get_device");
+  static PyObject* const s_shape = interned("shape");
+  static PyObject* const s_stride = interned("stride");
+  static PyObject* const s_data_ptr = interned("data_ptr");
+
+  auto fail = [] {
+    PyErr_Clear();
+    return false;
+  };
+  {
+    Ref layout(PyObject_GetAttr(object, s_layout));
+    if (!layout.p) return fail();
+    if (layout.p != torch->strided) return false;  // sparse, mkldnn, jagged: no plain strides
+  }
+  {
+    Ref dtype(PyObject_GetAttr(object, s_dtype));
+    if (!dtype.p) return fail();
+    bool known = false;
+    for (const auto& [object_dtype, latte_dtype] : torch->dtypes) {
+      if (dtype.p == object_dtype) {
+        view->dtype = latte_dtype;
+        known = true;
+        break;
+      }
+    }
+    if (!known) return false;  // the DLPack path names the dtype in its error
+  }
+  {
+    Ref is_cuda(PyObject_GetAttr(object, s_is_cuda));
+    if (!is_cuda.p) return fail();
+    if (is_cuda.p == Py_True) {
+      Ref index(PyObject_CallMethodNoArgs(object, s_get_device));
+      if (!index.p) return fail();
+      int64_t i = 0;
+      if (!read_int64(index.p, &i) || i < 0) return false;
+      view->device = Device{DeviceKind::cuda, static_cast<int>(i)};
+    } else {
+      Ref is_cpu(PyObject_GetAttr(object, s_is_cpu));
+      if (!is_cpu.p) return fail();
+      if (is_cpu.p != Py_True) return false;  // meta, mps, xpu...: the DLPack path refuses them
+      view->device = Device{DeviceKind::cpu, 0};
+    }
+  }
+  Ref shape(PyObject_GetAttr(object, s_shape));
+  if (!shape.p) return fail();
+  if (!PyTuple_Check(shape.p)) return false;  // torch.Size is a tuple
+  const Py_ssize_t rank = PyTuple_GET_SIZE(shape.p);
+  if (rank > kMaxRank) return false;  // the DLPack path gives the error
+  Ref strides(PyObject_CallMethodNoArgs(object, s_stride));
+  if (!strides.p) return fail();
+  if (!PyTuple_Check(strides.p) || PyTuple_GET_SIZE(strides.p) != rank) return false;
+  view->rank = static_cast<int>(rank);
+  for (Py_ssize_t d = 0; d < rank; ++d) {
+    const auto i = static_cast<size_t>(d);
+    if (!read_int64(PyTuple_GET_ITEM(shape.p, d), &view->shape[i]) ||
+        !read_int64(PyTuple_GET_ITEM(strides.p, d), &view->strides[i])) {
+      return false;
+    }
+  }
+  Ref data(PyObject_CallMethodNoArgs(object, s_data_ptr));
+  if (!data.p) return fail();
+  const unsigned long long address = PyLong_AsUnsignedLongLong(data.p);
+  if (address == static_cast<unsigned long long>(-1) && PyErr_Occurred()) return fail();
+  view->data = reinterpret_cast<void*>(static_cast<uintptr_t>(address));
+  return true;
+}
+
+// latte._tensors' functions, for what the descriptor path does not take.
+nb::object tensors_module_attr(const char* name) {
+  return nb::module_::import_("latte._tensors").attr(name);
+}
+
 }  // namespace
+
+void CallTensor::resolve(nb::handle object, const char* name, const char* op, bool writable) {
+  object_ = object;
+  view_ = TensorView{};
+  if (read_torch(object.ptr(), &view_)) {
+    from_torch_ = true;
+    return;
+  }
+  view_ = TensorView{};
+  if (TensorArg* arg = nullptr; nb::try_cast<TensorArg*>(object, arg, false) && arg != nullptr) {
+    view_ = arg->view();
+    return;
+  }
+  static nb::object* const convert = new nb::object(tensors_module_attr("arg"));  // never freed
+  keep_ = (*convert)(object, name, op, nb::arg("writable") = writable);
+  view_ = nb::cast<const TensorArg&>(keep_).view();
+}
+
+void CallTensor::resolve_optional(nb::handle object, const char* name, const char* op, bool writable) {
+  if (object.is_none()) {
+    object_ = object;
+    view_ = TensorView{};
+    return;
+  }
+  resolve(object, name, op, writable);
+}
+
+uintptr_t call_stream(nb::handle stream, const CallTensor& first) {
+  PyObject* s = stream.ptr();
+  if (PyLong_Check(s) && !PyBool_Check(s)) {
+    const unsigned long long handle = PyLong_AsUnsignedLongLong(s);
+    if (!(handle == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
+      return static_cast<uintptr_t>(handle);
+    }
+    PyErr_Clear();  // a negative or huge int: stream_handle says what is wrong or takes it
+  } else if (s == Py_None) {
+    if (first.view().device.kind == DeviceKind::cpu) return 0;  // no stream on the CPU
+    const TorchInfo* torch = torch_info();
+    if (first.from_torch() && torch && torch->raw_stream) {
+      // torch.cuda.current_stream(device).cuda_stream without making a Stream object.
+      Ref index(PyLong_FromLong(first.view().device.index));
+      Ref handle(index.p ? PyObject_CallOneArg(torch->raw_stream, index.p) : nullptr);
+      if (handle.p && PyLong_Check(handle.p)) {
+        const unsigned long long value = PyLong_AsUnsignedLongLong(handle.p);
+        if (!(value == static_cast<unsigned long long>(-1) && PyErr_Occurred())) {
+          return static_cast<uintptr_t>(value);
+        }
+      }
+      PyErr_Clear();  // fall through to the Python path, which raises what torch raises
+    }
+  }
+  static nb::object* const handle_of = new nb::object(tensors_module_attr("stream_handle"));
+  return nb::cast<uintptr_t>((*handle_of)(stream, first.object()));
+}
 
 TensorArg::TensorArg(nb::handle object, std::string name, bool writable,
                      std::optional<std::string> reinterpret, const std::string& op)
@@ -178,6 +394,8 @@ void bind_tensor_arg(nb::module_& m) {
            nb::arg("tensor"), nb::arg("name"), nb::arg("writable") = false,
            nb::arg("reinterpret") = nb::none(), nb::arg("op") = "")
       .def_prop_ro("name", &TensorArg::name)
+      .def_prop_ro("from_descriptor", &TensorArg::from_descriptor,
+                   "True when read from a torch tensor's descriptor, False for DLPack.")
       .def_prop_ro("data_ptr", [](const TensorArg& t) { return reinterpret_cast<uintptr_t>(t.view().data); })
       .def_prop_ro("shape", [](const TensorArg& t) {
         const TensorView& v = t.view();
@@ -191,6 +409,17 @@ void bind_tensor_arg(nb::module_& m) {
       .def("describe", [](const TensorArg& t) { return t.view().describe(); },
            "The view as latte sees it: 'bf16[4, 64, 576] strides [36864, 576, 1] on cpu'.")
       .def("__repr__", [](const TensorArg& t) { return "<latte TensorArg " + t.name() + ": " + t.view().describe() + ">"; });
+
+  m.def(
+      "tensor_view",
+      [](nb::handle tensor, const std::string& name, const std::string& op, bool writable) {
+        CallTensor t;
+        t.resolve(tensor, name.c_str(), op.c_str(), writable);
+        if (!t.from_torch()) return nb::cast<TensorArg>(t.keep().is_valid() ? nb::handle(t.keep()) : tensor);
+        return TensorArg(t.view(), name, nb::borrow(tensor));
+      },
+      nb::arg("tensor"), nb::arg("name"), nb::arg("op") = "", nb::arg("writable") = false,
+      "The view an op call makes of `tensor` (the torch descriptor path or DLPack), as a TensorArg.");
 }
 
 }  // namespace latte::python
