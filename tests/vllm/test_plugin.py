@@ -125,13 +125,22 @@ def test_indexer_replaced_without_deepgemm(monkeypatch):
     from vllm.model_executor.models.registry import ModelRegistry
 
     monkeypatch.setattr(dg, "has_deep_gemm", lambda: False)
-    text = plugin._take_indexer("auto")
+    text = plugin._take_indexer("auto", DeviceCapability(8, 9))
     assert "DeepGEMM is not installed" in text
     assert op_registry_oot["SparseAttnIndexer"].__name__ == "LatteSparseAttnIndexer"
     for arch in ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM"):
         assert ModelRegistry.models[arch].module_name == "latte.integrations.vllm.indexer"
     # Again (another plugin load in the same process): no duplicate-registration assert.
-    plugin._take_indexer("auto")
+    plugin._take_indexer("auto", DeviceCapability(12, 0))
+
+
+def test_indexer_kept_on_sm100(monkeypatch):
+    # vLLM writes that family's indexer cache with packed UE8M0 scales latte does not read.
+    import vllm.utils.deep_gemm as dg
+
+    monkeypatch.setattr(dg, "has_deep_gemm", lambda: False)
+    text = reload_plugin()._take_indexer("prefer", DeviceCapability(10, 0))
+    assert "packed UE8M0 scales" in text
 
 
 def test_indexer_kept_with_deepgemm(monkeypatch):
@@ -139,4 +148,5 @@ def test_indexer_kept_with_deepgemm(monkeypatch):
     import vllm.utils.deep_gemm as dg
 
     monkeypatch.setattr(dg, "has_deep_gemm", lambda: True)
-    assert plugin._take_indexer("auto") == "DeepGEMM is installed: the DSA indexer stays vLLM's"
+    assert plugin._take_indexer("auto", DeviceCapability(9, 0)) == \
+        "DeepGEMM is installed: the DSA indexer stays vLLM's"

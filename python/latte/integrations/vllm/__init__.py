@@ -117,7 +117,7 @@ def _register(logger: Any) -> List[str]:
         say("no CUDA device capability: latte takes no slot")
         return said
     say(_take_slots(mode, capability))
-    say(_take_indexer(mode))
+    say(_take_indexer(mode, capability))
     return said
 
 
@@ -146,9 +146,14 @@ def _take_slots(mode: str, capability: Any) -> str:
     return text
 
 
-def _take_indexer(mode: str) -> str:
+def _take_indexer(mode: str, capability: Any) -> str:
     from vllm.utils.deep_gemm import has_deep_gemm
 
+    if int(capability[0]) == 10:
+        # vLLM writes the indexer cache of the sm_100 family with each token's scale as four
+        # packed UE8M0 bytes (for DeepGEMM's MX kernels), not the float32 latte reads.
+        return ("on sm_100 vLLM writes the indexer cache with packed UE8M0 scales, which latte "
+                "does not read: the DSA indexer stays vLLM's (DeepGEMM)")
     if mode != "prefer" and has_deep_gemm():
         return "DeepGEMM is installed: the DSA indexer stays vLLM's"
     from vllm.model_executor.custom_op import CustomOp, op_registry_oot
