@@ -97,19 +97,36 @@ def _run(step, buf, q, scale):
                                       scale, slots=buf["slots"])
 
 
-def _reference(step, buf, q, scale):
-    # latte's float64 oracle on CPU copies of the same bytes and the same logical top-k.
-    cpu = lambda t: t.cpu()  # noqa: E731
-    req = buf["token_request"][:step["tokens"]].cpu()
-    vis = buf["visible"][:step["tokens"]].cpu()
-    topk_ref = latte.indexer_topk(cpu(step["q_fp8"]), cpu(step["weights"]), cpu(step["k_cache"]),
-                                  cpu(step["table"]), vis, TOPK, q_scale=cpu(buf["ones"])[:step["tokens"]],
-                                  token_request=req, kind="logical", backend="cpu.reference")
-    slots = latte.logical_to_slots(topk_ref, cpu(step["table"]), BLOCK, token_request=req,
+def _check_topk(step, buf):
+    """The GPU's logical top-k per token is the oracle's set (its order is backend-defined),
+    up to positions whose oracle scores tie with the set's boundary within float32 precision."""
+    tokens = step["tokens"]
+    req = buf["token_request"][:tokens].cpu()
+    vis = buf["visible"][:tokens].cpu()
+    logits = latte.indexer_logits(
+        step["q_fp8"].cpu(), step["weights"].cpu(), step["k_cache"].cpu(), step["table"].cpu(),
+        vis, q_scale=buf["ones"][:tokens].cpu(), token_request=req, backend="cpu.reference")
+    got = buf["topk"][:tokens].cpu()
+    for t in range(tokens):
+        n = min(TOPK, int(vis[t]))
+        want = set(torch.topk(logits[t, :int(vis[t])].double(), n).indices.tolist())
+        have = [p for p in got[t].tolist() if p >= 0]
+        assert len(have) == n and len(set(have)) == n, (t, len(have), n)
+        bound = min(float(logits[t, p]) for p in want)
+        for p in want.symmetric_difference(have):
+            assert abs(float(logits[t, p]) - bound) <= 1e-5 * max(abs(bound), 1e-30), (t, p)
+        assert (got[t, n:] == -1).all()
+
+
+def _reference_attention(step, buf, q, scale):
+    # latte's float64 oracle on CPU copies of the same bytes and the GPU's own top-k.
+    tokens = step["tokens"]
+    req = buf["token_request"][:tokens].cpu()
+    table = step["table"].cpu()
+    slots = latte.logical_to_slots(buf["topk"][:tokens].cpu(), table, BLOCK, token_request=req,
                                    backend="cpu.reference")
     q_full = kernels.mqa_query(q).cpu()
-    out = latte.sparse_mla(q_full, cpu(step["kv_cache"]), slots, scale, backend="cpu.reference")
-    return topk_ref, out
+    return latte.sparse_mla(q_full, step["kv_cache"].cpu(), slots, scale, backend="cpu.reference")
 
 
 def _expected_tables():
@@ -136,8 +153,8 @@ def test_step_matches_the_oracle(shape, kv_format):
     assert buf["token_request"][:tokens].tolist() == req
     assert buf["visible"][:tokens].tolist() == vis
     assert (buf["topk"][tokens:] == -7).all()  # rows past the step untouched
-    topk_ref, out_ref = _reference(step, buf, q, scale)
-    assert torch.equal(buf["topk"][:tokens].cpu(), topk_ref)
+    _check_topk(step, buf)
+    out_ref = _reference_attention(step, buf, q, scale)
     err = ((out.cpu().double() - out_ref.double()).norm() / out_ref.double().norm()).item()
     assert err < 1e-2, err
 
@@ -171,5 +188,4 @@ def test_cuda_graph_replay(kv_format):
         eager = _run(step, _buffers(heads, index_heads), q, scale)
         torch.cuda.synchronize()
         assert torch.equal(out, eager)
-        topk_ref, _ = _reference(step, buf, q, scale)
-        assert torch.equal(buf["topk"][:tokens].cpu(), topk_ref)
+        _check_topk(step, buf)
