@@ -160,6 +160,7 @@ struct TorchInfo {
   PyObject* strided = nullptr;        // torch.strided
   std::vector<std::pair<PyObject*, DType>> dtypes;
   PyObject* raw_stream = nullptr;     // torch._C._cuda_getCurrentRawStream, when torch has CUDA
+  bool hip = false;                   // a ROCm torch: its "cuda" tensors are not CUDA memory
 };
 
 PyObject* attr_or_null(PyObject* object, const char* name) {
@@ -201,6 +202,11 @@ const TorchInfo* torch_info() {
   }
   Ref c(attr_or_null(torch, "_C"));
   info.raw_stream = attr_or_null(c.p, "_cuda_getCurrentRawStream");
+  Ref version(attr_or_null(torch, "version"));
+  Ref hip(attr_or_null(version.p, "hip"));
+  const int is_hip = hip.p ? PyObject_IsTrue(hip.p) : 0;
+  if (is_hip < 0) PyErr_Clear();
+  info.hip = is_hip == 1;
   ready = true;
   return &info;
 }
@@ -264,6 +270,7 @@ bool read_torch(PyObject* object, TensorView* view) {
     Ref is_cuda(PyObject_GetAttr(object, s_is_cuda));
     if (!is_cuda.p) return fail();
     if (is_cuda.p == Py_True) {
+      if (torch->hip) return false;  // DLPack names it a ROCm tensor, which latte refuses
       Ref index(PyObject_CallMethodNoArgs(object, s_get_device));
       if (!index.p) return fail();
       int64_t i = 0;

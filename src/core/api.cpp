@@ -304,7 +304,7 @@ StreamWorkspaces& stream_workspaces() {
 // baked into a graph would dangle once a later growth freed it).
 class CallWorkspace {
  public:
-  CallWorkspace(std::size_t bytes, Device device, void* stream) : device_(device), stream_(stream) {
+  CallWorkspace(std::size_t bytes, Device device, void* stream) {
     if (bytes == 0) return;
     if (device.kind == DeviceKind::cpu) {
       host_.resize(bytes);
@@ -313,6 +313,7 @@ class CallWorkspace {
     }
 #ifdef LATTE_WITH_CUDA
     const auto s = static_cast<cudaStream_t>(stream);
+    stream_ = s;
     if (StreamWorkspaces::Slot* slot = cached_slot(device, s)) {
       lock_ = std::unique_lock(slot->mutex);
       if (slot->bytes < bytes) {
@@ -334,12 +335,13 @@ class CallWorkspace {
     if (err != cudaSuccess) workspace_failed(bytes, device, err);
     owned_ = true;
 #else
+    (void)stream;
     throw Error(ErrorCode::unsupported, "a CUDA tensor was given to a latte built without CUDA");
 #endif
   }
   ~CallWorkspace() {
 #ifdef LATTE_WITH_CUDA
-    if (owned_) cudaFreeAsync(ptr_, static_cast<cudaStream_t>(stream_));
+    if (owned_) cudaFreeAsync(ptr_, stream_);
 #endif
   }
   CallWorkspace(const CallWorkspace&) = delete;
@@ -370,10 +372,9 @@ class CallWorkspace {
     return &stream_workspaces().slot(device.index, id);
   }
   std::unique_lock<std::mutex> lock_;  // the cached slot's, until the kernel is queued
-  bool owned_ = false;
+  bool owned_ = false;                 // allocated for this call (the stream is capturing)
+  cudaStream_t stream_ = nullptr;
 #endif
-  Device device_;
-  void* stream_;
   void* ptr_ = nullptr;
   std::vector<unsigned char> host_;
 };
