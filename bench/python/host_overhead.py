@@ -14,7 +14,9 @@ step; once it exceeds the kernel's GPU time the GPU waits on Python. This prints
     python3 bench/python/host_overhead.py --device cuda --calls 300
     python3 bench/python/host_overhead.py --device cpu
 
-Shapes: GLM-5 at TP8 (8 heads, topk 2048, page 64), one decode token. On the CPU the
+Shapes: GLM-5 at TP8 (8 heads, topk 2048, page 64), one decode token. The "vLLM" rows are the
+vLLM adapter's calls (latte.integrations.vllm.kernels, what LatteMLASparseImpl.forward_mqa and
+the indexer step run per layer), beside the bare ops they are made of. On the CPU the
 cpu.reference backend computes in float64, so its host time is mostly compute; the
 logical_to_slots T=1 K=1 row is the one that shows the per-call overhead there.
 
@@ -94,6 +96,54 @@ def logical_to_slots_case(device: str, k: int, note: str = "") -> Case:
     return Case(f"logical_to_slots T=1 K={k}", call, note)
 
 
+def vllm_forward_case(device: str, kv_format: str, split_q: bool) -> Case:
+    """The vLLM adapter's forward_mqa as LatteMLASparseImpl runs it: logical top-k positions ->
+    slots (logical_to_slots), then sparse_mla; vLLM's bf16 path hands (ql_nope, q_pe)."""
+    from latte.integrations.vllm import kernels
+
+    blocks = MLA_CONTEXT // PAGE
+    q = torch.randn(1, HEADS, 576, device=device).bfloat16()
+    q_arg = (q[..., :512], q[..., 512:]) if split_q else q
+    if kv_format == "bf16":
+        kv = (torch.randn(blocks, PAGE, 576, device=device) * 0.1).bfloat16()
+    else:
+        kv = torch.zeros(blocks, PAGE, 656, dtype=torch.uint8, device=device)
+    topk = torch.randperm(MLA_CONTEXT, device=device)[:TOPK].to(torch.int32).view(1, TOPK)
+    block_table = torch.arange(blocks, dtype=torch.int32, device=device).view(1, blocks)
+    token_request = torch.zeros(1, dtype=torch.int32, device=device)
+    slots = torch.empty(1, TOPK, dtype=torch.int32, device=device)
+
+    def call():
+        return kernels.sparse_mla_forward(q_arg, kv, topk, block_table, token_request, PAGE,
+                                          0.0625, slots=slots)
+
+    q_note = "q as (ql_nope, q_pe): + torch.cat" if split_q else "q as one [T, H, 576]"
+    name = f"vLLM forward_mqa {kv_format}{' split q' if split_q else ''}"
+    return Case(name, call, f"logical_to_slots + sparse_mla, {q_note}")
+
+
+def vllm_indexer_case(device: str, context: int) -> Case:
+    """The vLLM adapter's indexer step (LatteDeepseekV32Attention): logical top-k into vLLM's
+    buffer, q_scale a buffer of ones (vLLM folds the query scale into the weights)."""
+    from latte.integrations.vllm import kernels
+
+    blocks = context // PAGE
+    q = torch.randn(1, INDEX_HEADS, 128, device=device).to(torch.float8_e4m3fn)
+    ones = torch.ones(64, INDEX_HEADS, device=device)
+    weights = torch.randn(1, INDEX_HEADS, device=device)
+    k_cache = torch.zeros(blocks, PAGE, 132, dtype=torch.uint8, device=device)
+    block_table = torch.randperm(blocks, device=device).to(torch.int32).view(1, blocks)
+    token_request = torch.zeros(64, dtype=torch.int32, device=device)
+    visible = torch.full((64,), context, dtype=torch.int32, device=device)
+    topk_buffer = torch.empty(64, TOPK, dtype=torch.int32, device=device)
+
+    def call():
+        return kernels.indexer_topk_logical(q, weights, k_cache, block_table, token_request,
+                                            visible, q_scale=ones, topk_out=topk_buffer)
+
+    return Case(f"vLLM indexer step ctx={context}", call, "indexer_topk, logical, into the buffer")
+
+
 def host_us(call: Callable[[], object], calls: int, rounds: int, sync: Callable[[], None]) -> float:
     per_round: List[float] = []
     for _ in range(rounds):
@@ -139,6 +189,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         indexer_topk_case(args.device, 4096),
         indexer_topk_case(args.device, 32768),
         logical_to_slots_case(args.device, TOPK),
+        vllm_forward_case(args.device, "bf16", split_q=True),
+        vllm_forward_case(args.device, "bf16", split_q=False),
+        vllm_forward_case(args.device, "fp8_ds_mla", split_q=False),
+        vllm_indexer_case(args.device, 32768),
     ]
     if not cuda:
         # No compute: what the call path itself costs (T=0 tokens: every tensor is still read,
@@ -150,7 +204,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     calls_for = {c.name: args.calls for c in cases}
     if not cuda:
         for c in cases:
-            if not c.note and not c.name.startswith("logical_to_slots"):
+            if c.note != "overhead only" and not c.name.startswith("logical_to_slots"):
                 calls_for[c.name] = max(1, min(args.calls, 5))
 
     print(f"latte {latte.__version__}, torch {torch.__version__}, device "
