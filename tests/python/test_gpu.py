@@ -187,3 +187,48 @@ def test_cuda_errors_carry_the_message():
         latte.sparse_mla(q, cache, idx, SCALE, backend="cpu.reference")
     with pytest.raises(latte.InvalidArgumentError, match="different devices"):
         latte.sparse_mla(q, cache.cpu(), idx, SCALE)
+
+
+def test_workspace_per_stream_under_threads_and_growth():
+    # The workspace is cached per (device, stream) and grows when a call needs more: two
+    # threads on two streams, each alternating a small and a large indexer call (the large one
+    # grows its stream's buffer while the other stream's kernels may be running), give the
+    # results of the same calls run alone on the default stream.
+    import threading
+
+    g = torch.Generator(device=DEV).manual_seed(11)
+    cases = []
+    for blocks in (16, 512):  # 1K and 32K positions: workspaces of very different sizes
+        q = torch.randn(4, 32, 128, generator=g, device=DEV).to(torch.float8_e4m3fn)
+        k_cache = torch.zeros(blocks, BS, 132, dtype=torch.uint8, device=DEV)
+        latte.indexer_k_store(torch.randn(blocks * BS, 128, generator=g, device=DEV).bfloat16(),
+                              torch.arange(blocks * BS, dtype=torch.int32, device=DEV), k_cache)
+        args = (q, torch.rand(4, 32, generator=g, device=DEV), k_cache,
+                torch.arange(blocks, dtype=torch.int32, device=DEV).view(1, blocks),
+                torch.full((4,), blocks * BS, dtype=torch.int32, device=DEV))
+        kw = dict(q_scale=torch.ones(4, 32, device=DEV),
+                  token_request=torch.zeros(4, dtype=torch.int32, device=DEV))
+        cases.append((args, kw))
+    alone = [latte.indexer_topk(*a, 512, **kw).sort(dim=1).values for a, kw in cases]
+    torch.cuda.synchronize()
+    errors = []
+
+    def worker(order):
+        stream = torch.cuda.Stream()
+        try:
+            with torch.cuda.stream(stream):
+                for _ in range(20):
+                    for i in order:
+                        got = latte.indexer_topk(*cases[i][0], 512, **cases[i][1])
+                        if not torch.equal(got.sort(dim=1).values, alone[i]):
+                            errors.append(i)
+            stream.synchronize()
+        except Exception as e:  # reported below: a thread's exception would be lost
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=worker, args=(order,)) for order in ([0, 1], [1, 0])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
