@@ -114,8 +114,8 @@ def vllm_forward_case(device: str, kv_format: str, split_q: bool) -> Case:
     slots = torch.empty(1, TOPK, dtype=torch.int32, device=device)
 
     def call():
-        return kernels.sparse_mla_forward(q_arg, kv, topk, block_table, token_request, PAGE,
-                                          0.0625, slots=slots)
+        return kernels.sparse_mla_forward(q_arg, kv, topk, block_table, token_request, 0.0625,
+                                          slots=slots)
 
     q_note = "q as (ql_nope, q_pe): + torch.cat" if split_q else "q as one [T, H, 576]"
     name = f"vLLM forward_mqa {kv_format}{' split q' if split_q else ''}"
@@ -123,18 +123,19 @@ def vllm_forward_case(device: str, kv_format: str, split_q: bool) -> Case:
 
 
 def vllm_indexer_case(device: str, context: int) -> Case:
-    """The vLLM adapter's indexer step (LatteDeepseekV32Attention): logical top-k into vLLM's
-    buffer, q_scale a buffer of ones (vLLM folds the query scale into the weights)."""
+    """The vLLM adapter's indexer step as run_indexer calls it: the step's per-token views (made
+    once per step by the metadata builder), the q_scale ones view, and vLLM's persistent top-k
+    buffer, whose first rows are written."""
     from latte.integrations.vllm import kernels
 
     blocks = context // PAGE
     q = torch.randn(1, INDEX_HEADS, 128, device=device).to(torch.float8_e4m3fn)
-    ones = torch.ones(64, INDEX_HEADS, device=device)
+    ones = torch.ones(64, INDEX_HEADS, device=device)[:1]
     weights = torch.randn(1, INDEX_HEADS, device=device)
     k_cache = torch.zeros(blocks, PAGE, 132, dtype=torch.uint8, device=device)
     block_table = torch.randperm(blocks, device=device).to(torch.int32).view(1, blocks)
-    token_request = torch.zeros(64, dtype=torch.int32, device=device)
-    visible = torch.full((64,), context, dtype=torch.int32, device=device)
+    token_request = torch.zeros(64, dtype=torch.int32, device=device)[:1]
+    visible = torch.full((64,), context, dtype=torch.int32, device=device)[:1]
     topk_buffer = torch.empty(64, TOPK, dtype=torch.int32, device=device)
 
     def call():
@@ -142,6 +143,15 @@ def vllm_indexer_case(device: str, context: int) -> Case:
                                             visible, q_scale=ones, topk_out=topk_buffer)
 
     return Case(f"vLLM indexer step ctx={context}", call, "indexer_topk, logical, into the buffer")
+
+
+def floor_cases(device: str) -> List[Case]:
+    """What any call from Python costs on this host: the floor the rows above are measured
+    against (one torch kernel launch; one call into latte's extension that does nothing)."""
+    x = torch.zeros(64, device=device)
+    return [Case("floor: torch x.zero_()", lambda: x.zero_(), "one torch kernel launch"),
+            Case("floor: latte.built_with_cuda()", latte.built_with_cuda,
+                 "one call into the extension")]
 
 
 def host_us(call: Callable[[], object], calls: int, rounds: int, sync: Callable[[], None]) -> float:
@@ -193,6 +203,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         vllm_forward_case(args.device, "bf16", split_q=False),
         vllm_forward_case(args.device, "fp8_ds_mla", split_q=False),
         vllm_indexer_case(args.device, 32768),
+        *floor_cases(args.device),
     ]
     if not cuda:
         # No compute: what the call path itself costs (T=0 tokens: every tensor is still read,
@@ -204,7 +215,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     calls_for = {c.name: args.calls for c in cases}
     if not cuda:
         for c in cases:
-            if c.note != "overhead only" and not c.name.startswith("logical_to_slots"):
+            if c.note != "overhead only" and not c.name.startswith(("logical_to_slots", "floor")):
                 calls_for[c.name] = max(1, min(args.calls, 5))
 
     print(f"latte {latte.__version__}, torch {torch.__version__}, device "

@@ -72,6 +72,9 @@ def sparse_mla(
     backend: Optional[str] = None,
     stream: Any = None,
     check_indices: bool = False,
+    block_table: Optional[Tensor] = None,
+    token_request: Optional[Tensor] = None,
+    slots: Optional[Tensor] = None,
 ) -> str: ...
 def mla_decode(
     q: Tensor,

@@ -19,7 +19,7 @@ from typing import Any, Optional, Tuple, Union
 
 from . import _latte
 from ._tensors import empty_like_input, lead_shape
-from .errors import ArgumentTypeError
+from .errors import ArgumentTypeError, InvalidArgumentError
 
 __all__ = [
     "sparse_mla",
@@ -54,6 +54,9 @@ def sparse_mla(
     backend: Optional[str] = None,
     stream: Stream = None,
     check_indices: bool = False,
+    block_table: Optional[Tensor] = None,
+    token_request: Optional[Tensor] = None,
+    slots: Optional[Tensor] = None,
 ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Sparse MLA attention over a per-token list of physical cache slots (DESIGN.md 2.1).
 
@@ -75,10 +78,28 @@ def sparse_mla(
         backend: force a backend id or glob ("cpu.reference", "cuda.*"); None = the selector.
         stream: the CUDA stream; None = torch's current stream on q's device.
         check_indices: validate every index first (costs a pass and a host sync on CUDA).
+        block_table: [B, max_blocks] int32. When given, ``indices`` hold *logical* positions in
+            each token's request (what an indexer's top-k gives, -1 = none); latte turns them
+            into slots first (:func:`logical_to_slots`, block size = kv_cache's), in the same
+            call. ``indices``, ``token_request`` and ``slots`` may then have more rows than q (an
+            engine's persistent buffers): their first T rows are used.
+        token_request: [T] int32: the block_table row of each token (default: row t); with
+            block_table only.
+        slots: [T, topk] int32 the slots are written into; with block_table only; allocated like
+            indices when None.
 
     Returns:
         out, or (out, lse) when return_lse or lse is given.
     """
+    if block_table is None and (token_request is not None or slots is not None):
+        raise InvalidArgumentError(
+            "sparse_mla: token_request= and slots= go with block_table= (logical positions in "
+            "indices); without block_table, indices are cache slots: drop them or pass "
+            "block_table")
+    if block_table is not None and slots is None:
+        lead = lead_shape(q, "q", "sparse_mla", 1)
+        topk = lead_shape(indices, "indices", "sparse_mla", 2)[1]
+        slots = empty_like_input(indices, (lead[0], topk), "i32", "slots")
     want_lse = return_lse or lse is not None
     if out is None or (want_lse and lse is None):
         lead = lead_shape(q, "q", "sparse_mla", 2)
@@ -87,7 +108,7 @@ def sparse_mla(
         if want_lse and lse is None:
             lse = empty_like_input(q, lead, "f32", "lse")
     _latte.sparse_mla(q, kv_cache, indices, out, lse, float(scale), kv_format, backend or None,
-                      stream, check_indices)
+                      stream, check_indices, block_table, token_request, slots)
     return (out, lse) if want_lse else out
 
 

@@ -71,6 +71,15 @@ IndexKind parse_index_kind(const std::string& name) {
               "logical (positions in the request)");
 }
 
+// The first rows of an engine's persistent buffer [>= T, ...] for a call of `like`'s T rows (a
+// buffer with fewer rows, or an absent one, is left for validation to report).
+TensorView first_rows(TensorView buffer, const TensorView& like) {
+  if (buffer.data && buffer.rank >= 1 && like.rank >= 1 && buffer.shape[0] > like.shape[0]) {
+    buffer.shape[0] = like.shape[0];
+  }
+  return buffer;
+}
+
 // The seven indexer inputs, resolved in the order the Python layer always converted them.
 struct IndexerTensors {
   CallTensor q, q_scale, weights, k_cache, block_table, token_request, visible_lens;
@@ -108,7 +117,7 @@ void bind_ops(nb::module_& m) {
       "sparse_mla",
       [](Obj q, Obj kv_cache, Obj indices, Obj out, Obj lse, float scale,
          const std::optional<std::string>& kv_format, const std::optional<std::string>& backend,
-         Obj stream, bool check_indices) {
+         Obj stream, bool check_indices, Obj block_table, Obj token_request, Obj slots) {
         constexpr const char* op = "sparse_mla";
         CallTensor t[5];
         t[0].resolve(q, "q", op, false);
@@ -123,12 +132,30 @@ void bind_ops(nb::module_& m) {
         a.out = t[3].view();
         a.lse = t[4].view();
         a.scale = scale;
+        if (!block_table.is_none()) {
+          // Logical positions: turned into slots first, through the block table (one call of
+          // logical_to_slots on the selector's backend; a forced backend applies to attention).
+          CallTensor bt, tr, sl;
+          bt.resolve(block_table, "block_table", op, false);
+          tr.resolve_optional(token_request, "token_request", op, false);
+          sl.resolve(slots, "slots", op, true);
+          LogicalToSlotsArgs l;
+          l.positions = first_rows(a.indices, a.q);
+          l.block_table = bt.view();
+          l.token_request = first_rows(tr.view(), a.q);
+          l.slots = first_rows(sl.view(), a.q);
+          l.block_size = static_cast<int>(a.kv_cache.rank == 3 ? a.kv_cache.shape[1] : 0);
+          call(l, t[0], std::nullopt, stream, check_indices);
+          a.indices = l.slots;
+        }
         if (kv_format) check_kv_format(op, kv_format, validate(a).format);
         return call(a, t[0], backend, stream, check_indices);
       },
       "q"_a.none(), "kv_cache"_a.none(), "indices"_a.none(), "out"_a.none(), "lse"_a.none(),
       "scale"_a, "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(),
-      "stream"_a.none() = nb::none(), "check_indices"_a = false);
+      "stream"_a.none() = nb::none(), "check_indices"_a = false,
+      "block_table"_a.none() = nb::none(), "token_request"_a.none() = nb::none(),
+      "slots"_a.none() = nb::none());
 
   m.def(
       "mla_decode",

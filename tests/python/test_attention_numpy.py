@@ -91,3 +91,42 @@ def test_forced_backend_runs(rng):
                            backend="cpu.reference")
     want, _ = ref.sparse_mla(q, ref.unpack_mla_cache(cache), [[0, 1, 2, 3]], SCALE)
     np.testing.assert_allclose(ref.f64(out), want, rtol=BF16_RTOL, atol=1e-6)
+
+
+@pytest.mark.parametrize("kv_format", ["bf16", "fp8_ds_mla"])
+def test_sparse_mla_over_logical_positions(rng, kv_format):
+    # indices as logical positions + block_table: the same as logical_to_slots then sparse_mla,
+    # with the engine's persistent buffers (more rows than q) for indices, token_request, slots.
+    t, h, nb, bs, topk, rows = 3, 4, 12, 8, 10, 7
+    cache = bf16(rng, nb, bs, 576) if kv_format == "bf16" else fp8_cache(rng, nb, bs)
+    table = paged_requests(rng, [30, 17], bs, nb)
+    token_request = np.array([1, 0, 1, 0, 0, 0, 0], np.int32)
+    lengths = [30, 17]
+    positions = np.full((rows, topk), -7, np.int32)  # rows past T: never read
+    for r in range(t):
+        n = lengths[token_request[r]]
+        positions[r] = np.concatenate([rng.permutation(n)[:topk - 2], [-1, -1]])
+    q = bf16(rng, t, h, 576, scale=0.5)
+    slots_buffer = np.full((rows, topk), -9, np.int32)
+    out = latte.sparse_mla(q, cache, positions, SCALE, block_table=table,
+                           token_request=token_request, slots=slots_buffer)
+    slots = latte.logical_to_slots(positions[:t], table, bs, token_request=token_request[:t])
+    np.testing.assert_array_equal(slots_buffer[:t], slots)
+    assert (slots_buffer[t:] == -9).all()  # only the call's rows written
+    np.testing.assert_array_equal(ref.f64(out), ref.f64(latte.sparse_mla(q, cache, slots, SCALE)))
+    # Without slots=, latte allocates them; without token_request, token t reads row t.
+    out2 = latte.sparse_mla(q[:2], cache, positions[:2], SCALE, block_table=table)
+    want2 = latte.sparse_mla(q[:2], cache, latte.logical_to_slots(positions[:2], table, bs), SCALE)
+    np.testing.assert_array_equal(ref.f64(out2), ref.f64(want2))
+
+
+def test_sparse_mla_logical_arguments_need_block_table(rng):
+    q, cache = bf16(rng, 1, 2, 576), bf16(rng, 2, 4, 576)
+    idx = np.array([[0, 1]], np.int32)
+    with pytest.raises(latte.InvalidArgumentError, match="go with block_table"):
+        latte.sparse_mla(q, cache, idx, SCALE, slots=np.zeros((1, 2), np.int32))
+    with pytest.raises(latte.DTypeError, match="block_table has dtype int64"):
+        latte.sparse_mla(q, cache, idx, SCALE, block_table=np.zeros((1, 2), np.int64))
+    with pytest.raises(latte.InvalidArgumentError, match="logical_to_slots: block_table"):
+        # A block table of the wrong rank is reported by logical_to_slots' validation.
+        latte.sparse_mla(q, cache, idx, SCALE, block_table=np.zeros((2,), np.int32))

@@ -93,13 +93,14 @@ def _run(step, buf, q, scale):
                                          step["tokens"], buf["token_request"], buf["visible"])
     kernels.indexer_topk_logical(step["q_fp8"], step["weights"], step["k_cache"], step["table"],
                                  req, vis, q_scale=buf["ones"], topk_out=buf["topk"])
-    return kernels.sparse_mla_forward(q, step["kv_cache"], buf["topk"], step["table"], req, BLOCK,
-                                      scale, slots=buf["slots"])
+    return kernels.sparse_mla_forward(q, step["kv_cache"], buf["topk"], step["table"], req, scale,
+                                      slots=buf["slots"])
 
 
 def _check_topk(step, buf):
-    """The GPU's logical top-k per token is the oracle's set (its order is backend-defined),
-    up to positions whose oracle scores tie with the set's boundary within float32 precision."""
+    """The GPU's logical top-k per token is the oracle's set (its order is backend-defined), up
+    to positions whose oracle scores sit at the set's boundary within the GPU's float32 score
+    error (about 1e-4 relative here: 32-64 heads of 128-dim e4m3 products)."""
     tokens = step["tokens"]
     req = buf["token_request"][:tokens].cpu()
     vis = buf["visible"][:tokens].cpu()
@@ -114,7 +115,7 @@ def _check_topk(step, buf):
         assert len(have) == n and len(set(have)) == n, (t, len(have), n)
         bound = min(float(logits[t, p]) for p in want)
         for p in want.symmetric_difference(have):
-            assert abs(float(logits[t, p]) - bound) <= 1e-5 * max(abs(bound), 1e-30), (t, p)
+            assert abs(float(logits[t, p]) - bound) <= 1e-3 * max(abs(bound), 1e-30), (t, p)
         assert (got[t, n:] == -1).all()
 
 

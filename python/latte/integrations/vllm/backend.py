@@ -270,5 +270,5 @@ class LatteMLASparseImpl(SparseMLACommonImpl):
         md = attn_metadata
         out = kernels.sparse_mla_forward(
             q, kv_c_and_k_pe_cache, self.topk_indices_buffer, md.block_table,
-            md.req_id_per_token, md.block_size, self.scale, slots=md.slots)
+            md.req_id_per_token, self.scale, slots=md.slots)
         return out, None

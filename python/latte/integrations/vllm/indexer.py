@@ -31,19 +31,28 @@ from . import kernels
 DSA_ARCHITECTURES = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")
 
 _ones: Dict[Tuple[Any, int], torch.Tensor] = {}
+_ones_rows: Dict[Tuple[Any, int, int], torch.Tensor] = {}
 _ones_lock = threading.Lock()
 
 
 def _q_scale_ones(device: torch.device, heads: int, tokens: int) -> torch.Tensor:
     # vLLM folds the query's scale into the head weights; latte's e4m3 query then takes a scale
-    # of 1 per (token, head). One buffer per device and head count, grown outside graph capture.
-    key = (device, heads)
+    # of 1 per (token, head): rows of one buffer per device and head count, grown outside graph
+    # capture, its [tokens] views kept (a slice per layer would cost a launch's host time).
+    key = (device, heads, tokens)
+    view = _ones_rows.get(key)
+    if view is not None:
+        return view
     with _ones_lock:
-        ones = _ones.get(key)
+        ones = _ones.get(key[:2])
         if ones is None or ones.shape[0] < tokens:
             ones = torch.ones((max(tokens, 8192), heads), dtype=torch.float32, device=device)
-            _ones[key] = ones
-    return ones
+            _ones[key[:2]] = ones
+            _ones_rows.clear()  # views of the old buffer
+        if len(_ones_rows) > 4096:
+            _ones_rows.clear()
+        view = _ones_rows[key] = ones[:tokens]
+    return view
 
 
 def run_indexer(layer: Any, q_fp8: torch.Tensor, weights: torch.Tensor,
@@ -65,12 +74,13 @@ def run_indexer(layer: Any, q_fp8: torch.Tensor, weights: torch.Tensor,
     if visible is None:  # vLLM's own attention backend: the causal length from the positions
         visible = positions[:tokens].to(torch.int32) + 1
     block_table = index_md.block_table if index_md.block_table is not None else mla_md.block_table
-    heads = q_fp8.shape[1]
+    topk_out = layer.topk_indices_buffer
+    if topk_out.shape[1] != layer.indexer.topk_tokens:
+        topk_out = topk_out[:, :layer.indexer.topk_tokens]
     kernels.indexer_topk_logical(
-        q_fp8[:tokens], weights[:tokens], layer.indexer.k_cache.kv_cache, block_table,
-        mla_md.req_id_per_token, visible,
-        q_scale=_q_scale_ones(q_fp8.device, heads, tokens),
-        topk_out=layer.topk_indices_buffer[:, :layer.indexer.topk_tokens])
+        kernels.rows(q_fp8, tokens), kernels.rows(weights, tokens),
+        layer.indexer.k_cache.kv_cache, block_table, mla_md.req_id_per_token, visible,
+        q_scale=_q_scale_ones(q_fp8.device, q_fp8.shape[1], tokens), topk_out=topk_out)
     return True
 
 

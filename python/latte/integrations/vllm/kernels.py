@@ -72,37 +72,38 @@ def mqa_query(q: Union[Tensor, Tuple[Tensor, Tensor]], out: Tensor = None) -> Te
 
 def sparse_mla_forward(q: Union[Tensor, Tuple[Tensor, Tensor]], kv_cache: Tensor,
                        topk_logical: Tensor, block_table: Tensor, token_request: Tensor,
-                       block_size: int, scale: float, *, slots: Tensor, out: Tensor = None,
+                       scale: float, *, slots: Tensor, out: Tensor = None,
                        backend: str = None) -> Tensor:
-    """Sparse MLA over vLLM's cache for the first ``T`` tokens (``T`` = q's rows).
-
-    ``topk_logical`` ``[>=T, topk]`` holds logical positions per token (vLLM's top-k buffer);
-    they become physical slots in ``slots[:T]`` (an int32 ``[>=T, topk]`` buffer the caller
-    keeps) through ``block_table`` and ``token_request``, then attention reads those slots.
-    Returns ``out[:T]`` ``[T, H, 512]`` bfloat16 (allocated like q when ``out`` is None).
-    """
+    """Sparse MLA over vLLM's cache for the first ``T`` tokens (``T`` = q's rows), in one latte
+    call: the logical positions of ``topk_logical`` (vLLM's top-k buffer, ``[>=T, topk]``)
+    become cache slots in ``slots`` (an int32 ``[>=T, topk]`` buffer the caller keeps) through
+    ``block_table`` and ``token_request`` (``[>=T]``), then attention reads those slots.
+    Returns ``[T, H, 512]`` bfloat16 (``out`` when given, else allocated like q)."""
     q = mqa_query(q)
-    tokens = q.shape[0]
-    slots_t = slots[:tokens]
-    ops.logical_to_slots(topk_logical[:tokens], block_table, block_size,
-                         token_request=token_request[:tokens], slots=slots_t, backend=backend)
-    out_t = None if out is None else out[:tokens]
-    return ops.sparse_mla(q, kv_cache, slots_t, scale, out=out_t, backend=backend)
+    if out is None:
+        out = q.new_empty((q.shape[0], q.shape[1], KV_LORA_RANK))
+    return ops.sparse_mla(q, kv_cache, topk_logical, scale, out=out, backend=backend,
+                          block_table=block_table, token_request=token_request, slots=slots)
+
+
+def rows(t: Tensor, n: int) -> Tensor:
+    """The first ``n`` rows of a persistent buffer (no new view when it has exactly ``n``: on a
+    slow host a slice costs as much as a kernel launch)."""
+    return t if t.shape[0] == n else t[:n]
 
 
 def indexer_topk_logical(q_fp8: Tensor, weights: Tensor, k_cache: Tensor, block_table: Tensor,
                          token_request: Tensor, visible_lens: Tensor, *, q_scale: Tensor,
                          topk_out: Tensor, backend: str = None) -> Tensor:
-    """The lightning indexer's exact top-k for the first ``T`` tokens, as logical positions.
+    """The lightning indexer's exact top-k for the ``T`` tokens of ``q_fp8``, as logical positions.
 
     ``q_fp8`` ``[T, H_i, 128]`` float8_e4m3fn and ``weights`` ``[T, H_i]`` float32 are what vLLM's
     DSA layer hands its indexer (the query's per-token scale is already folded into the
-    weights, so ``q_scale`` is a buffer of ones ``[>=T, H_i]``); ``k_cache`` is the layer's
-    indexer cache. Writes ``topk_out[:T]`` (a view of vLLM's top-k buffer, ``[>=T, topk]``
-    int32) and returns it.
+    weights, so ``q_scale`` is ones, ``[>=T, H_i]``); ``k_cache`` is the layer's indexer cache;
+    ``token_request`` and ``visible_lens`` are ``[>=T]``. Writes the first ``T`` rows of
+    ``topk_out`` (vLLM's top-k buffer, ``[>=T, topk]`` int32) and returns them.
     """
     tokens = q_fp8.shape[0]
-    indices = topk_out[:tokens]
-    return ops.indexer_topk(q_fp8, weights, k_cache, block_table, visible_lens[:tokens],
-                            q_scale=q_scale[:tokens], token_request=token_request[:tokens],
-                            kind="logical", indices=indices, backend=backend)
+    return ops.indexer_topk(q_fp8, weights, k_cache, block_table, rows(visible_lens, tokens),
+                            q_scale=rows(q_scale, tokens), token_request=rows(token_request, tokens),
+                            kind="logical", indices=rows(topk_out, tokens), backend=backend)
