@@ -41,6 +41,20 @@ Stream = Any  # int cudaStream_t, torch.cuda.Stream, or an object with .cuda_str
 # cost of a call").
 
 
+def _attention_outputs(q: Tensor, op: str, lead_dims: int, out: Optional[Tensor],
+                       lse: Optional[Tensor], return_lse: bool):
+    # out [*lead, 512] bf16 and (when asked for) lse [*lead] f32, allocated like q when absent;
+    # lead = q's first lead_dims sizes.
+    want_lse = return_lse or lse is not None
+    if out is None or (want_lse and lse is None):
+        lead = lead_shape(q, "q", op, lead_dims)
+        if out is None:
+            out = empty_like_input(q, (*lead, 512), "bf16", "out")
+        if want_lse and lse is None:
+            lse = empty_like_input(q, lead, "f32", "lse")
+    return out, lse, want_lse
+
+
 def sparse_mla(
     q: Tensor,
     kv_cache: Tensor,
@@ -100,13 +114,7 @@ def sparse_mla(
         lead = lead_shape(q, "q", "sparse_mla", 1)
         topk = lead_shape(indices, "indices", "sparse_mla", 2)[1]
         slots = empty_like_input(indices, (lead[0], topk), "i32", "slots")
-    want_lse = return_lse or lse is not None
-    if out is None or (want_lse and lse is None):
-        lead = lead_shape(q, "q", "sparse_mla", 2)
-        if out is None:
-            out = empty_like_input(q, (*lead, 512), "bf16", "out")
-        if want_lse and lse is None:
-            lse = empty_like_input(q, lead, "f32", "lse")
+    out, lse, want_lse = _attention_outputs(q, "sparse_mla", 2, out, lse, return_lse)
     _latte.sparse_mla(q, kv_cache, indices, out, lse, float(scale), kv_format, backend or None,
                       stream, check_indices, block_table, token_request, slots)
     return (out, lse) if want_lse else out
@@ -144,13 +152,7 @@ def mla_decode(
     Returns:
         out, or (out, lse) when return_lse or lse is given.
     """
-    want_lse = return_lse or lse is not None
-    if out is None or (want_lse and lse is None):
-        lead = lead_shape(q, "q", "mla_decode", 3)
-        if out is None:
-            out = empty_like_input(q, (*lead, 512), "bf16", "out")
-        if want_lse and lse is None:
-            lse = empty_like_input(q, lead, "f32", "lse")
+    out, lse, want_lse = _attention_outputs(q, "mla_decode", 3, out, lse, return_lse)
     _latte.mla_decode(q, kv_cache, block_table, seq_lens, out, lse, float(scale), kv_format,
                       backend or None, stream, check_indices)
     return (out, lse) if want_lse else out
