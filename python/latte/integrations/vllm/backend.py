@@ -260,10 +260,10 @@ class LatteMLASparseImpl(SparseMLACommonImpl):
         from vllm.platforms import current_platform
 
         capability = current_platform.get_device_capability()
-        if capability is not None:
+        key = f"choice:{capability}:{kv_cache_dtype}:{block_size}"
+        if capability is not None and key not in _logged:
             result = layer_choice(kv_cache_dtype, block_size, capability)
-            _log_once(f"choice:{capability}:{kv_cache_dtype}:{block_size}",
-                      f"latte serves this model's sparse MLA ({NAME}):\n{result.explain()}")
+            _log_once(key, f"latte serves this model's sparse MLA ({NAME}):\n{result.explain()}")
 
     def forward_mqa(self, q: Any, kv_c_and_k_pe_cache: torch.Tensor,
                     attn_metadata: LatteMLASparseMetadata, layer: Any):
