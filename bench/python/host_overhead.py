@@ -117,7 +117,7 @@ def vllm_forward_case(device: str, kv_format: str, split_q: bool) -> Case:
         return kernels.sparse_mla_forward(q_arg, kv, topk, block_table, token_request, 0.0625,
                                           slots=slots)
 
-    q_note = "q as (ql_nope, q_pe): + torch.cat" if split_q else "q as one [T, H, 576]"
+    q_note = "q as (ql_nope, q_pe): q + q_rope" if split_q else "q as one [T, H, 576]"
     name = f"vLLM forward_mqa {kv_format}{' split q' if split_q else ''}"
     return Case(name, call, f"logical_to_slots + sparse_mla, {q_note}")
 

@@ -40,12 +40,15 @@ inline constexpr int kMaxDecodeSq = 4;     // mla_decode query tokens per reques
 
 // score = scale * q.c over the token set of each query; out = softmax-weighted latent.
 struct SparseMlaArgs {
-  TensorView q;         // [T, H, 576] bf16
+  TensorView q;         // [T, H, 576] bf16; [T, H, 512] (the latent part) when q_rope is given
   TensorView kv_cache;  // [num_blocks, block_size, 576] bf16 | [num_blocks, block_size, 656] u8
   TensorView indices;   // [T, topk] i32 physical slots, -1 = none
   TensorView out;       // [T, H, 512] bf16
   TensorView lse;       // optional [T, H] f32, natural log; -inf for an empty row
   float scale = 0.0f;
+  // Optional [T, H, 64] bf16: the query's rope part as a tensor of its own (engines keep the
+  // latent and rope parts of q apart: vLLM hands (ql_nope, q_pe)), read in place of q[..., 512:].
+  TensorView q_rope;
 };
 
 struct MlaDecodeArgs {

@@ -81,6 +81,9 @@ struct AttentionSpec {
   // The tensor-parallel size num_heads was divided by (1 = not split or not known). Used by
   // explanations ("8 (64 heads / tp 8)") and to suggest other TP sizes; backends ignore it.
   int tp = 1;
+  // sparse_mla: the query comes as q [T, H, 512] + q_rope [T, H, 64] (SparseMlaArgs::q_rope).
+  // Plugins (ABI v1) take one [T, H, 576] tensor and refuse it.
+  bool split_q = false;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
   [[nodiscard]] std::string summary() const;  // "sparse_mla H=8 d=576 bf16 cache=fp8_ds_mla ..."

@@ -75,6 +75,7 @@ def sparse_mla(
     block_table: Optional[Tensor] = None,
     token_request: Optional[Tensor] = None,
     slots: Optional[Tensor] = None,
+    q_rope: Optional[Tensor] = None,
 ) -> str: ...
 def mla_decode(
     q: Tensor,

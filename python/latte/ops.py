@@ -71,6 +71,7 @@ def sparse_mla(
     block_table: Optional[Tensor] = None,
     token_request: Optional[Tensor] = None,
     slots: Optional[Tensor] = None,
+    q_rope: Optional[Tensor] = None,
 ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Sparse MLA attention over a per-token list of physical cache slots (DESIGN.md 2.1).
 
@@ -101,6 +102,9 @@ def sparse_mla(
             block_table only.
         slots: [T, topk] int32 the slots are written into; with block_table only; allocated like
             indices when None.
+        q_rope: [T, H, 64] bfloat16: the query's rope part as a tensor of its own; q is then
+            [T, H, 512] (the latent part). Engines that keep the two apart (vLLM's
+            ``(ql_nope, q_pe)``) pass both and skip concatenating them.
 
     Returns:
         out, or (out, lse) when return_lse or lse is given.
@@ -116,7 +120,7 @@ def sparse_mla(
         slots = empty_like_input(indices, (lead[0], topk), "i32", "slots")
     out, lse, want_lse = _attention_outputs(q, "sparse_mla", 2, out, lse, return_lse)
     _latte.sparse_mla(q, kv_cache, indices, out, lse, float(scale), kv_format, backend or None,
-                      stream, check_indices, block_table, token_request, slots)
+                      stream, check_indices, block_table, token_request, slots, q_rope)
     return (out, lse) if want_lse else out
 
 

@@ -117,20 +117,22 @@ void bind_ops(nb::module_& m) {
       "sparse_mla",
       [](Obj q, Obj kv_cache, Obj indices, Obj out, Obj lse, float scale,
          const std::optional<std::string>& kv_format, const std::optional<std::string>& backend,
-         Obj stream, bool check_indices, Obj block_table, Obj token_request, Obj slots) {
+         Obj stream, bool check_indices, Obj block_table, Obj token_request, Obj slots, Obj q_rope) {
         constexpr const char* op = "sparse_mla";
-        CallTensor t[5];
+        CallTensor t[6];
         t[0].resolve(q, "q", op, false);
         t[1].resolve(kv_cache, "kv_cache", op, false);
         t[2].resolve(indices, "indices", op, false);
         t[3].resolve(out, "out", op, true);
         t[4].resolve_optional(lse, "lse", op, true);
+        t[5].resolve_optional(q_rope, "q_rope", op, false);
         SparseMlaArgs a;
         a.q = t[0].view();
         a.kv_cache = t[1].view();
         a.indices = t[2].view();
         a.out = t[3].view();
         a.lse = t[4].view();
+        a.q_rope = t[5].view();
         a.scale = scale;
         if (!block_table.is_none()) {
           // Logical positions: turned into slots first, through the block table (one call of
@@ -155,7 +157,7 @@ void bind_ops(nb::module_& m) {
       "scale"_a, "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(),
       "stream"_a.none() = nb::none(), "check_indices"_a = false,
       "block_table"_a.none() = nb::none(), "token_request"_a.none() = nb::none(),
-      "slots"_a.none() = nb::none());
+      "slots"_a.none() = nb::none(), "q_rope"_a.none() = nb::none());
 
   m.def(
       "mla_decode",

@@ -51,6 +51,7 @@ struct SpecVisitor {
     spec.kv_cache = s.format;
     spec.topk = static_cast<int>(s.topk);
     spec.scale = a.scale;
+    spec.split_q = a.q_rope.defined();
     return spec;
   }
   AttentionSpec operator()(const MlaDecodeArgs& a) const {

@@ -90,7 +90,7 @@ std::string AttentionSpec::summary() const {
     out += head_dim_v > 0 && head_dim_v != head_dim ? fmt::format(" d={}/{}", head_dim, head_dim_v)
                                                     : fmt::format(" d={}", head_dim);
   }
-  if (detail::op_has_query(op)) out += fmt::format(" q={}", to_string(q_dtype));
+  if (detail::op_has_query(op)) out += fmt::format(" q={}{}", to_string(q_dtype), split_q ? "+rope" : "");
   if (detail::op_uses_mla_cache(op)) out += fmt::format(" cache={}", to_string(kv_cache));
   out += fmt::format(" block={}", block_size);
   if (detail::op_has_topk(op)) out += fmt::format(" topk={}", topk);

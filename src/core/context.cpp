@@ -31,9 +31,9 @@ std::string cache_key(const AttentionSpec& s, const DeviceInfo& d, uint64_t poli
   std::memcpy(&scale_bits, &s.scale, sizeof scale_bits);
   std::string key;
   key.reserve(256);
-  fmt::format_to(std::back_inserter(key), "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|", static_cast<int>(s.op), s.model,
+  fmt::format_to(std::back_inserter(key), "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|", static_cast<int>(s.op), s.model,
                  s.num_heads, s.head_dim, s.head_dim_v, static_cast<int>(s.q_dtype), static_cast<int>(s.kv_cache),
-                 s.block_size, s.topk, s.s_q, s.max_tokens, scale_bits, s.tp);
+                 s.block_size, s.topk, s.s_q, s.max_tokens, scale_bits, s.tp, s.split_q);
   fmt::format_to(std::back_inserter(key), "{}|{}|{}|{}|{}|{}|{}|{}|{}|", static_cast<int>(d.kind), d.index, d.name,
                  d.arch_major, d.arch_minor, d.sm_count, d.max_smem_per_block, d.memory_bytes, d.probed);
   fmt::format_to(std::back_inserter(key), "{}|{}|", policy_fp, generation);

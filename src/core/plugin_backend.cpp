@@ -217,6 +217,12 @@ class PluginBackend final : public Backend {
   const BackendInfo& info() const override { return info_; }
 
   std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    if (spec.split_q) {
+      // ABI v1 hands a plugin the call's tensors in SparseMlaArgs' v1 field order: one q.
+      return {Reason{"split_q", "q", "q as one [T, H, 576] tensor", "q [T, H, 512] + q_rope [T, H, 64]",
+                     "plugins (ABI v1) take the query as one [T, H, 576] tensor; concatenate q and "
+                     "q_rope for this backend"}};
+    }
     if (!desc_->check) return {};
     const latte_spec_v1 c_spec = to_c(spec);
     const latte_device_v1 c_device = to_c(device);

@@ -138,13 +138,27 @@ void check_i32_vector(std::string_view op, std::string_view name, const TensorVi
 SparseMlaShape validate(const SparseMlaArgs& a) {
   constexpr std::string_view op = "sparse_mla";
   SparseMlaShape s;
-  ArgCheck q(op, "q", a.q, "[T, H, 576] bf16 (512 absorbed latent + 64 rope per head)");
+  const bool split = a.q_rope.defined();
+  ArgCheck q(op, "q", a.q,
+             split ? "[T, H, 512] bf16 (the absorbed latent; the rope part is q_rope)"
+                   : "[T, H, 576] bf16 (512 absorbed latent + 64 rope per head)");
   q.required().rank(3).dtype(DType::bf16).memory();
-  q.size(2, kQkDim, "the MLA query dim: 512 latent + 64 rope");
+  if (split) {
+    q.size(2, kLatentDim, "the latent dim (q_rope holds the 64 rope dims)");
+  } else {
+    q.size(2, kQkDim, "the MLA query dim: 512 latent + 64 rope");
+  }
   q.size_in(1, 1, kMaxSize, "H (heads)", "Pass at least one head.");
   q.vector_rows();
   s.tokens = a.q.size(0);
   s.heads = a.q.size(1);
+  if (split) {
+    ArgCheck rope(op, "q_rope", a.q_rope, LayoutText("[T, H, 64] = [{}, {}, 64] bf16", s.tokens, s.heads));
+    rope.rank(3).dtype(DType::bf16).memory();
+    rope.size(0, s.tokens, "T, the tokens of q").size(1, s.heads, "H, the heads of q");
+    rope.size(2, kRopeDim, "the rope dim");
+    rope.vector_rows();
+  }
 
   const CacheLayout cache = check_mla_cache(op, a.kv_cache);
   s.num_blocks = cache.num_blocks;

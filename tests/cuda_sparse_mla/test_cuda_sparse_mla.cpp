@@ -20,6 +20,7 @@
 #include "backends/cuda_sparse_mla/mla_fwd_dispatch.hpp"
 #include "backends/cuda_sparse_mla/mla_params.hpp"
 #include "gpu_test_util.hpp"
+#include "latte/api.hpp"
 #include "latte/backend.hpp"
 #include "latte/device.hpp"
 #include "latte/error.hpp"
@@ -725,6 +726,39 @@ TEST_F(CudaSparseMla, CudaGraphCaptureReplay) {
     const Result replay = run.run(*k, s->args, n * 512, n, SIZE_MAX, /*graph=*/true);
     expect_all_written(replay, "graph " + name_of(c));
     EXPECT_TRUE(bitwise_equal(eager, replay)) << "graph replay vs eager, " << name_of(c);
+  }
+}
+
+// The query's rope part as a tensor of its own (q [T, H, 512] + q_rope [T, H, 64], as vLLM hands
+// (ql_nope, q_pe)) gives the joined query's output bit for bit, in every kernel variant: q is
+// read as a strided view of the joined buffer (row stride 576) and q_rope from another buffer.
+TEST_F(CudaSparseMla, SplitQueryEqualsTheJoinedQuery) {
+  Runner run;
+  for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 8, 2048, 64, 5, IndexOpts{}},    // few heads
+                              SparseCase{CacheFormat::fp8_ds_mla, 64, 700, 16, 9, IndexOpts{}},    // fp8 rows
+                              SparseCase{CacheFormat::bf16, 64, 2048, 64, 4, IndexOpts{}},         // row groups
+                              SparseCase{CacheFormat::bf16, 16, 300, 16, 6, row1_empty()},         // bf16 rows
+                              SparseCase{CacheFormat::bf16, 128, 63, 1, 1, IndexOpts{}}}) {
+    auto s = setup_sparse(c, 21);
+    const std::size_t n = s->q.size() / 576;
+    const Result joined = run.run(*run.make(s->spec), s->args, n * 512, n);
+    std::vector<uint16_t> rope(n * 64);
+    for (std::size_t r = 0; r < n; ++r)
+      std::copy_n(s->q.begin() + static_cast<std::ptrdiff_t>(r * 576 + 512), 64, rope.begin() + static_cast<std::ptrdiff_t>(r * 64));
+    DeviceBuffer d_rope(rope.size() * 2);
+    d_rope.upload(rope.data(), rope.size() * 2);
+    SparseMlaArgs split = s->args;
+    split.q.shape[2] = 512;  // the joined buffer's latent dims, row stride 576
+    split.q_rope = TensorView::contiguous(d_rope.get(), DType::bf16, {c.T, c.H, 64},
+                                          Device{DeviceKind::cuda, 0});
+    AttentionSpec spec = s->spec;
+    spec.split_q = true;
+    AttentionSpec want = spec_from_args(s->args);  // the call's spec: the joined one's, split
+    want.split_q = true;
+    EXPECT_TRUE(spec_from_args(split) == want);
+    const Result got = run.run(*run.make(spec), split, n * 512, n);
+    expect_all_written(got, "split q " + name_of(c));
+    EXPECT_TRUE(bitwise_equal(joined, got)) << "split q vs joined, " << name_of(c);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <random>
 #include <vector>
 
+#include "latte/api.hpp"
 #include "ops_test_util.hpp"
 
 namespace latte::testing {
@@ -309,6 +310,35 @@ TEST(MlaDecode, MissingBlocksAndOverlongSequencesAreSkippedWithoutCheckMode) {
     expect_close(dc.out, 2 + h,
                  attention_by_definition(dc.q, 2 + h, dc.cache, slots1, 0.0625), "req 1");
   }
+}
+
+// The query's rope part as a tensor of its own (SparseMlaArgs::q_rope, q then [T, H, 512]) gives
+// the joined query's result exactly; the spec says so (split_q) and plugins refuse it.
+TEST(SparseMla, SplitQueryEqualsTheJoinedQuery) {
+  std::mt19937 rng(9);
+  constexpr int64_t T = 3, H = 2, TOPK = 5, NB = 3, BS = 4;
+  Cache cache(CacheFormat::fp8_ds_mla, NB, BS, rng);
+  HostTensor q(DType::bf16, {T, H, 576});
+  fill_bf16(q, rng, -0.5f, 0.5f);
+  HostTensor latent(DType::bf16, {T, H, 512});
+  HostTensor rope(DType::bf16, {T, H, 64});
+  for (int64_t r = 0; r < T * H; ++r) {
+    for (int d = 0; d < 512; ++d) latent.at<uint16_t>(r * 512 + d) = q.at<uint16_t>(r * 576 + d);
+    for (int d = 0; d < 64; ++d) rope.at<uint16_t>(r * 64 + d) = q.at<uint16_t>(r * 576 + 512 + d);
+  }
+  HostTensor idx(DType::i32, {T, TOPK});
+  std::uniform_int_distribution<int> slot(-1, NB * BS - 1);
+  for (int64_t i = 0; i < T * TOPK; ++i) idx.at<int32_t>(i) = slot(rng);
+  HostTensor out1(DType::bf16, {T, H, 512}), out2(DType::bf16, {T, H, 512});
+  HostTensor lse1(DType::f32, {T, H}), lse2(DType::f32, {T, H});
+  run_reference(SparseMlaArgs{q, cache.tensor, idx, out1, lse1, 0.0625f});
+  SparseMlaArgs split{latent, cache.tensor, idx, out2, lse2, 0.0625f};
+  split.q_rope = rope;
+  run_reference(split);
+  for (int64_t i = 0; i < T * H * 512; ++i) ASSERT_EQ(out1.at<uint16_t>(i), out2.at<uint16_t>(i));
+  for (int64_t i = 0; i < T * H; ++i) ASSERT_EQ(lse1.at<float>(i), lse2.at<float>(i));
+  EXPECT_FALSE(spec_from_args(SparseMlaArgs{q, cache.tensor, idx, out1, lse1, 0.0625f}).split_q);
+  EXPECT_TRUE(spec_from_args(split).split_q);
 }
 
 }  // namespace

@@ -64,6 +64,29 @@ std::vector<BadCase> bad_cases() {
       {"q_head_dim_512", Stage::validate,
        [](C c) { auto a = c.sparse_mla(); a.q = with_shape(a.q, {4, 2, 512}); return OpArgs(a); },
        {"q has 512 in dimension 2, not 576"}},
+      {"q_rope_with_576_q", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.q_rope = with_shape(a.q, {4, 2, 64});  // any [T, H, 64] bf16 memory
+         return OpArgs(a);
+       },
+       {"q has 576 in dimension 2, not 512", "q_rope holds the 64 rope dims"}},
+      {"q_rope_wrong_dim", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.q = with_shape(a.q, {4, 2, 512});
+         a.q_rope = with_shape(c.q, {4, 2, 32});
+         return OpArgs(a);
+       },
+       {"q_rope has 32 in dimension 2, not 64", "[T, H, 64] = [4, 2, 64] bf16"}},
+      {"q_rope_wrong_heads", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.q = with_shape(a.q, {4, 2, 512});
+         a.q_rope = with_shape(c.q, {4, 1, 64});
+         return OpArgs(a);
+       },
+       {"q_rope has 1 in dimension 1, not 2"}},
       {"q_last_stride_2", Stage::validate,
        [](C c) { auto a = c.sparse_mla(); a.q = with_strides(a.q, {2304, 1152, 2}); return OpArgs(a); },
        {"q has stride 2 in its last dimension", "contiguous"}},

@@ -200,6 +200,20 @@ TEST_F(PluginTest, ExamplePluginDeclaresWhatItRefuses) {
   EXPECT_EQ(reasons[0].got, "256");
 }
 
+TEST_F(PluginTest, ASplitQueryIsRefusedByPlugins) {
+  // ABI v1 hands a plugin one q [T, H, 576]: a call with q_rope (AttentionSpec::split_q) is
+  // refused with its reason, and the built-in reference takes it.
+  context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  AttentionSpec split = glm5_sparse(8);
+  split.split_q = true;
+  const auto reasons = check(*registry.get("example.cpu_sparse_mla"), split, describe_device("cpu"));
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_EQ(reasons[0].code, "split_q");
+  EXPECT_NE(reasons[0].text.find("concatenate q and q_rope"), std::string::npos);
+  const Selection s = context.select(split, describe_device("cpu"), no_env());
+  EXPECT_EQ(s.chosen, "cpu.test_reference");
+}
+
 TEST_F(PluginTest, UserPolicyOutranksThePluginRule) {
   context.load_plugin(LATTE_EXAMPLE_PLUGIN);
   context.add_policy(Policy::parse(R"({"latte_policy": 1, "rules": [{"name": "mine", "order": ["cpu.test_*"]}]})",

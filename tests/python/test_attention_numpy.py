@@ -130,3 +130,23 @@ def test_sparse_mla_logical_arguments_need_block_table(rng):
     with pytest.raises(latte.InvalidArgumentError, match="logical_to_slots: block_table"):
         # A block table of the wrong rank is reported by logical_to_slots' validation.
         latte.sparse_mla(q, cache, idx, SCALE, block_table=np.zeros((2,), np.int32))
+
+
+@pytest.mark.parametrize("kv_format", ["bf16", "fp8_ds_mla"])
+def test_sparse_mla_split_query_equals_joined(rng, kv_format):
+    # q [T, H, 512] + q_rope [T, H, 64] (a strided view of the joined query and a tensor of its
+    # own) gives the joined query's output and lse exactly.
+    t, h, nb, bs, topk = 4, 3, 4, 16, 20
+    cache = bf16(rng, nb, bs, 576) if kv_format == "bf16" else fp8_cache(rng, nb, bs)
+    q = bf16(rng, t, h, 576, scale=0.5)
+    indices = distinct_slots(rng, t, topk, nb * bs, empty=2)
+    out, lse = latte.sparse_mla(q, cache, indices, SCALE, return_lse=True)
+    rope = np.ascontiguousarray(q[..., 512:])
+    out2, lse2 = latte.sparse_mla(q[..., :512], cache, indices, SCALE, q_rope=rope,
+                                  return_lse=True)
+    np.testing.assert_array_equal(ref.f64(out2), ref.f64(out))
+    np.testing.assert_array_equal(lse2, lse)
+    with pytest.raises(latte.InvalidArgumentError, match="q has 576 in dimension 2, not 512"):
+        latte.sparse_mla(q, cache, indices, SCALE, q_rope=rope)
+    with pytest.raises(latte.InvalidArgumentError, match="q_rope has 32 in dimension 2, not 64"):
+        latte.sparse_mla(q[..., :512], cache, indices, SCALE, q_rope=rope[..., :32])

@@ -126,7 +126,7 @@ def _reference_attention(step, buf, q, scale):
     table = step["table"].cpu()
     slots = latte.logical_to_slots(buf["topk"][:tokens].cpu(), table, BLOCK, token_request=req,
                                    backend="cpu.reference")
-    q_full = kernels.mqa_query(q).cpu()
+    q_full = q.cpu()
     return latte.sparse_mla(q_full, step["kv_cache"].cpu(), slots, scale, backend="cpu.reference")
 
 

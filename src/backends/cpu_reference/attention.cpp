@@ -14,11 +14,13 @@ namespace {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-// One query head against `count` decoded cache tokens.
-void attend(const uint16_t* q_row, const std::vector<CacheToken>& keys, std::size_t count,
-            double scale, uint16_t* out_row, float* lse) {
+// One query head against `count` decoded cache tokens: q_latent's 512 dims, then q_rope's 64
+// (q_rope = q_latent + 512 for a [.., 576] query).
+void attend(const uint16_t* q_latent, const uint16_t* q_rope, const std::vector<CacheToken>& keys,
+            std::size_t count, double scale, uint16_t* out_row, float* lse) {
   std::array<double, kQkDim> q{};
-  read_bf16_row(q_row, kQkDim, q.data());
+  read_bf16_row(q_latent, kLatentDim, q.data());
+  read_bf16_row(q_rope, kRopeDim, q.data() + kLatentDim);
   std::array<double, kLatentDim> out{};
   if (count == 0) {
     write_bf16_row(out.data(), kLatentDim, out_row);
@@ -70,7 +72,9 @@ void sparse_mla(const SparseMlaArgs& a, const SparseMlaShape& s, bool check) {
       read_mla_token(a.kv_cache, s.format, s.block_size, slot, keys.emplace_back());
     }
     for (int64_t h = 0; h < s.heads; ++h) {
-      attend(at<const uint16_t>(a.q, {t, h}), keys, keys.size(), a.scale,
+      const uint16_t* const q = at<const uint16_t>(a.q, {t, h});
+      attend(q, a.q_rope.defined() ? at<const uint16_t>(a.q_rope, {t, h}) : q + kLatentDim, keys,
+             keys.size(), a.scale,
              at<uint16_t>(a.out, {t, h}), a.lse.defined() ? at<float>(a.lse, {t, h}) : nullptr);
     }
   }
@@ -112,7 +116,8 @@ void mla_decode(const MlaDecodeArgs& a, const MlaDecodeShape& s, bool check) {
       const auto count = static_cast<std::size_t>(
           std::lower_bound(positions.begin(), positions.end(), visible) - positions.begin());
       for (int64_t h = 0; h < s.heads; ++h) {
-        attend(at<const uint16_t>(a.q, {b, i, h}), keys, count, a.scale,
+        const uint16_t* const q = at<const uint16_t>(a.q, {b, i, h});
+        attend(q, q + kLatentDim, keys, count, a.scale,
                at<uint16_t>(a.out, {b, i, h}),
                a.lse.defined() ? at<float>(a.lse, {b, i, h}) : nullptr);
       }

@@ -109,6 +109,7 @@ class CudaSparseMlaKernel final : public Kernel {
       p.q_sg = a->q.stride(0);
       p.q_si = 0;
       p.q_sh = a->q.stride(1);
+      set_q_rope(p, a->q_rope);
       p.o_sg = a->out.stride(0);
       p.o_si = 0;
       p.o_sh = a->out.stride(1);
@@ -134,6 +135,7 @@ class CudaSparseMlaKernel final : public Kernel {
       p.q_sg = d->q.stride(0);
       p.q_si = d->q.stride(1);
       p.q_sh = d->q.stride(2);
+      set_q_rope(p, TensorView{});
       p.o_sg = d->out.stride(0);
       p.o_si = d->out.stride(1);
       p.o_sh = d->out.stride(2);
@@ -192,6 +194,21 @@ class CudaSparseMlaKernel final : public Kernel {
                               to_string(op_of(args))));
     }
     return dev;
+  }
+
+  // The rope dims' address: a q_rope tensor of its own, else q's last 64 dims.
+  static void set_q_rope(MlaParams& p, const TensorView& q_rope) {
+    if (q_rope.defined()) {
+      p.q_rope = q_rope.ptr<const __nv_bfloat16>();
+      p.qr_sg = q_rope.stride(0);
+      p.qr_si = 0;
+      p.qr_sh = q_rope.stride(1);
+    } else {
+      p.q_rope = p.q + kLatentDim;
+      p.qr_sg = p.q_sg;
+      p.qr_si = p.q_si;
+      p.qr_sh = p.q_sh;
+    }
   }
 
   static void fill_common(MlaParams& p, const TensorView& q, const TensorView& kv,

@@ -131,18 +131,25 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   uint32_t qa[KSTEPS][4];
   {
     const int r0 = row0 + 16 * rg + g, r1 = r0 + 8;
+    // Row r's latent dims from q, its rope dims (512..575) from q_rope (q + 512 unless the
+    // query's rope part is a tensor of its own). A 16-dim step never straddles dim 512.
+    struct QRow { const __nv_bfloat16* latent; const __nv_bfloat16* rope; };
     auto q_row = [&](int r) {
       const int i = r < rows ? row_query(r) : 0, h = r < rows ? r - i * p.heads : 0;
-      return p.q + grp * p.q_sg + i * p.q_si + h * p.q_sh + 288 * dh + 2 * c;
+      return QRow{p.q + grp * p.q_sg + i * p.q_si + h * p.q_sh,
+                  p.q_rope + grp * p.qr_sg + i * p.qr_si + h * p.qr_sh};
     };
-    const __nv_bfloat16* const q0 = q_row(r0);
-    const __nv_bfloat16* const q1 = q_row(r1);
+    auto q_pair = [](const QRow& q, int d) {  // dims d, d + 1
+      return *reinterpret_cast<const uint32_t*>(d < 512 ? q.latent + d : q.rope + (d - 512));
+    };
+    const QRow q0 = q_row(r0), q1 = q_row(r1);
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
-      qa[ks][0] = r0 < rows ? *reinterpret_cast<const uint32_t*>(q0 + 16 * ks) : 0u;
-      qa[ks][1] = r1 < rows ? *reinterpret_cast<const uint32_t*>(q1 + 16 * ks) : 0u;
-      qa[ks][2] = r0 < rows ? *reinterpret_cast<const uint32_t*>(q0 + 16 * ks + 8) : 0u;
-      qa[ks][3] = r1 < rows ? *reinterpret_cast<const uint32_t*>(q1 + 16 * ks + 8) : 0u;
+      const int d = 288 * dh + 16 * ks + 2 * c;
+      qa[ks][0] = r0 < rows ? q_pair(q0, d) : 0u;
+      qa[ks][1] = r1 < rows ? q_pair(q1, d) : 0u;
+      qa[ks][2] = r0 < rows ? q_pair(q0, d + 8) : 0u;
+      qa[ks][3] = r1 < rows ? q_pair(q1, d + 8) : 0u;
     }
   }
   // decode: the last position rows g and g + 8 see (causal among the request's s_q queries)

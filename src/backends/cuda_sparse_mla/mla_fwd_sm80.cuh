@@ -203,6 +203,10 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
     const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
     return p.q + grp * p.q_sg + i * p.q_si + h * p.q_sh;
   };
+  auto q_rope_ptr = [&](int row) -> const __nv_bfloat16* {  // the row's 64 rope dims
+    const int i = row / p.heads, h = row - (row / p.heads) * p.heads;
+    return p.q_rope + grp * p.qr_sg + i * p.qr_si + h * p.qr_sh;
+  };
 
   // ---- KV tile gather: this thread's token of a tile, its raw index fetched a tile early ----
   constexpr int TPT = kThreads / BN;  // threads per token
@@ -298,7 +302,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
         const __nv_bfloat16* src = q_row_ptr(row);
         q_lat[j][0] = *reinterpret_cast<const uint4*>(src + lane * 16);
         q_lat[j][1] = *reinterpret_cast<const uint4*>(src + lane * 16 + 8);
-        if (lane < 8) q_rope[j] = *reinterpret_cast<const uint4*>(src + 512 + lane * 8);
+        if (lane < 8) q_rope[j] = *reinterpret_cast<const uint4*>(q_rope_ptr(row) + lane * 8);
       }
     }
   };
@@ -360,8 +364,10 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
       const int r = c / 72, ch = c - (c / 72) * 72;
       const int row = row0 + r;
       const bool ok = row < rows;
-      const void* src = ok ? static_cast<const void*>(q_row_ptr(row) + ch * 8)
-                           : static_cast<const void*>(p.q);
+      // Chunks 0..63: the latent dims; 64..71: the rope dims.
+      const void* src = !ok ? static_cast<const void*>(p.q)
+                        : ch < 64 ? static_cast<const void*>(q_row_ptr(row) + ch * 8)
+                                  : static_cast<const void*>(q_rope_ptr(row) + (ch - 64) * 8);
       cuda::cp_async_16_s(cuda::smem_addr(sQ + r * kQRowBytes + ((ch ^ (r & 7)) << 4)), src, ok);
     }
   } else {

@@ -21,6 +21,10 @@ struct MlaParams {
   // q: [groups, s_q, heads, 576] bf16 in elements: group, query, head strides; last dim contiguous.
   const __nv_bfloat16* q = nullptr;
   int64_t q_sg = 0, q_si = 0, q_sh = 0;
+  // The query's 64 rope dims: q + 512 with q's strides, or a tensor of its own (sparse_mla's
+  // q_rope, [groups, heads, 64]: group and head strides, the query stride unused).
+  const __nv_bfloat16* q_rope = nullptr;
+  int64_t qr_sg = 0, qr_si = 0, qr_sh = 0;
   // cache: [num_blocks, block_size, 576 bf16 | 656 u8]; byte strides of block and token.
   const uint8_t* kv = nullptr;
   int64_t kv_sblock = 0, kv_stok = 0;

@@ -155,13 +155,14 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
   {
     const bool live = g < heads;
     const __nv_bfloat16* const src = p.q + grp * p.q_sg + (live ? g : 0) * p.q_sh;
+    const __nv_bfloat16* const rope_src = p.q_rope + grp * p.qr_sg + (live ? g : 0) * p.qr_sh;
     uint2 raw[32];
 #pragma unroll
     for (int s = 0; s < 32; ++s) raw[s] = live ? *reinterpret_cast<const uint2*>(src + 16 * s + 4 * c) : make_uint2(0, 0);
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      qrope[r][0] = live ? *reinterpret_cast<const uint32_t*>(src + 512 + 16 * r + 2 * c) : 0u;
-      qrope[r][1] = live ? *reinterpret_cast<const uint32_t*>(src + 512 + 16 * r + 8 + 2 * c) : 0u;
+      qrope[r][0] = live ? *reinterpret_cast<const uint32_t*>(rope_src + 16 * r + 2 * c) : 0u;
+      qrope[r][1] = live ? *reinterpret_cast<const uint32_t*>(rope_src + 16 * r + 8 + 2 * c) : 0u;
     }
     if (n_tiles > 0) issue_tile(0, 0, raw0);
     cuda::cp_async_commit();

@@ -57,17 +57,13 @@ def step_token_tables(query_start_loc: Tensor, seq_lens: Tensor, num_reqs: int, 
     return req, vis
 
 
-def mqa_query(q: Union[Tensor, Tuple[Tensor, Tensor]], out: Tensor = None) -> Tensor:
-    """The ``[T, H, 576]`` query latte reads: vLLM hands either that tensor or the pair
-    ``(ql_nope [T, H, 512], q_pe [T, H, 64])``, which is concatenated (into ``out`` when given)."""
+def mqa_query(q: Union[Tensor, Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
+    """The query as latte takes it: vLLM hands either one ``[T, H, 576]`` tensor or the pair
+    ``(ql_nope [T, H, 512], q_pe [T, H, 64])``, which latte reads as q and q_rope in place
+    (no concatenation). Returns (q, q_rope or None)."""
     if isinstance(q, tuple):
-        import torch
-
-        ql_nope, q_pe = q
-        if out is None:
-            return torch.cat((ql_nope, q_pe), dim=-1)
-        return torch.cat((ql_nope, q_pe), dim=-1, out=out[:ql_nope.shape[0]])
-    return q
+        return q[0], q[1]
+    return q, None
 
 
 def sparse_mla_forward(q: Union[Tensor, Tuple[Tensor, Tensor]], kv_cache: Tensor,
@@ -79,11 +75,12 @@ def sparse_mla_forward(q: Union[Tensor, Tuple[Tensor, Tensor]], kv_cache: Tensor
     become cache slots in ``slots`` (an int32 ``[>=T, topk]`` buffer the caller keeps) through
     ``block_table`` and ``token_request`` (``[>=T]``), then attention reads those slots.
     Returns ``[T, H, 512]`` bfloat16 (``out`` when given, else allocated like q)."""
-    q = mqa_query(q)
+    q, q_rope = mqa_query(q)
     if out is None:
         out = q.new_empty((q.shape[0], q.shape[1], KV_LORA_RANK))
     return ops.sparse_mla(q, kv_cache, topk_logical, scale, out=out, backend=backend,
-                          block_table=block_table, token_request=token_request, slots=slots)
+                          block_table=block_table, token_request=token_request, slots=slots,
+                          q_rope=q_rope)
 
 
 def rows(t: Tensor, n: int) -> Tensor:
