@@ -177,3 +177,15 @@ def test_flag_with_a_refused_config_raises_latte_reason(cuda_platform, model_dir
         with pytest.raises(ValueError, match="--kv-cache-dtype fp8_ds_mla"):
             cuda_platform.cls.get_attn_backend_cls(
                 AttentionBackendEnum["LATTE_MLA_SPARSE"], _selector_config("fp8"), num_heads=8)
+
+
+def test_a_failing_evaluation_is_a_reason_not_a_crash(latte_backend, model_dirs, monkeypatch):
+    from latte.integrations.vllm import backend
+
+    def broken(vllm_config):
+        raise KeyError("num_attention_heads")
+
+    monkeypatch.setattr(backend, "_model_config_dict", broken)
+    with set_current_vllm_config(vllm_config(model_dirs, "glm-5", tp=8)):
+        reasons = _validate(latte_backend, (8, 9))
+    assert any("latte could not evaluate this configuration (KeyError" in r for r in reasons)

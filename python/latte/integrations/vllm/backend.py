@@ -63,7 +63,20 @@ def _tp_size(vllm_config: Any) -> int:
 
 def layer_choice(kv_cache_dtype: Optional[str], block_size: Optional[int],
                  device_capability: Any) -> choice.LayerChoice:
-    """latte's decision for the model vLLM is configuring now (its current config)."""
+    """latte's decision for the model vLLM is configuring now (its current config). Never
+    raises: vLLM's selector counts only import errors as a backend's refusal, so anything else
+    going wrong here becomes a reason rather than taking vLLM down."""
+    try:
+        return _layer_choice(kv_cache_dtype, block_size, device_capability)
+    except Exception as e:
+        result = choice.LayerChoice(device=str(device_capability), kv_cache=None)
+        result.reasons.append(f"latte could not evaluate this configuration "
+                              f"({type(e).__name__}: {e})")
+        return result
+
+
+def _layer_choice(kv_cache_dtype: Optional[str], block_size: Optional[int],
+                  device_capability: Any) -> choice.LayerChoice:
     vllm_config = get_current_vllm_config()
     config = _model_config_dict(vllm_config)
     if config is None:
