@@ -28,7 +28,6 @@ from ... import ops
 Tensor = Any  # torch.Tensor
 
 KV_LORA_RANK = 512  # the latent part of q and of a cache row
-ROPE_DIM = 64
 
 
 def step_token_tables(query_start_loc: Tensor, seq_lens: Tensor, num_reqs: int, num_tokens: int,
