@@ -23,13 +23,13 @@ import threading
 from typing import Any, Dict, List, Optional
 
 # The vLLM releases this adapter was written against and tested with (tests/vllm).
-TESTED_VLLM = ("0.33.0",)
-TESTED_RANGE = ">=0.33.0,<0.34"
+TESTED_VLLM = "0.33.0"  # the pinned release of scripts/test-vllm
+TESTED_SERIES = (0, 33)   # the releases accepted: 0.33.x
+TESTED_RANGE = f">={TESTED_VLLM},<{TESTED_SERIES[0]}.{TESTED_SERIES[1] + 1}"
 ALLOW_UNTESTED_ENV = "LATTE_VLLM_ALLOW_UNTESTED"
 BACKEND_PATH = "latte.integrations.vllm.backend.LatteMLASparseBackend"
 HOLE_FILL_PATH = "latte.integrations.vllm.backend.LatteMLASparseHoleFillBackend"
 MODEL_PATH = "latte.integrations.vllm.indexer:LatteDsaForCausalLM"
-INDEXER_PATH = "latte.integrations.vllm.indexer.LatteSparseAttnIndexer"
 
 _lock = threading.Lock()
 _state: Dict[str, Any] = {}
@@ -53,7 +53,7 @@ def version_supported(version: Optional[str]) -> bool:
         major, minor = int(parts[0]), int(parts[1])
     except (IndexError, ValueError):
         return False
-    return (major, minor) == (0, 33)
+    return (major, minor) == TESTED_SERIES
 
 
 def register() -> None:
@@ -90,7 +90,7 @@ def _register(logger: Any) -> List[str]:
     version = _vllm_version()
     if not version_supported(version) and os.environ.get(ALLOW_UNTESTED_ENV) != "1":
         say(f"vLLM {version} is outside the range latte was tested with ({TESTED_RANGE}); "
-            f"nothing registered. Install vllm=={TESTED_VLLM[-1]}, or set "
+            f"nothing registered. Install vllm=={TESTED_VLLM}, or set "
             f"{ALLOW_UNTESTED_ENV}=1 to register anyway", "error")
         return said
 

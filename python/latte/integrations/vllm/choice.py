@@ -68,10 +68,6 @@ class LayerChoice:
     def ok(self) -> bool:
         return not self.reasons
 
-    def backend(self, op: str) -> Optional[str]:
-        sel = self.selections.get(op)
-        return sel.backend if sel is not None else None
-
     def explain(self) -> str:
         """The explanation vLLM's log receives: each op's decision as ``latte select`` prints it."""
         if not self.ok:
@@ -89,9 +85,8 @@ def _refusal(op: str, sel: Any) -> str:
         parts.append(f"{entry.get('id')}: {why}")
     hint = ""
     for suggestion in data.get("suggestions", [])[:2]:
-        text = suggestion.get("text") if isinstance(suggestion, dict) else str(suggestion)
-        if text:
-            hint += f"; would work: {text}"
+        if suggestion.get("text"):
+            hint += f"; would work: {suggestion['text']}"
     return f"latte has no backend for {op} ({sel.spec}): " + "; ".join(parts) + hint
 
 

@@ -20,11 +20,10 @@ logger = init_logger(__name__)
 def _priorities(capability: Any, *, head_size: int = 576, kv_cache_dtype: Optional[str] = None,
                 num_heads: Optional[int] = None) -> List[Any]:
     from vllm.platforms.cuda import _get_backend_priorities
-    from vllm.platforms.interface import DeviceCapability
 
-    cap = DeviceCapability(int(capability[0]), int(capability[1]))
-    return list(_get_backend_priorities(use_mla=True, device_capability=cap, num_heads=num_heads,
-                                        kv_cache_dtype=kv_cache_dtype, head_size=head_size))
+    return list(_get_backend_priorities(use_mla=True, device_capability=_capability(capability),
+                                        num_heads=num_heads, kv_cache_dtype=kv_cache_dtype,
+                                        head_size=head_size))
 
 
 def original_class(member: Any) -> Optional[type]:
