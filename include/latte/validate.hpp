@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "latte/ops.hpp"
 
@@ -44,6 +45,11 @@ struct LogicalToSlotsShape {
 [[nodiscard]] KvStoreShape validate(const KvStoreArgs& args);
 [[nodiscard]] KvStoreShape validate(const IndexerKStoreArgs& args);
 [[nodiscard]] LogicalToSlotsShape validate(const LogicalToSlotsArgs& args);
+
+// topk given as a number that sizes an output (1..kMaxTopk, as the columns of indices),
+// checked before the output is allocated. `as_written`: the caller's text of a value that does
+// not fit int64 (shown instead of `topk`), else empty.
+void check_topk(std::string_view op, int64_t topk, std::string_view as_written = {});
 
 // Any of the above, by the op the variant holds.
 void validate_any(const OpArgs& args);

@@ -40,6 +40,59 @@ void fail_argument(std::string_view op, std::string_view message) {
   throw Error(ErrorCode::invalid_argument, fmt::format("{}: {}", op, message));
 }
 
+bool no_elements(const TensorView& t) {
+  for (int d = 0; d < t.rank; ++d) {
+    if (t.size(d) == 0) return true;
+  }
+  return false;
+}
+
+bool byte_extent(const TensorView& t, int64_t* bytes) {
+  *bytes = 0;
+  if (no_elements(t)) return true;
+  int64_t last = 0;  // offset of the farthest element, in elements
+  for (int d = 0; d < t.rank; ++d) {
+    int64_t term = 0;
+    if (__builtin_mul_overflow(t.size(d) - 1, t.stride(d), &term) ||
+        __builtin_add_overflow(last, term, &last)) {
+      return false;
+    }
+  }
+  return !__builtin_mul_overflow(last + 1, static_cast<int64_t>(dtype_size(t.dtype)), bytes);
+}
+
+void check_outputs_apart(std::string_view op, std::initializer_list<NamedView> outputs,
+                         std::initializer_list<NamedView> inputs) {
+  struct Range {
+    std::uintptr_t begin = 0, end = 0;
+  };
+  auto range_of = [](const TensorView& t) {
+    int64_t bytes = 0;
+    if (!t.defined() || !byte_extent(t, &bytes) || bytes == 0) return Range{};
+    const auto begin = reinterpret_cast<std::uintptr_t>(t.data);
+    return Range{begin, begin + static_cast<std::uintptr_t>(bytes)};
+  };
+  auto check = [&](const NamedView& out, Range o, const NamedView& other) {
+    if (other.tensor.device != out.tensor.device) return;  // common_device reports that
+    const Range r = range_of(other.tensor);
+    if (r.begin >= r.end || o.begin >= r.end || r.begin >= o.end) return;
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: {} shares memory with {}: {} covers bytes [{:#x}, {:#x}) and "
+                            "{} covers [{:#x}, {:#x}); got {} = {} and {} = {}. A backend may "
+                            "write {} before it has read what it overlaps, which gives a wrong "
+                            "result. Pass as {} a tensor that does not share memory with {}.",
+                            op, out.name, other.name, out.name, o.begin, o.end, other.name,
+                            r.begin, r.end, out.name, out.tensor.describe(), other.name,
+                            other.tensor.describe(), out.name, out.name, other.name));
+  };
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    const Range o = range_of(out->tensor);
+    if (o.begin >= o.end) continue;
+    for (auto other = out + 1; other != outputs.end(); ++other) check(*out, o, *other);
+    for (const NamedView& in : inputs) check(*out, o, in);
+  }
+}
+
 ArgCheck& ArgCheck::required() {
   if (!present()) fail("is absent", fmt::format("Pass {} (it is required).", name_));
   return *this;
@@ -68,6 +121,9 @@ ArgCheck& ArgCheck::memory() {
     if (tensor_.size(d) < 0) {
       fail(fmt::format("has a negative size in dimension {}", d), "Sizes must be >= 0.");
     }
+  }
+  if (no_elements(tensor_)) return *this;  // any strides, any pointer (a T = 0 call)
+  for (int d = 0; d < tensor_.rank; ++d) {
     if (tensor_.stride(d) < 0) {
       fail(fmt::format("has a negative stride in dimension {}", d),
            "Pass a view with non-negative strides (flip the data instead of the view).");
@@ -76,24 +132,18 @@ ArgCheck& ArgCheck::memory() {
   // Offsets of the farthest element and byte counts must fit in int64 (a garbage shape would
   // otherwise wrap around and pass the checks below).
   int64_t count = 1, extent = 0;
-  bool overflow = false;
+  bool overflow = !byte_extent(tensor_, &extent);
   for (int d = 0; d < tensor_.rank; ++d) {
-    int64_t term = 0;
-    overflow = overflow || __builtin_mul_overflow(count, tensor_.size(d), &count) ||
-               (tensor_.size(d) > 0 &&
-                (__builtin_mul_overflow(tensor_.size(d) - 1, tensor_.stride(d), &term) ||
-                 __builtin_add_overflow(extent, term, &extent)));
+    overflow = overflow || __builtin_mul_overflow(count, tensor_.size(d), &count);
   }
-  const auto element_bytes = static_cast<int64_t>(dtype_size(tensor_.dtype));
-  overflow = overflow || __builtin_mul_overflow(extent + 1, element_bytes, &extent) ||
-             __builtin_mul_overflow(count, element_bytes, &count);
+  overflow = overflow ||
+             __builtin_mul_overflow(count, static_cast<int64_t>(dtype_size(tensor_.dtype)), &count);
   if (overflow) fail("is too large: its sizes and strides overflow 64-bit offsets", "Check them.");
-  const bool empty = tensor_.numel() == 0;
-  if (tensor_.data == nullptr && !empty) {
+  if (tensor_.data == nullptr) {
     fail("has a null data pointer", fmt::format("Point {} at its memory.", name_));
   }
   const auto element = static_cast<std::uintptr_t>(dtype_size(tensor_.dtype));
-  if (!empty && reinterpret_cast<std::uintptr_t>(tensor_.data) % element != 0) {
+  if (reinterpret_cast<std::uintptr_t>(tensor_.data) % element != 0) {
     fail(fmt::format("data pointer {} is not aligned to its {}-byte elements", tensor_.data,
                      element),
          "Pass memory aligned to the element size.");
@@ -107,7 +157,7 @@ ArgCheck& ArgCheck::memory() {
 }
 
 ArgCheck& ArgCheck::vector_rows() {
-  if (tensor_.numel() == 0) return *this;
+  if (no_elements(tensor_)) return *this;
   const auto element = static_cast<int64_t>(dtype_size(tensor_.dtype));
   if (reinterpret_cast<std::uintptr_t>(tensor_.data) % 16 != 0) {
     fail(fmt::format("data pointer {} is not 16-byte aligned", tensor_.data),
@@ -126,6 +176,7 @@ ArgCheck& ArgCheck::vector_rows() {
 }
 
 ArgCheck& ArgCheck::non_overlapping() {
+  if (no_elements(tensor_)) return *this;
   // span = elements covered by dimensions d+1.. (1 + sum of (size-1)*stride).
   int64_t span = 1;
   for (int d = tensor_.rank - 1; d >= 0; --d) {

@@ -45,7 +45,9 @@ class ArgCheck {
   ArgCheck& dtype(DType expected);
   ArgCheck& dtype_in(std::initializer_list<DType> accepted);
   // Non-negative sizes and strides, non-null data when non-empty, data aligned to the element
-  // size, last dimension contiguous (stride 1).
+  // size, last dimension contiguous (stride 1). The stride, pointer and alignment rules (here,
+  // in vector_rows and in non_overlapping) skip a tensor with no elements: it is never read or
+  // written, and producers give such tensors any strides (numpy 2 gives zeros).
   ArgCheck& memory();
   // 16-byte aligned data and every non-last stride a multiple of 16 bytes (vector loads).
   ArgCheck& vector_rows();
@@ -68,5 +70,26 @@ class ArgCheck {
 };
 
 [[noreturn]] void fail_argument(std::string_view op, std::string_view message);
+
+// True when some size is 0 (with sizes already checked >= 0).
+[[nodiscard]] bool no_elements(const TensorView& t);
+
+// Bytes from t.data to the end of t's farthest element, (1 + sum (size-1) * stride) elements;
+// 0 for a tensor with no elements. False when that overflows int64. Sizes and strides must be
+// non-negative (memory() checks them first).
+[[nodiscard]] bool byte_extent(const TensorView& t, int64_t* bytes);
+
+// One tensor of a call, as messages name it.
+struct NamedView {
+  std::string_view name;
+  const TensorView& tensor;
+};
+
+// Refuses an output whose bytes [data, data + byte_extent) overlap those of an input or of
+// another output: a backend may write an output before it has read what it overlaps, which
+// gives a silently wrong result. Absent tensors and tensors with no elements hold no bytes.
+// Called after the tensors' own checks (memory()), so extents do not overflow.
+void check_outputs_apart(std::string_view op, std::initializer_list<NamedView> outputs,
+                         std::initializer_list<NamedView> inputs);
 
 }  // namespace latte::detail

@@ -16,6 +16,7 @@ namespace latte {
 namespace {
 
 using detail::ArgCheck;
+using detail::check_outputs_apart;
 using detail::fail_argument;
 using detail::LayoutText;
 
@@ -184,6 +185,8 @@ SparseMlaShape validate(const SparseMlaArgs& a) {
     lse.non_overlapping();
   }
   check_scale(op, a.scale);
+  check_outputs_apart(op, {{"out", a.out}, {"lse", a.lse}},
+                      {{"q", a.q}, {"q_rope", a.q_rope}, {"kv_cache", a.kv_cache}, {"indices", a.indices}});
   return s;
 }
 
@@ -225,6 +228,9 @@ MlaDecodeShape validate(const MlaDecodeArgs& a) {
     lse.size(2, s.heads, "H, the heads of q").non_overlapping();
   }
   check_scale(op, a.scale);
+  check_outputs_apart(op, {{"out", a.out}, {"lse", a.lse}},
+                      {{"q", a.q}, {"kv_cache", a.kv_cache}, {"block_table", a.block_table},
+                       {"seq_lens", a.seq_lens}});
   return s;
 }
 
@@ -273,6 +279,14 @@ IndexerShape validate_indexer_inputs(std::string_view op, const IndexerInputs& i
   return s;
 }
 
+void check_indexer_output_apart(std::string_view op, std::string_view name, const TensorView& out,
+                                const IndexerInputs& in) {
+  check_outputs_apart(op, {{name, out}},
+                      {{"q", in.q}, {"q_scale", in.q_scale}, {"weights", in.weights},
+                       {"k_cache", in.k_cache}, {"block_table", in.block_table},
+                       {"token_request", in.token_request}, {"visible_lens", in.visible_lens}});
+}
+
 }  // namespace
 
 IndexerShape validate(const IndexerTopkArgs& a) {
@@ -289,6 +303,7 @@ IndexerShape validate(const IndexerTopkArgs& a) {
                                   "IndexKind::physical.",
                                   static_cast<int>(a.kind)));
   }
+  check_indexer_output_apart(op, "indices", a.indices, a.in);
   return s;
 }
 
@@ -299,6 +314,7 @@ IndexerShape validate(const IndexerLogitsArgs& a) {
   lg.required().rank(2).dtype(DType::f32).memory();
   lg.size(0, s.tokens, "T, the tokens of q").non_overlapping();
   s.logits_len = a.logits.size(1);
+  check_indexer_output_apart(op, "logits", a.logits, a.in);
   return s;
 }
 
@@ -330,6 +346,9 @@ KvStoreShape validate(const KvStoreArgs& a) {
   s.block_size = cache.block_size;
   s.format = cache.format;
   check_scale_kind(op, a.scale_kind);
+  // The cache is this op's output (written in place).
+  check_outputs_apart(op, {{"kv_cache", a.kv_cache}},
+                      {{"latent", a.latent}, {"rope", a.rope}, {"slot_mapping", a.slot_mapping}});
   return s;
 }
 
@@ -345,6 +364,7 @@ KvStoreShape validate(const IndexerKStoreArgs& a) {
   s.num_blocks = cache.num_blocks;
   s.block_size = cache.block_size;
   check_scale_kind(op, a.scale_kind);
+  check_outputs_apart(op, {{"k_cache", a.k_cache}}, {{"k", a.k}, {"slot_mapping", a.slot_mapping}});
   return s;
 }
 
@@ -375,7 +395,17 @@ LogicalToSlotsShape validate(const LogicalToSlotsArgs& a) {
                                   "(the kv_cache's dimension 1).",
                                   a.block_size));
   }
+  check_outputs_apart(op, {{"slots", a.slots}},
+                      {{"positions", a.positions}, {"block_table", a.block_table},
+                       {"token_request", a.token_request}});
   return s;
+}
+
+void check_topk(std::string_view op, int64_t topk, std::string_view as_written) {
+  if (as_written.empty() && topk >= 1 && topk <= kMaxTopk) return;
+  fail_argument(op, fmt::format("topk is {} (the columns of indices). {}",
+                                as_written.empty() ? fmt::format("{}", topk) : std::string(as_written),
+                                topk_fix()));
 }
 
 void validate_any(const OpArgs& args) {

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -41,6 +42,12 @@ TensorView with_strides(TensorView t, std::initializer_list<int64_t> strides) {
 
 TensorView with_dtype(TensorView t, DType dtype) {
   t.dtype = dtype;
+  return t;
+}
+
+// `t`'s shape and strides over the memory of `memory` (an alias), `byte_offset` bytes in.
+TensorView over(TensorView t, const TensorView& memory, int64_t byte_offset = 0) {
+  t.data = static_cast<unsigned char*>(memory.data) + byte_offset;
   return t;
 }
 
@@ -178,7 +185,46 @@ std::vector<BadCase> bad_cases() {
          return OpArgs(a);
        },
        {"cpu.reference", "tensors on cuda:0", "Copy the tensors to the CPU"}},
+      // An output that shares memory with an input or with the other output.
+      {"out_aliases_kv_cache", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.out = over(a.out, c.bf16_cache); return OpArgs(a); },
+       {"sparse_mla: out shares memory with kv_cache", "bf16[4, 2, 512]", "bf16[4, 4, 576]",
+        "Pass as out a tensor that does not share memory with kv_cache."}},
+      {"out_overlaps_end_of_q", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.out = over(a.out, c.q, c.q.view().nbytes() - 16);  // its first row's first 8 values
+         return OpArgs(a);
+       },
+       {"sparse_mla: out shares memory with q"}},
+      {"out_aliases_q_rope", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.q = with_strides(with_shape(a.q, {4, 2, 512}), {1152, 576, 1});
+         a.q_rope = with_strides(over(with_shape(a.q, {4, 2, 64}), c.out, 0), {128, 64, 1});
+         return OpArgs(a);
+       },
+       {"sparse_mla: out shares memory with q_rope"}},
+      {"lse_aliases_indices", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.lse = over(with_shape(a.lse, {4, 2}), c.indices);
+         return OpArgs(a);
+       },
+       {"sparse_mla: lse shares memory with indices"}},
+      {"lse_aliases_out", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.lse = over(a.lse, c.out, 64); return OpArgs(a); },
+       {"sparse_mla: out shares memory with lse", "Pass as out a tensor that does not share memory with lse"}},
       // ---- mla_decode ----
+      {"decode_out_aliases_q", Stage::validate,
+       [](C c) { auto a = c.mla_decode(); a.out = over(a.out, c.dq); return OpArgs(a); },
+       {"mla_decode: out shares memory with q"}},
+      {"decode_lse_aliases_seq_lens", Stage::validate,
+       [](C c) { auto a = c.mla_decode(); a.lse = over(a.lse, c.seq_lens); return OpArgs(a); },
+       {"mla_decode: lse shares memory with seq_lens"}},
+      {"decode_out_aliases_kv_cache", Stage::validate,
+       [](C c) { auto a = c.mla_decode(); a.out = over(a.out, c.fp8_cache, 1024); return OpArgs(a); },
+       {"mla_decode: out shares memory with kv_cache"}},
       {"s_q_5", Stage::validate,
        [](C c) {
          auto a = c.mla_decode();
@@ -224,7 +270,42 @@ std::vector<BadCase> bad_cases() {
       {"indexer_topk_cols_over_limit", Stage::validate,
        [](C c) { auto a = c.indexer_topk(); a.indices = with_shape(a.indices, {4, 70000}); return OpArgs(a); },
        {"indexer_topk: indices has topk = 70000"}},
+      {"indices_aliases_block_table", Stage::validate,
+       [](C c) {
+         auto a = c.indexer_topk();
+         a.indices = over(with_shape(a.indices, {4, 2}), c.iblock_table);
+         return OpArgs(a);
+       },
+       {"indexer_topk: indices shares memory with block_table",
+        "Pass as indices a tensor that does not share memory with block_table."}},
+      {"logits_aliases_weights", Stage::validate,
+       [](C c) {
+         auto a = c.indexer_logits();
+         a.logits = over(with_shape(a.logits, {4, 2}), c.iweights);
+         return OpArgs(a);
+       },
+       {"indexer_logits: logits shares memory with weights"}},
+      {"logits_aliases_q_scale", Stage::validate,
+       [](C c) {
+         auto a = c.indexer_logits();
+         a.logits = over(with_shape(a.logits, {4, 2}), c.iq_scale);
+         return OpArgs(a);
+       },
+       {"indexer_logits: logits shares memory with q_scale"}},
       // ---- cache writes and slots ----
+      {"kv_store_latent_inside_cache", Stage::validate,
+       [](C c) { auto a = c.kv_store(); a.latent = over(a.latent, c.fp8_cache, 656 * 4); return OpArgs(a); },
+       {"kv_store: kv_cache shares memory with latent",
+        "Pass as kv_cache a tensor that does not share memory with latent."}},
+      {"kv_store_rope_inside_cache", Stage::validate,
+       [](C c) { auto a = c.kv_store(); a.rope = over(a.rope, c.fp8_cache); return OpArgs(a); },
+       {"kv_store: kv_cache shares memory with rope"}},
+      {"indexer_k_store_k_inside_cache", Stage::validate,
+       [](C c) { auto a = c.indexer_k_store(); a.k = over(a.k, c.k_cache, 528); return OpArgs(a); },
+       {"indexer_k_store: k_cache shares memory with k"}},
+      {"logical_to_slots_in_place", Stage::validate,
+       [](C c) { auto a = c.logical_to_slots(); a.slots = a.positions; return OpArgs(a); },
+       {"logical_to_slots: slots shares memory with positions"}},
       {"kv_store_latent_576", Stage::validate,
        [](C c) { auto a = c.kv_store(); a.latent = with_shape(a.latent, {4, 576}); return OpArgs(a); },
        {"kv_store: latent has 576 in dimension 1, not 512"}},
@@ -382,6 +463,118 @@ TEST(Validate, PaddedRowsAndEmptyCallsAreAccepted) {
   e.lse = TensorView::contiguous(nullptr, DType::f32, {0, 2});
   EXPECT_EQ(validate(e).tokens, 0);
   EXPECT_NO_THROW(run_reference(e, true));
+}
+
+// topk as a number (what sizes a Python caller's indices) follows the rule of indices' columns.
+TEST(Validate, TopkAsANumberFollowsTheIndicesRule) {
+  EXPECT_NO_THROW(check_topk("indexer_topk", 1));
+  EXPECT_NO_THROW(check_topk("indexer_topk", kMaxTopk));
+  for (int64_t bad : {int64_t{-3}, int64_t{0}, int64_t{kMaxTopk} + 1, int64_t{1} << 31}) {
+    expect_error([&] { check_topk("indexer_topk", bad); },
+                 {"indexer_topk: topk is " + std::to_string(bad), "topk must be 1..65536."});
+  }
+  expect_error([&] { check_topk("indexer_topk", INT64_MAX, "1180591620717411303424"); },
+               {"topk is 1180591620717411303424 ", "topk must be 1..65536."});
+}
+
+// A tensor with no elements as numpy 2 exports one: every stride 0.
+TensorView empty_view(const TensorView& t, std::initializer_list<int64_t> shape) {
+  TensorView v = with_shape(t, shape);
+  v.strides.fill(0);
+  return v;
+}
+
+// T = 0 (B = 0 for mla_decode) is a valid call of every op, whatever strides and pointer its
+// empty tensors have; the caches keep their bytes.
+TEST(Validate, EveryOpTakesZeroTokensWithAnyStrides) {
+  ValidCalls c;
+  auto sm = c.sparse_mla();
+  sm.q = empty_view(sm.q, {0, 2, 576});
+  sm.q.data = static_cast<unsigned char*>(sm.q.data) + 1;  // misaligned: nothing is read
+  sm.indices = empty_view(sm.indices, {0, 3});
+  sm.out = empty_view(sm.out, {0, 2, 512});
+  sm.lse = empty_view(sm.lse, {0, 2});
+  auto split = sm;
+  split.q = empty_view(sm.q, {0, 2, 512});
+  split.q_rope = empty_view(c.q, {0, 2, 64});
+  auto md = c.mla_decode();
+  md.q = empty_view(md.q, {0, 1, 2, 576});
+  md.block_table = empty_view(md.block_table, {0, 2});
+  md.seq_lens = empty_view(md.seq_lens, {0});
+  md.out = empty_view(md.out, {0, 1, 2, 512});
+  md.lse = empty_view(md.lse, {0, 1, 2});
+  auto empty_inputs = [&](IndexerInputs in) {
+    in.q = empty_view(in.q, {0, 2, 128});
+    in.q_scale = empty_view(in.q_scale, {0, 2});
+    in.weights = empty_view(in.weights, {0, 2});
+    in.block_table = empty_view(in.block_table, {0, 2});
+    in.visible_lens = empty_view(in.visible_lens, {0});
+    return in;
+  };
+  auto topk = c.indexer_topk();
+  topk.in = empty_inputs(topk.in);
+  topk.indices = empty_view(topk.indices, {0, 3});
+  auto logits = c.indexer_logits();
+  logits.in = empty_inputs(logits.in);
+  logits.logits = empty_view(logits.logits, {0, 8});
+  logits.in.q.data = nullptr;
+  auto store = c.kv_store();
+  store.latent = empty_view(store.latent, {0, 512});
+  store.rope = empty_view(store.rope, {0, 64});
+  store.slot_mapping = empty_view(store.slot_mapping, {0});
+  auto kstore = c.indexer_k_store();
+  kstore.k = empty_view(kstore.k, {0, 128});
+  kstore.slot_mapping = empty_view(kstore.slot_mapping, {0});
+  auto l2s = c.logical_to_slots();
+  l2s.positions = empty_view(l2s.positions, {0, 3});
+  l2s.block_table = empty_view(l2s.block_table, {0, 2});
+  l2s.slots = empty_view(l2s.slots, {0, 3});
+  const std::vector<unsigned char> fp8_before(c.fp8_cache.data<unsigned char>(),
+                                              c.fp8_cache.data<unsigned char>() + c.fp8_cache.view().nbytes());
+  const std::vector<unsigned char> k_before(c.k_cache.data<unsigned char>(),
+                                            c.k_cache.data<unsigned char>() + c.k_cache.view().nbytes());
+  for (const OpArgs& args : {OpArgs(sm), OpArgs(split), OpArgs(md), OpArgs(topk), OpArgs(logits),
+                             OpArgs(store), OpArgs(kstore), OpArgs(l2s)}) {
+    EXPECT_NO_THROW(validate_any(args)) << to_string(op_of(args));
+    EXPECT_NO_THROW(run_reference(args, true)) << to_string(op_of(args));
+  }
+  EXPECT_EQ(validate(sm).tokens, 0);
+  EXPECT_EQ(validate(md).batch, 0);
+  EXPECT_EQ(validate(topk).tokens, 0);
+  EXPECT_EQ(validate(store).tokens, 0);
+  EXPECT_EQ(validate(l2s).tokens, 0);
+  EXPECT_TRUE(std::equal(fp8_before.begin(), fp8_before.end(), c.fp8_cache.data<unsigned char>()));
+  EXPECT_TRUE(std::equal(k_before.begin(), k_before.end(), c.k_cache.data<unsigned char>()));
+}
+
+// Only overlapping bytes are refused: an output right after an input in one buffer, inputs
+// that share memory with each other, an empty output pointing anywhere and a cache written in
+// place all run.
+TEST(Validate, OutputsApartFromInputsAreAccepted) {
+  ValidCalls c;
+  HostTensor buffer(DType::bf16, {4 * 2 * 576 + 4 * 2 * 512});
+  auto a = c.sparse_mla();
+  a.q = over(a.q, buffer);
+  a.out = over(a.out, buffer, a.q.nbytes());
+  EXPECT_NO_THROW(run_reference(a, true));
+  // q's latent and rope parts as two views of one [T, H, 576] tensor.
+  auto split = c.sparse_mla();
+  split.q = with_strides(with_shape(split.q, {4, 2, 512}), {1152, 576, 1});
+  split.q_rope = over(with_strides(with_shape(split.q, {4, 2, 64}), {1152, 576, 1}), c.q, 1024);
+  EXPECT_NO_THROW(run_reference(split, true));
+  // block_table and visible_lens, both inputs, in one i32 buffer.
+  auto topk = c.indexer_topk();
+  topk.in.visible_lens = over(topk.in.visible_lens, c.iblock_table);
+  EXPECT_NO_THROW((void)validate(topk));
+  // An output with no elements covers no bytes.
+  auto e = c.sparse_mla();
+  e.q = with_shape(e.q, {0, 2, 576});
+  e.indices = with_shape(e.indices, {0, 3});
+  e.out = over(with_shape(e.out, {0, 2, 512}), c.bf16_cache);
+  e.lse = over(with_shape(e.lse, {0, 2}), c.bf16_cache);
+  EXPECT_NO_THROW(run_reference(e, true));
+  EXPECT_NO_THROW(run_reference(c.kv_store(), true));
+  EXPECT_NO_THROW(run_reference(c.indexer_k_store(), true));
 }
 
 }  // namespace
