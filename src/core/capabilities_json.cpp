@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/json_text.hpp"
 #include "latte/capabilities.hpp"
 #include "latte/error.hpp"
 
@@ -22,8 +23,7 @@ using nlohmann::ordered_json;
 [[noreturn]] void fail(const std::string& source, const std::string& key, const json& value,
                        const std::string& what) {
   throw Error(ErrorCode::plugin_error,
-              fmt::format("capabilities of {}: key \"{}\" = {}: {}", source, key,
-                          value.dump(-1, ' ', false, json::error_handler_t::replace), what));
+              fmt::format("capabilities of {}: key \"{}\" = {}: {}", source, key, detail::show_json(value), what));
 }
 
 int64_t to_int(const std::string& source, const std::string& key, const json& value) {
@@ -135,13 +135,8 @@ std::string capabilities_to_json(const Capabilities& caps) {
 }
 
 Capabilities capabilities_from_json(const std::string& json_text, const std::string& source) {
-  json root;
-  try {
-    root = json::parse(json_text);
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e99999
-    throw Error(ErrorCode::plugin_error,
-                fmt::format("capabilities of {} are not valid JSON: {}", source, e.what()));
-  }
+  const json root =
+      detail::parse_json_input(json_text, fmt::format("capabilities of {}", source), ErrorCode::plugin_error);
   if (!root.is_object()) {
     fail(source, "(top level)", root, "must be a JSON object such as {\"ops\": [\"sparse_mla\"], \"devices\": [\"cpu\"]}");
   }

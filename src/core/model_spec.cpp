@@ -4,9 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/json_text.hpp"
 #include "core/text.hpp"
@@ -22,6 +20,8 @@ namespace {
 
 using nlohmann::json;
 
+// How every error about a config starts.
+std::string config_subject(std::string_view source) { return fmt::format("model config {}", source); }
 
 class ConfigReader {
  public:
@@ -29,8 +29,8 @@ class ConfigReader {
 
   [[noreturn]] void fail(const std::string& key, const std::string& what) const {
     throw Error(ErrorCode::config_error,
-                fmt::format("model config {}: {}; fix the config.json (or pick a preset: {})",
-                            source_, key.empty() ? what : fmt::format("\"{}\" {}", key, what),
+                fmt::format("{}: {}; fix the config.json (or pick a preset: {})",
+                            config_subject(source_), key.empty() ? what : fmt::format("\"{}\" {}", key, what),
                             detail::join(model_preset_names(), ", ")));
   }
 
@@ -107,8 +107,11 @@ class ConfigReader {
 };
 
 // The rope block: newer transformers write "rope_parameters" (with rope_theta inside), older
-// ones "rope_scaling". Sets rope_type, rope_factor and the yarn softmax-scale factor.
-void read_rope(const ConfigReader& reader, ModelSpec& spec, double& mscale) {
+// ones "rope_scaling". Sets rope_type, rope_factor and the softmax scale (yarn mscale included);
+// the head dims must be read already.
+void read_rope(const ConfigReader& reader, ModelSpec& spec) {
+  const double base_scale = std::pow(static_cast<double>(spec.qk_nope_head_dim + spec.qk_rope_head_dim), -0.5);
+  spec.softmax_scale = base_scale;
   const json& root = reader.root();
   std::string key = "rope_parameters";
   const json* rope = reader.find(root, key);
@@ -118,7 +121,6 @@ void read_rope(const ConfigReader& reader, ModelSpec& spec, double& mscale) {
   }
   spec.rope_type = "default";
   spec.rope_factor = 1.0;
-  mscale = 1.0;
   if (!rope) return;
   if (!rope->is_object()) {
     reader.fail(key, fmt::format("= {} must be an object such as {{\"rope_type\": \"yarn\", \"factor\": 40}}", detail::show_json(*rope)));
@@ -139,9 +141,25 @@ void read_rope(const ConfigReader& reader, ModelSpec& spec, double& mscale) {
   if (spec.rope_type == "yarn") {
     // DeepSeek's yarn: the softmax scale grows by mscale^2, mscale = 0.1 * m * ln(factor) + 1
     // with m = mscale_all_dim, when that is set and the context is actually stretched.
-    const auto all_dim = reader.optional_number(*rope, "mscale_all_dim", key + ".mscale_all_dim");
+    const std::string path = key + ".mscale_all_dim";
+    const auto all_dim = reader.optional_number(*rope, "mscale_all_dim", path);
+    if (all_dim && *all_dim < 0) {
+      reader.fail(path, fmt::format("= {} must be >= 0: yarn multiplies the softmax scale by mscale² with "
+                                    "mscale = 0.1 · mscale_all_dim · ln(factor) + 1, and a negative value "
+                                    "shrinks the scale or flips its sign; use the model's published value "
+                                    "(DeepSeek-V3: 1.0) or 0 for no yarn scaling",
+                                    *all_dim));
+    }
     if (all_dim && *all_dim != 0.0 && spec.rope_factor > 1.0) {
-      mscale = 0.1 * *all_dim * std::log(spec.rope_factor) + 1.0;
+      const double mscale = 0.1 * *all_dim * std::log(spec.rope_factor) + 1.0;
+      spec.softmax_scale = base_scale * mscale * mscale;
+      // Kernels take the scale as a float: one that overflows it would run as inf.
+      if (!std::isfinite(static_cast<float>(spec.softmax_scale))) {
+        reader.fail(path, fmt::format("= {} with factor {} gives mscale {:g} and a softmax scale of {:g}, "
+                                      "beyond a float; real yarn configs give a scale near 0.1 "
+                                      "(mscale_all_dim about 1, factor up to a few hundred): use the model's published values",
+                                      *all_dim, spec.rope_factor, mscale, spec.softmax_scale));
+      }
     }
   }
 }
@@ -176,26 +194,18 @@ void apply_deployment(ModelSpec& spec, const Deployment& deployment, std::string
 }
 
 std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  auto text = detail::read_json_file(path, config_subject(path.string()), ErrorCode::config_error);
+  if (!text) {
     throw Error(ErrorCode::not_found, fmt::format("cannot read model config {}", path.string()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return std::move(*text);
 }
 
 }  // namespace
 
 ModelSpec parse_model_config(std::string_view json_text, std::string_view source,
                              const Deployment& deployment) {
-  json root;
-  try {
-    root = json::parse(json_text.begin(), json_text.end());
-  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e99999
-    throw Error(ErrorCode::config_error,
-                fmt::format("model config {} is not valid JSON: {}", source, e.what()));
-  }
+  const json root = detail::parse_json_input(json_text, config_subject(source), ErrorCode::config_error);
   const ConfigReader reader(root, source);
   if (!root.is_object()) {
     reader.fail("", fmt::format("the top level is {}, not a JSON object of config fields", root.type_name()));
@@ -210,8 +220,13 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   spec.qk_nope_head_dim = reader.positive_int(root, "qk_nope_head_dim", "qk_nope_head_dim");
   spec.qk_rope_head_dim = reader.positive_int(root, "qk_rope_head_dim", "qk_rope_head_dim");
   spec.v_head_dim = reader.positive_int(root, "v_head_dim", "v_head_dim");
+  if (!reader.find(root, "max_position_embeddings")) {
+    reader.fail("max_position_embeddings",
+                "is missing; latte needs the model's longest context (it bounds `latte run --context`): "
+                "add it as in the model's published config.json, e.g. \"max_position_embeddings\": 163840");
+  }
   spec.max_position_embeddings =
-      reader.optional_positive_int(root, "max_position_embeddings", "max_position_embeddings").value_or(0);
+      reader.positive_int(root, "max_position_embeddings", "max_position_embeddings");
 
   // DSA: index_topk present. The indexer dims must come with it.
   if (const auto topk = reader.optional_positive_int(root, "index_topk", "index_topk")) {
@@ -233,10 +248,7 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
                               "it latte cannot tell how many tokens each query attends to");
   }
 
-  double mscale = 1.0;
-  read_rope(reader, spec, mscale);
-  spec.softmax_scale =
-      std::pow(static_cast<double>(spec.qk_nope_head_dim + spec.qk_rope_head_dim), -0.5) * mscale * mscale;
+  read_rope(reader, spec);
 
   apply_deployment(spec, deployment, source);
   return spec;

@@ -4,10 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sstream>
 
 #include "core/json_text.hpp"
 #include "core/text.hpp"
@@ -28,25 +26,22 @@ constexpr const char* kWordKeys[] = {"device", "op", "kv_cache", "q_dtype", "mod
 constexpr const char* kNumberKeys[] = {"arch", "heads", "head_dim", "block_size", "topk", "s_q", "tokens"};
 
 
+// How every error about a policy starts.
+std::string policy_subject(std::string_view source) { return fmt::format("policy error in {}", source); }
+
 class PolicyParser {
  public:
   PolicyParser(std::string_view source, PolicyLayer layer) : source_(source), layer_(layer) {}
 
   [[noreturn]] void fail(const std::string& path, const json* value, const std::string& what) const {
     throw Error(ErrorCode::policy_error,
-                value ? fmt::format("policy error in {}: {} = {}: {}", source_, path, detail::show_json(*value), what)
-                      : fmt::format("policy error in {}: {}: {}", source_, path, what));
+                value ? fmt::format("{}: {} = {}: {}", policy_subject(source_), path, detail::show_json(*value), what)
+                      : fmt::format("{}: {}: {}", policy_subject(source_), path, what));
   }
 
   Policy parse(std::string_view text) {
-    json root;
-    try {
-      root = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/true,
-                         /*ignore_comments=*/true);
-    } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e99999
-      throw Error(ErrorCode::policy_error,
-                  fmt::format("policy error in {}: not valid JSON: {}", source_, e.what()));
-    }
+    const json root = detail::parse_json_input(text, policy_subject(source_),
+                                               ErrorCode::policy_error, /*comments=*/true);
     if (!root.is_object()) {
       fail("(top level)", &root, "a policy is a JSON object {\"latte_policy\": 1, \"rules\": [...]}");
     }
@@ -261,16 +256,14 @@ Policy Policy::parse(std::string_view json_text, std::string_view source, Policy
 }
 
 Policy Policy::load_file(const std::string& path, PolicyLayer layer) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  const auto text = detail::read_json_file(path, policy_subject(path), ErrorCode::policy_error);
+  if (!text) {
     throw Error(ErrorCode::not_found,
                 fmt::format("policy file {} does not exist or cannot be read; check the path "
                             "(LATTE_POLICY, --policy)",
                             path));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse(text.str(), path, layer);
+  return parse(*text, path, layer);
 }
 
 const Policy& Policy::builtin() {

@@ -103,7 +103,7 @@ TEST(ModelSpec, TensorParallelDividesHeads) {
 
 TEST(ModelSpec, RopeParametersAndRopeScalingAreBothRead) {
   const std::string base = R"("num_attention_heads": 16, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
-                               "qk_rope_head_dim": 64, "v_head_dim": 128)";
+                               "qk_rope_head_dim": 64, "v_head_dim": 128, "max_position_embeddings": 4096)";
   const ModelSpec a = parse_model_config(
       "{" + base + R"(, "rope_parameters": {"rope_type": "yarn", "factor": 40, "mscale_all_dim": 1.0, "rope_theta": 1e4}})", "a");
   const ModelSpec b = parse_model_config(
@@ -133,7 +133,8 @@ TEST(ModelSpec, LoadsAPathOrADirectory) {
   {
     std::ofstream out(dir / "config.json");
     out << R"({"num_attention_heads": 32, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-               "v_head_dim": 128, "index_topk": 1024, "index_n_heads": 16, "index_head_dim": 128})";
+               "v_head_dim": 128, "index_topk": 1024, "index_n_heads": 16, "index_head_dim": 128,
+               "max_position_embeddings": 4096})";
   }
   const ModelSpec by_file = load_model((dir / "config.json").string());
   const ModelSpec by_dir = load_model(dir.string());
@@ -254,8 +255,8 @@ TEST_P(MalformedConfigs, GiveAClearMessage) {
 INSTANTIATE_TEST_SUITE_P(
     Table, MalformedConfigs,
     ::testing::Values(
-        BadConfig{"NotJson", "{\"num_attention_heads\": 64,", "is not valid JSON"},
-        BadConfig{"Empty", "", "is not valid JSON"},
+        BadConfig{"NotJson", "{\"num_attention_heads\": 64,", ": not valid JSON"},
+        BadConfig{"Empty", "", ": not valid JSON"},
         BadConfig{"NumberOverflow", "{\"num_attention_heads\": 9e99999}", "number overflow"},  // found by the fuzzer
         BadConfig{"TopLevelArray", "[1, 2]", "the top level is array"},
         BadConfig{"MissingHeads", config_with("num_attention_heads", ""), "\"num_attention_heads\" is missing"},
@@ -279,7 +280,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"YarnNegativeFactor", config_with("rope_scaling", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": -2}"), "\"rope_scaling.factor\" = -2 must be a positive number"},
         BadConfig{"MscaleString", config_with("rope_scaling", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40, \"mscale_all_dim\": \"1\"}"), "\"rope_scaling.mscale_all_dim\" = \"1\" must be a number"},
         BadConfig{"ModelTypeNumber", "{\"model_type\": 3, \"num_attention_heads\": 8}", "\"model_type\" = 3 must be a string"},
-        BadConfig{"MaxPositionsNegative", config_with("max_position_embeddings", "-1"), "\"max_position_embeddings\" = -1"}),
+        BadConfig{"MaxPositionsNegative", config_with("max_position_embeddings", "-1"), "\"max_position_embeddings\" = -1"},
+        // Without it every `latte run` was refused with "accepts 1..0 tokens".
+        BadConfig{"MissingMaxPositions", config_with("max_position_embeddings", ""), "\"max_position_embeddings\" is missing; latte needs the model's longest context"},
+        BadConfig{"MaxPositionsNull", config_with("max_position_embeddings", "null"), "\"max_position_embeddings\" is missing"},
+        BadConfig{"YarnInfiniteScale", config_with("rope_scaling", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 1e300, \"mscale_all_dim\": 1e300}"), "\"rope_scaling.mscale_all_dim\" = 1e+300 with factor 1e+300 gives mscale 6.90776e+301 and a softmax scale of inf, beyond a float"},
+        BadConfig{"YarnScaleBeyondFloat", config_with("rope_parameters", "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 40, \"mscale_all_dim\": 1e25}"), "softmax scale of 8.50489e+47, beyond a float"},
+        BadConfig{"MscaleNegative", config_with("rope_scaling", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40, \"mscale_all_dim\": -1}"), "\"rope_scaling.mscale_all_dim\" = -1 must be >= 0"},
+        BadConfig{"DuplicateKey", config_with("kv_lora_rank", "512, \"kv_lora_rank\": 256"), "key \"kv_lora_rank\" appears twice at the top level"}),
     [](const ::testing::TestParamInfo<BadConfig>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -302,7 +302,7 @@ INSTANTIATE_TEST_SUITE_P(
         BrokenCase{"latte_broken_no_entry", "does not export the entry point 'latte_plugin_entry'"},
         BrokenCase{"latte_broken_entry_error", "entry point failed with code 7: license file /opt/acme/license.key not found"},
         BrokenCase{"latte_broken_entry_throws", "entry point threw an exception (acme runtime could not initialise)"},
-        BrokenCase{"latte_broken_caps_json", "are not valid JSON"},
+        BrokenCase{"latte_broken_caps_json", ": not valid JSON"},
         BrokenCase{"latte_broken_policy", "the policy it ships is malformed: policy error in"},
         BrokenCase{"latte_broken_null_run", "leaves a required function NULL"},
         BrokenCase{"latte_broken_twice", "declares backend id 'broken.backend' twice"},
