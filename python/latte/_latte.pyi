@@ -105,6 +105,7 @@ def indexer_topk(
     stream: Any = None,
     check_indices: bool = False,
 ) -> str: ...
+def check_topk(op: str, topk: Any) -> int: ...
 def indexer_logits(
     q: Tensor,
     q_scale: Optional[Tensor],

@@ -186,12 +186,14 @@ def indexer_topk(
 
     Args:
         q: [T, H_i, 128] float8_e4m3fn (with q_scale) or bfloat16.
-        weights: [T, H_i] float32 head weights (softmax scale and q scale folded in).
+        weights: [T, H_i] float32 head weights (the softmax scale folded in, not q_scale, which
+            latte applies inside the dot: weights that already fold it go with q_scale = ones).
         k_cache: [num_blocks, block_size, 132] uint8 indexer K pages (written by
             :func:`indexer_k_store`).
         block_table: [B, max_blocks] int32.
         visible_lens: [T] int32: token t sees logical positions 0 .. visible_lens[t]-1.
-        topk: columns of the result; may be omitted when ``indices`` is given.
+        topk: columns of the result, an int within the topk limit of docs/operations.md
+            (checked before the result is allocated); may be omitted when ``indices`` is given.
         q_scale: [T, H_i] float32, required with an e4m3 q, absent with a bfloat16 q.
         token_request: [T] int32: the block_table row of each token (default: row t).
         kind: "physical" (cache slots, what :func:`sparse_mla` takes) or "logical" (positions).
@@ -201,14 +203,15 @@ def indexer_topk(
     Returns:
         indices [T, topk] int32.
     """
+    if topk is not None:
+        topk = _latte.check_topk("indexer_topk", topk)  # before it sizes an allocation
     if indices is None:
         if topk is None:
             raise ArgumentTypeError("indexer_topk: pass topk (the columns of the result) or indices=")
         (t,) = lead_shape(q, "q", "indexer_topk", 1)
-        indices = empty_like_input(q, (t, int(topk)), "i32", "indices")
+        indices = empty_like_input(q, (t, topk), "i32", "indices")
     _latte.indexer_topk(q, q_scale, weights, k_cache, block_table, token_request, visible_lens,
-                        indices, None if topk is None else int(topk), kind, backend or None,
-                        stream, check_indices)
+                        indices, topk, kind, backend or None, stream, check_indices)
     return indices
 
 

@@ -213,6 +213,27 @@ void bind_ops(nb::module_& m) {
       "topk"_a.none() = nb::none(), "kind"_a = "physical", "backend"_a.none() = nb::none(),
       "stream"_a.none() = nb::none(), "check_indices"_a = false);
 
+  // topk before latte/ops.py allocates indices for it: an int (what operator.index takes), then
+  // the core's topk rule, so a bad value never reaches the allocator.
+  m.def(
+      "check_topk",
+      [](const char* op, nb::handle topk) {
+        PyObject* index = PyNumber_Index(topk.ptr());
+        if (!index) {
+          PyErr_Clear();
+          throw BindingError(ErrorCode::invalid_argument,
+                             std::string(op) + ": topk must be an int (the columns of indices); got a " +
+                                 nb::cast<std::string>(nb::str(topk.type().attr("__name__"))),
+                             "ArgumentTypeError");
+        }
+        const nb::int_ value = nb::steal<nb::int_>(index);
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+        check_topk(op, v, overflow ? nb::cast<std::string>(nb::str(value)) : std::string());
+        return static_cast<int64_t>(v);
+      },
+      "op"_a, "topk"_a);
+
   m.def(
       "indexer_logits",
       [](Obj q, Obj q_scale, Obj weights, Obj k_cache, Obj block_table, Obj token_request,

@@ -71,3 +71,25 @@ def test_cache_writes_and_indexer_with_fp8_queries():
     back = ref.unpack_mla_cache(cache)[slots.long()]
     torch.testing.assert_close(back[:, 512:], rope.double())
     assert np.allclose(back[:, :512].numpy(), latent.double().numpy(), rtol=0.125, atol=0.05)
+
+
+def test_a_bad_topk_is_a_latte_error_before_torch_allocates():
+    args = (torch.zeros(2, 4, 128).bfloat16(), torch.ones(2, 4), torch.zeros(4, 16, 132, dtype=torch.uint8),
+            torch.zeros(2, 1, dtype=torch.int32), torch.tensor([3, 16], dtype=torch.int32))
+    for topk in (-3, 2 ** 31):
+        with pytest.raises(latte.errors.InvalidArgumentError, match=f"topk is {topk} "):
+            latte.indexer_topk(*args, topk)
+
+
+def test_no_tokens_and_an_out_inside_the_cache():
+    cache = torch.randn(4, 16, 576).bfloat16()
+    empty = latte.sparse_mla(torch.zeros(0, 8, 576).bfloat16(), cache,
+                             torch.zeros(0, 8, dtype=torch.int32), SCALE)
+    assert empty.shape == (0, 8, 512) and empty.dtype == torch.bfloat16
+    top = latte.indexer_topk(torch.zeros(0, 4, 128).bfloat16(), torch.zeros(0, 4),
+                             torch.zeros(4, 16, 132, dtype=torch.uint8),
+                             torch.zeros(0, 1, dtype=torch.int32), torch.zeros(0, dtype=torch.int32), 8)
+    assert top.shape == (0, 8) and top.dtype == torch.int32
+    with pytest.raises(latte.errors.InvalidArgumentError, match="out shares memory with kv_cache"):
+        latte.sparse_mla(torch.randn(2, 8, 576).bfloat16(), cache, torch.zeros(2, 8, dtype=torch.int32),
+                         SCALE, out=cache.view(-1)[:2 * 8 * 512].view(2, 8, 512))
