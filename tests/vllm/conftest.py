@@ -13,13 +13,16 @@ from __future__ import annotations
 import ctypes
 import importlib
 import json
+import os
+import subprocess
 import sys
 import types
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 MODELS = REPO / "configs" / "models"
 
 vllm = pytest.importorskip("vllm", reason="tests/vllm run in .venv-vllm (scripts/test-vllm)")
@@ -99,3 +102,23 @@ def reload_plugin():
     import latte.integrations.vllm as plugin
 
     return importlib.reload(plugin)
+
+
+@pytest.fixture(scope="session", params=[("auto", 1), ("fp8_ds_mla", 0)],
+                ids=["bf16-interleaved", "fp8_ds_mla-neox"])
+def written(request, tmp_path_factory):
+    """What vLLM's own Triton kernels ``fused_norm_rope`` and ``fused_q`` wrote, run on the CPU
+    through Triton's interpreter in a process of its own (vllm_cache_writer.py), with their
+    inputs: a bf16 MLA cache with GLM-5's interleaved index rope, and an fp8_ds_mla cache with
+    DeepSeek-V3.2's NeoX one."""
+    import torch
+
+    mla_dtype, interleave = request.param
+    out = tmp_path_factory.mktemp("cache") / "written.pt"
+    subprocess.run([sys.executable, str(HERE / "vllm_cache_writer.py"), str(out), mla_dtype, "3",
+                    str(interleave)], check=True, env=dict(os.environ), capture_output=True,
+                   timeout=600)
+    data = torch.load(out, weights_only=False)
+    data["mla_dtype"] = mla_dtype
+    return data
+

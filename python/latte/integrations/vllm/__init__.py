@@ -11,7 +11,8 @@
   valid. ``LATTE_VLLM=prefer`` puts latte first instead; ``LATTE_VLLM=off`` registers only the
   backend name;
 - replaces the DSA indexer (logits + exact top-k through latte) where DeepGEMM is missing or
-  ``LATTE_VLLM=prefer``.
+  ``LATTE_VLLM=prefer``; below sm_89 also the step preparation whose Triton kernels need fp8
+  (norms, rope, cache writes, index-query quantization).
 
 What it decided, and why, goes to vLLM's log. docs/vllm.md is the user's guide.
 """
@@ -165,6 +166,13 @@ def _take_indexer(mode: str, capability: Any) -> str:
         CustomOp.register_oot(LatteSparseAttnIndexer, name="SparseAttnIndexer")
     for arch in DSA_ARCHITECTURES:
         ModelRegistry.register_model(arch, MODEL_PATH)
+    from .prep import needs_portable_prep
+
     why = "LATTE_VLLM=prefer" if mode == "prefer" else "DeepGEMM is not installed"
-    return (f"{why}: the DSA indexer (scores + exact top-k) runs through latte for "
+    text = (f"{why}: the DSA indexer (scores + exact top-k) runs through latte for "
             f"{', '.join(DSA_ARCHITECTURES)}")
+    if needs_portable_prep(capability):
+        text += ("; below sm_89 Triton cannot compile vLLM's fp8 kernels that prepare each DSA "
+                 "step (norms, rope, cache writes, index-query quantization), so latte "
+                 "computes that step too")
+    return text

@@ -11,12 +11,14 @@ need DeepGEMM (sm_90 / sm_100 only). Two pieces replace it where DeepGEMM is mis
 - :class:`LatteDsaForCausalLM`, registered with ``ModelRegistry.register_model`` for the DSA
   architectures: vLLM's own model class, whose attention layers compute their top-k with
   :func:`run_indexer` (``latte.indexer_topk``, logical positions into vLLM's top-k buffer)
-  before vLLM's own attention step runs.
+  before vLLM's own attention step runs. Below sm_89 its layers also prepare the step through
+  latte (:mod:`.prep`): vLLM's Triton kernels for that step need fp8 support sm_80 / sm_86 lack.
 """
 
 from __future__ import annotations
 
 import threading
+import types
 from typing import Any, Dict, Tuple
 
 import torch
@@ -26,7 +28,7 @@ from vllm.forward_context import get_forward_context
 from vllm.model_executor.layers.sparse_attn_indexer import SparseAttnIndexer
 from vllm.models.deepseek_v32.attention import DeepseekV32Attention
 
-from . import kernels
+from . import kernels, prep
 
 DSA_ARCHITECTURES = ("DeepseekV32ForCausalLM", "GlmMoeDsaForCausalLM")
 
@@ -149,6 +151,33 @@ class LatteDeepseekV32Attention(DeepseekV32Attention):
             self.skip_topk = False
 
 
+def _forward_with_latte_prep() -> Any:
+    """vLLM's own ``DeepseekV32Attention.forward``, its code unchanged, with the two Triton
+    helpers it calls (``fused_norm_rope``, ``fused_q``) bound to latte's (:mod:`.prep`)."""
+    forward = DeepseekV32Attention.forward
+    names = dict(forward.__globals__, fused_norm_rope=prep.fused_norm_rope, fused_q=prep.fused_q)
+    bound = types.FunctionType(forward.__code__, names, forward.__name__, forward.__defaults__,
+                               forward.__closure__)
+    bound.__kwdefaults__ = forward.__kwdefaults__
+    bound.__qualname__ = forward.__qualname__
+    bound.__doc__ = forward.__doc__
+    return bound
+
+
+class LattePrepDeepseekV32Attention(LatteDeepseekV32Attention):
+    """The DSA attention layer for GPUs below sm_89, where Triton cannot compile vLLM's fp8
+    step-preparation kernels: latte computes that step too (:mod:`.prep`)."""
+
+    forward = _forward_with_latte_prep()
+
+
+def attention_class(capability: Any) -> type:
+    """The class latte gives vLLM's DSA attention layers on a GPU of ``capability``."""
+    if prep.needs_portable_prep(capability):
+        return LattePrepDeepseekV32Attention
+    return LatteDeepseekV32Attention
+
+
 def _base_model_class() -> type:
     from vllm.models.deepseek_v32.nvidia.model import DeepseekV32ForCausalLM
 
@@ -159,7 +188,10 @@ class LatteDsaForCausalLM(_base_model_class()):
     """vLLM's DSA model (GLM-5, DeepSeek-V3.2) with the indexer step through latte."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from vllm.platforms import current_platform
+
         super().__init__(*args, **kwargs)
+        cls = attention_class(current_platform.get_device_capability())
         for module in self.modules():
             if type(module) is DeepseekV32Attention:
-                module.__class__ = LatteDeepseekV32Attention
+                module.__class__ = cls
