@@ -49,47 +49,66 @@ bool no_elements(const TensorView& t) {
 
 bool byte_extent(const TensorView& t, int64_t* bytes) {
   *bytes = 0;
-  if (no_elements(t)) return true;
   int64_t last = 0;  // offset of the farthest element, in elements
+  bool overflow = false;
   for (int d = 0; d < t.rank; ++d) {
+    if (t.size(d) == 0) return true;
     int64_t term = 0;
-    if (__builtin_mul_overflow(t.size(d) - 1, t.stride(d), &term) ||
-        __builtin_add_overflow(last, term, &last)) {
-      return false;
-    }
+    overflow = overflow || __builtin_mul_overflow(t.size(d) - 1, t.stride(d), &term) ||
+               __builtin_add_overflow(last, term, &last);
   }
-  return !__builtin_mul_overflow(last + 1, static_cast<int64_t>(dtype_size(t.dtype)), bytes);
+  return !overflow && !__builtin_add_overflow(last, 1, &last) &&
+         !__builtin_mul_overflow(last, static_cast<int64_t>(dtype_size(t.dtype)), bytes);
 }
+
+namespace {
+
+// Bytes [begin, end) of a tensor; begin == end for one that holds none.
+struct ByteRange {
+  std::uintptr_t begin = 0, end = 0;
+  [[nodiscard]] static ByteRange of(const TensorView& t) {
+    int64_t bytes = 0;
+    if (!t.defined() || !byte_extent(t, &bytes)) return {};
+    const auto begin = reinterpret_cast<std::uintptr_t>(t.data);
+    return {begin, begin + static_cast<std::uintptr_t>(bytes)};
+  }
+  [[nodiscard]] bool overlaps(const ByteRange& o) const {
+    return begin < end && o.begin < o.end && begin < o.end && o.begin < end;
+  }
+};
+
+}  // namespace
 
 void check_outputs_apart(std::string_view op, std::initializer_list<NamedView> outputs,
                          std::initializer_list<NamedView> inputs) {
-  struct Range {
-    std::uintptr_t begin = 0, end = 0;
-  };
-  auto range_of = [](const TensorView& t) {
-    int64_t bytes = 0;
-    if (!t.defined() || !byte_extent(t, &bytes) || bytes == 0) return Range{};
-    const auto begin = reinterpret_cast<std::uintptr_t>(t.data);
-    return Range{begin, begin + static_cast<std::uintptr_t>(bytes)};
-  };
-  auto check = [&](const NamedView& out, Range o, const NamedView& other) {
-    if (other.tensor.device != out.tensor.device) return;  // common_device reports that
-    const Range r = range_of(other.tensor);
-    if (r.begin >= r.end || o.begin >= r.end || r.begin >= o.end) return;
-    throw Error(ErrorCode::invalid_argument,
-                fmt::format("{}: {} shares memory with {}: {} covers bytes [{:#x}, {:#x}) and "
-                            "{} covers [{:#x}, {:#x}); got {} = {} and {} = {}. A backend may "
-                            "write {} before it has read what it overlaps, which gives a wrong "
-                            "result. Pass as {} a tensor that does not share memory with {}.",
-                            op, out.name, other.name, out.name, o.begin, o.end, other.name,
-                            r.begin, r.end, out.name, out.tensor.describe(), other.name,
-                            other.tensor.describe(), out.name, out.name, other.name));
-  };
-  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
-    const Range o = range_of(out->tensor);
-    if (o.begin >= o.end) continue;
-    for (auto other = out + 1; other != outputs.end(); ++other) check(*out, o, *other);
-    for (const NamedView& in : inputs) check(*out, o, in);
+  // Runs on every call: each range is computed once, and strings are made only for an error.
+  constexpr std::size_t kMaxTensors = 8;  // the most any op has (the indexer's 7 inputs + 1)
+  if (outputs.size() + inputs.size() > kMaxTensors) {
+    throw Error(ErrorCode::internal, fmt::format("{}: more tensors than check_outputs_apart "
+                                                 "compares", op));
+  }
+  const NamedView* views[kMaxTensors] = {};
+  ByteRange ranges[kMaxTensors];
+  std::size_t n = 0;
+  for (const NamedView& v : outputs) views[n++] = &v;
+  for (const NamedView& v : inputs) views[n++] = &v;
+  for (std::size_t i = 0; i < n; ++i) ranges[i] = ByteRange::of(views[i]->tensor);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t j = i + 1; j < n; ++j) {
+      if (!ranges[i].overlaps(ranges[j])) continue;
+      const NamedView& out = *views[i];
+      const NamedView& other = *views[j];
+      if (other.tensor.device != out.tensor.device) continue;  // common_device reports that
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("{}: {} shares memory with {}: {} covers bytes [{:#x}, {:#x}) and "
+                              "{} covers [{:#x}, {:#x}); got {} = {} and {} = {}. A backend may "
+                              "write {} before it has read what it overlaps, which gives a wrong "
+                              "result. Pass as {} a tensor that does not share memory with {}.",
+                              op, out.name, other.name, out.name, ranges[i].begin, ranges[i].end,
+                              other.name, ranges[j].begin, ranges[j].end, out.name,
+                              out.tensor.describe(), other.name, other.tensor.describe(),
+                              out.name, out.name, other.name));
+    }
   }
 }
 
@@ -117,28 +136,28 @@ ArgCheck& ArgCheck::dtype_in(std::initializer_list<DType> accepted) {
 }
 
 ArgCheck& ArgCheck::memory() {
+  bool empty = false;
   for (int d = 0; d < tensor_.rank; ++d) {
     if (tensor_.size(d) < 0) {
       fail(fmt::format("has a negative size in dimension {}", d), "Sizes must be >= 0.");
     }
+    empty = empty || tensor_.size(d) == 0;
   }
-  if (no_elements(tensor_)) return *this;  // any strides, any pointer (a T = 0 call)
+  if (empty) return *this;  // any strides, any pointer (a T = 0 call)
+  // Offsets of the farthest element and byte counts must fit in int64 (a garbage shape would
+  // otherwise wrap around and pass the checks below).
+  int64_t count = static_cast<int64_t>(dtype_size(tensor_.dtype)), extent = 0;
+  bool overflow = false;
   for (int d = 0; d < tensor_.rank; ++d) {
     if (tensor_.stride(d) < 0) {
       fail(fmt::format("has a negative stride in dimension {}", d),
            "Pass a view with non-negative strides (flip the data instead of the view).");
     }
-  }
-  // Offsets of the farthest element and byte counts must fit in int64 (a garbage shape would
-  // otherwise wrap around and pass the checks below).
-  int64_t count = 1, extent = 0;
-  bool overflow = !byte_extent(tensor_, &extent);
-  for (int d = 0; d < tensor_.rank; ++d) {
     overflow = overflow || __builtin_mul_overflow(count, tensor_.size(d), &count);
   }
-  overflow = overflow ||
-             __builtin_mul_overflow(count, static_cast<int64_t>(dtype_size(tensor_.dtype)), &count);
-  if (overflow) fail("is too large: its sizes and strides overflow 64-bit offsets", "Check them.");
+  if (overflow || !byte_extent(tensor_, &extent)) {
+    fail("is too large: its sizes and strides overflow 64-bit offsets", "Check them.");
+  }
   if (tensor_.data == nullptr) {
     fail("has a null data pointer", fmt::format("Point {} at its memory.", name_));
   }

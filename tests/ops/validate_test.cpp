@@ -193,7 +193,7 @@ std::vector<BadCase> bad_cases() {
       {"out_overlaps_end_of_q", Stage::validate,
        [](C c) {
          auto a = c.sparse_mla();
-         a.out = over(a.out, c.q, c.q.view().nbytes() - 16);  // its first row's first 8 values
+         a.out = over(a.out, c.q, c.q.view().nbytes() - 16);  // out's first 8 values are q's last 8
          return OpArgs(a);
        },
        {"sparse_mla: out shares memory with q"}},
