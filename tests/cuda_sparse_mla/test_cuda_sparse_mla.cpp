@@ -920,6 +920,79 @@ TEST_F(CudaSparseMla, RowGroupsDecodeVsOracle) {
                    "row groups ");
 }
 
+// docs/operations.md's rule for index values out of range, on mla_decode: a length past the
+// block table still ends each query's causal window at seq_lens[b] - s_q + i (the positions past
+// the table hold no token), and block-table holes (-1, negative, >= num_blocks) hold no token.
+// Small tables, so a window cut at the table's end instead (as the kernels once did) drops a
+// large share of a query's positions and fails the tolerance.
+void run_decode_edges(CacheFormat fmt, int s_q, const std::string& what) {
+  Runner run;
+  std::mt19937 rng(991u + static_cast<unsigned>(s_q));
+  constexpr int H = 7, bs = 13, max_blocks = 3, B = 5;
+  const std::vector<int> lens = {77, 41, 39, 20, 1};  // cap = 39: past, just past, at, in, < s_q
+  Cache cache = make_cache(fmt, bs, 12 * bs, rng);
+  const int32_t nb = static_cast<int32_t>(cache.num_blocks);
+  const std::vector<int32_t> table = {3, -1, 7,   10, 1000000, 2,   -7, 5, 11,
+                                      4, 8, 6,     9, -1, 0};
+  const int rows = s_q * H;
+  std::vector<uint16_t> q = make_q(static_cast<int64_t>(B) * rows, rng, 3.f);
+  DeviceBuffer dq(q.size() * 2), dc(cache.bytes.size()), dt(table.size() * 4), dl(lens.size() * 4),
+      dout(q.size() / 576 * 512 * 2), dlse(q.size() / 576 * 4);
+  dq.upload(q.data(), q.size() * 2);
+  dc.upload(cache.bytes.data(), cache.bytes.size());
+  dt.upload(table.data(), table.size() * 4);
+  dl.upload(lens.data(), lens.size() * 4);
+  const Device dev{DeviceKind::cuda, 0};
+  MlaDecodeArgs a;
+  a.q = TensorView::contiguous(dq.get(), DType::bf16, {B, s_q, H, 576}, dev);
+  a.kv_cache = fmt == CacheFormat::bf16
+                   ? TensorView::contiguous(dc.get(), DType::bf16, {cache.num_blocks, bs, 576}, dev)
+                   : TensorView::contiguous(dc.get(), DType::u8, {cache.num_blocks, bs, 656}, dev);
+  a.block_table = TensorView::contiguous(dt.get(), DType::i32, {B, max_blocks}, dev);
+  a.seq_lens = TensorView::contiguous(dl.get(), DType::i32, {B}, dev);
+  a.out = TensorView::contiguous(dout.get(), DType::bf16, {B, s_q, H, 512}, dev);
+  a.lse = TensorView::contiguous(dlse.get(), DType::f32, {B, s_q, H}, dev);
+  a.scale = kGlmScale;
+  AttentionSpec sp;
+  sp.op = Op::mla_decode;
+  sp.num_heads = H;
+  sp.kv_cache = fmt;
+  sp.block_size = bs;
+  sp.s_q = s_q;
+  sp.max_tokens = static_cast<int64_t>(B) * s_q;
+  sp.scale = kGlmScale;
+  auto k = run.make(sp);
+  const std::size_t nrows = static_cast<std::size_t>(B) * rows;
+  const Result r = run.run(*k, a, nrows * 512, nrows);
+  std::vector<double> ref(nrows * 512), ref_lse(nrows);
+  for (int b = 0; b < B; ++b) {
+    for (int i = 0; i < s_q; ++i) {
+      std::vector<int64_t> slots;
+      for (int pos = 0; pos <= lens[b] - s_q + i && pos < max_blocks * bs; ++pos) {
+        const int32_t blk = table[b * max_blocks + pos / bs];
+        if (blk >= 0 && blk < nb) slots.push_back(static_cast<int64_t>(blk) * bs + pos % bs);
+      }
+      for (int h = 0; h < H; ++h) {
+        const std::size_t row = (static_cast<std::size_t>(b) * s_q + i) * H + h;
+        oracle_row(cache, &q[row * 576], slots, kGlmScale, &ref[row * 512], &ref_lse[row]);
+      }
+    }
+  }
+  std::vector<int64_t> all_rows(nrows);
+  for (std::size_t i = 0; i < nrows; ++i) all_rows[i] = static_cast<int64_t>(i);
+  compare(r, all_rows, 1, ref, ref_lse, what);
+}
+
+TEST_F(CudaSparseMla, DecodeLengthsPastTheTableAndHoles) {
+  for (CacheFormat fmt : {CacheFormat::bf16, CacheFormat::fp8_ds_mla})
+    for (int s_q : {1, 2, 4})
+      run_decode_edges(fmt, s_q, std::string("decode edges ") +
+                                     (fmt == CacheFormat::bf16 ? "bf16" : "fp8") + " s_q=" +
+                                     std::to_string(s_q));
+  const ScopedEnv forced("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1");
+  for (int s_q : {1, 2, 4}) run_decode_edges(CacheFormat::bf16, s_q, "decode edges row groups s_q=" + std::to_string(s_q));
+}
+
 // Small problems for compute-sanitizer (memcheck, racecheck): both formats, every configuration
 // of the row-tile kernel (forced through the LATTE_CUDA_SPARSE_MLA_* tuning variables) and the
 // few-heads kernel, splits, padding.

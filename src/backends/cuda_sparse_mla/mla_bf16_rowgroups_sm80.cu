@@ -155,10 +155,11 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   // decode: the last position rows g and g + 8 see (causal among the request's s_q queries)
   int vis_lim[2] = {0x7fffffff, 0x7fffffff};
   if constexpr (DECODE) {
+    const int window_end = decode_window_end(p, grp);
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = row0 + 16 * rg + g + 8 * r;
-      vis_lim[r] = seq_len - p.s_q + (row < rows ? row_query(row) : 0);
+      vis_lim[r] = window_end - p.s_q + (row < rows ? row_query(row) : 0);
     }
   }
   // Softmax state of rows g, g + 8 (the same in the quad and in both warps of the pair), reset per

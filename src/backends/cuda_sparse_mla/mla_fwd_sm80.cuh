@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   if constexpr (DECODE) {
     const int row = row0 + srow;
     const int i = row < rows ? row / p.heads : 0;
-    vis_lim = seq_len - p.s_q + i;
+    vis_lim = decode_window_end(p, grp) - p.s_q + i;
   }
   const float scale_log2 = p.scale * 1.4426950408889634f;
 

@@ -25,6 +25,16 @@ __device__ __forceinline__ int decode_seq_len(const MlaParams& p, int64_t grp) {
   return static_cast<int>(len < 0 ? 0 : (len > cap ? cap : len));
 }
 
+// Dense decode: where request grp's causal window ends, from its length as given (query i sees
+// positions up to this - s_q + i), before the clamp to the block table: a length past the table
+// still shifts every query's window, whose positions past the table hold no token. Clamped to
+// -1 .. the table's positions + s_q, which changes no window and keeps the sums in int.
+__device__ __forceinline__ int decode_window_end(const MlaParams& p, int64_t grp) {
+  const int64_t cap = static_cast<int64_t>(p.max_blocks) * p.block_size;
+  const int64_t len = p.seq_lens[grp * p.sl_s];
+  return static_cast<int>(len < -1 ? -1 : (len > cap + p.s_q ? cap + p.s_q : len));
+}
+
 // Dense decode: the splits of `chunk` positions a request of seq_len positions has (an empty
 // request keeps one, which writes its zero rows and -inf lse).
 __device__ __forceinline__ int decode_nsplit(int seq_len, int chunk) {
