@@ -17,6 +17,7 @@ enum class ErrorCode {
   policy_error,      // malformed policy file
   plugin_error,      // a plugin that could not be loaded
   cuda_error,        // a CUDA runtime failure
+  out_of_memory,     // host or device memory for a request could not be had (the bytes named)
   internal,          // a bug in latte
 };
 

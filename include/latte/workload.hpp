@@ -55,9 +55,20 @@ struct DsaStepReport {
 };
 
 // Throws latte::Error for bad configuration (unknown model, TP not dividing the heads, no
-// valid backend for a stage, ...). `progress` receives one line per step for long runs.
+// valid backend for a stage, ...), and out_of_memory, before allocating anything, when the step
+// needs more host or device memory than there is (naming the estimate and the largest batch
+// and context that fit). `progress` receives one line per step for long runs.
 [[nodiscard]] DsaStepReport run_dsa_step(const DsaStepConfig& config,
                                          const std::function<void(std::string_view)>& progress = {},
                                          const Context* context = nullptr);
+
+// The peak memory of run_dsa_step(config), from the shapes it allocates and the workspaces of
+// the kernels it would run: host bytes, and device bytes (0 on the CPU).
+struct DsaStepMemory {
+  uint64_t host_bytes = 0;
+  uint64_t device_bytes = 0;
+};
+[[nodiscard]] DsaStepMemory estimate_dsa_step_memory(const DsaStepConfig& config,
+                                                     const Context* context = nullptr);
 
 }  // namespace latte

@@ -25,6 +25,7 @@ from .errors import (
     LatteError,
     NoValidBackendError,
     NotFoundError,
+    OutOfMemoryError,
     PluginError,
     PolicyError,
     UnsupportedError,
@@ -96,5 +97,6 @@ __all__ = [
     "PluginError",
     "UnsupportedError",
     "CudaError",
+    "OutOfMemoryError",
     "InternalError",
 ]

@@ -2,7 +2,8 @@
 command line (tools/latte/), through the same library functions. Only parsing and printing
 live here.
 
-Exit codes: 0 ok, 1 a check failed or nothing is valid, 2 bad input, 3 internal or CUDA error.
+Exit codes: 0 ok, 1 a check failed or nothing is valid, 2 bad input (a usage error too), 3
+internal or CUDA error.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from . import _latte, errors, selection
 
 _BAD_INPUT = (errors.InvalidArgumentError, errors.ArgumentTypeError, errors.NotFoundError,
               errors.ConfigError, errors.PolicyError, errors.PluginError,
-              errors.UnsupportedError)
+              errors.UnsupportedError, errors.OutOfMemoryError)
 
 
 class _CheckFailed(Exception):
@@ -31,6 +32,16 @@ def _dump(value: Any) -> str:
 def _load_plugins(paths: Optional[List[str]]) -> None:
     for path in paths or []:
         selection.load_plugin(path)
+
+
+def _plugin_path_failures() -> List[str]:
+    # As tools/latte: a plugin on LATTE_PLUGIN_PATH that did not load is skipped, never silently.
+    return [r["error"] for r in selection.plugin_load_results() if not r["loaded"]]
+
+
+def _warn_plugin_path_failures() -> None:
+    for failure in _plugin_path_failures():
+        print(f"latte: LATTE_PLUGIN_PATH: {failure}", file=sys.stderr)
 
 
 def _split(values: Optional[List[str]]) -> List[str]:
@@ -83,13 +94,14 @@ def _cmd_backends(a: argparse.Namespace) -> None:
     _load_plugins(a.plugin)
     backends = selection.backends()
     if a.json:
+        _warn_plugin_path_failures()  # stdout stays the JSON array
         print(_dump([{k: b[k] for k in ("id", "description", "source", "capabilities")}
                      for b in backends]))
         return
     if not backends:
         print("no backends registered")
-        return
-    print(f"{len(backends)} backends\n")
+    else:
+        print(f"{len(backends)} backends\n")
     for b in backends:
         caps, limits = b["capabilities"], b["limits"]
         print(f"{b['id']}  ({b['source']})\n  {b['description']}")
@@ -104,6 +116,11 @@ def _cmd_backends(a: argparse.Namespace) -> None:
         if caps.get("notes"):
             print(f"  notes: {caps['notes']}")
         print()
+    failures = _plugin_path_failures()
+    if failures:
+        print("not loaded from LATTE_PLUGIN_PATH:")
+    for failure in failures:
+        print(f"  {failure}")
 
 
 # ---- select --------------------------------------------------------------------------------
@@ -118,6 +135,7 @@ def _ops_to_select(op: Optional[str], is_dsa: bool) -> List[Optional[str]]:
 
 
 def _cmd_select(a: argparse.Namespace) -> None:
+    _warn_plugin_path_failures()
     _load_plugins(a.plugin)
     model = selection.model_spec(a.model, tp=a.tp, kv_cache=a.kv_cache, block_size=a.block_size)
     results = []
@@ -142,6 +160,7 @@ def _cmd_select(a: argparse.Namespace) -> None:
 # ---- policy --------------------------------------------------------------------------------
 
 def _cmd_policy_show(a: argparse.Namespace) -> None:
+    _warn_plugin_path_failures()
     _load_plugins(a.plugin)
     if a.json:
         layers = _latte.policies_json(policy_path=a.policy)
@@ -162,6 +181,7 @@ def _cmd_policy_check(a: argparse.Namespace) -> None:
 # ---- run -----------------------------------------------------------------------------------
 
 def _cmd_run(a: argparse.Namespace) -> None:
+    _warn_plugin_path_failures()
     _load_plugins(a.plugin)
 
     def progress(line: str) -> None:
@@ -259,8 +279,43 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _commands_of(parser: argparse.ArgumentParser) -> Dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:  # pylint: disable=protected-access
+        if isinstance(action, argparse._SubParsersAction):  # pylint: disable=protected-access
+            return dict(action.choices)
+    return {}
+
+
+def _command_error(parser: argparse.ArgumentParser, argv: Sequence[str]) -> Optional[str]:
+    """As tools/latte/main.cpp: an unknown or missing command, named with the commands there
+    are (argparse would say "invalid choice" or "arguments are required: command")."""
+    level, option_seen = "", False
+    for token in argv:
+        commands = _commands_of(parser)
+        if not commands:
+            return None
+        if token.startswith("-"):
+            option_seen = True
+            continue
+        if token not in commands:
+            return (f"unknown {level}command '{token}'; the {level}commands are: "
+                    f"{', '.join(commands)}")
+        parser, level, option_seen = commands[token], f"{level}{token} ", False
+    commands = _commands_of(parser)
+    if not commands or option_seen:
+        return None
+    return f"no {level}command given; the {level}commands are: {', '.join(commands)}"
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = _parser()
+    if not {"-h", "--help", "--version"} & set(argv):
+        why = _command_error(parser, argv)
+        if why:
+            print(f"latte: {why}", file=sys.stderr)
+            return 2
+    args = parser.parse_args(argv)  # a usage error exits 2
     try:
         args.run(args)
     except _CheckFailed:
@@ -274,4 +329,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except errors.LatteError as e:  # CudaError, InternalError
         print(f"latte: {e}", file=sys.stderr)
         return 3
+    except MemoryError:  # as the C++ CLI's std::bad_alloc
+        print("latte: out of memory: an allocation failed (std::bad_alloc); free memory, or ask "
+              "for less (latte run: lower --batch or --context)", file=sys.stderr)
+        return 2
     return 0

@@ -17,13 +17,15 @@ policy_error                  PolicyError           ValueError
 plugin_error                  PluginError           ImportError
 unsupported                   UnsupportedError      NotImplementedError
 cuda_error                    CudaError             RuntimeError
+out_of_memory                 OutOfMemoryError      MemoryError
 internal                      InternalError         RuntimeError
 ============================  ====================  =========================================
 
 A dtype problem is an ``invalid_argument`` whose message says ``<arg> has dtype <dtype>`` (the
 validation layer's wording), or a tensor the Python layer cannot read as any latte dtype.
 An argument that is not a tensor at all raises ArgumentTypeError (a TypeError; DTypeError is
-one of them). Every instance has ``.code``, the C++ error code's name.
+one of them). A ``std::bad_alloc`` inside latte is an OutOfMemoryError too. Every instance has
+``.code``, the C++ error code's name.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ __all__ = [
     "PluginError",
     "UnsupportedError",
     "CudaError",
+    "OutOfMemoryError",
     "InternalError",
 ]
 
@@ -112,6 +115,13 @@ class CudaError(LatteError, RuntimeError):
     """A CUDA runtime failure."""
 
     code = "cuda_error"
+
+
+class OutOfMemoryError(LatteError, MemoryError):
+    """Host or device memory that a request needs and that is not there. The message names the
+    bytes asked for and, for ``run_dsa_step``, the largest batch and context that fit."""
+
+    code = "out_of_memory"
 
 
 class InternalError(LatteError, RuntimeError):

@@ -2,6 +2,7 @@
 
 #include <nanobind/stl/string.h>
 
+#include <new>
 #include <string_view>
 
 namespace nb = nanobind;
@@ -38,6 +39,13 @@ void translate(const std::exception_ptr& thrown, void*) {
     raise_python(e, selection);
   } catch (const Error& e) {
     raise_python(e, nb::handle());
+  } catch (const std::bad_alloc&) {
+    // An allocation inside latte that no latte check sized: still a latte error (and, through
+    // OutOfMemoryError, a MemoryError).
+    raise_python(Error(ErrorCode::out_of_memory,
+                       "out of memory: an allocation inside latte failed (std::bad_alloc); free "
+                       "memory or make the request smaller"),
+                 nb::handle());
   }
 }
 
@@ -55,6 +63,7 @@ const char* python_error_class(const Error& error) {
     case ErrorCode::policy_error: return "PolicyError";
     case ErrorCode::plugin_error: return "PluginError";
     case ErrorCode::cuda_error: return "CudaError";
+    case ErrorCode::out_of_memory: return "OutOfMemoryError";
     case ErrorCode::internal: return "InternalError";
   }
   return "LatteError";
@@ -65,6 +74,7 @@ void bind_errors(nb::module_& m) {
   m.def(
       "_raise_error",
       [](const std::string& code, const std::string& message) {
+        if (code == "std::bad_alloc") throw std::bad_alloc();
         for (int c = 0; c <= static_cast<int>(ErrorCode::internal); ++c) {
           const auto ec = static_cast<ErrorCode>(c);
           if (to_string(ec) == code) throw Error(ec, message);
@@ -72,7 +82,8 @@ void bind_errors(nb::module_& m) {
         throw Error(ErrorCode::not_found, "no latte ErrorCode is named '" + code + "'");
       },
       nb::arg("code"), nb::arg("message"),
-      "Throws latte::Error(code, message) in C++, to check the translation to Python.");
+      "Throws latte::Error(code, message) in C++ (or, for code 'std::bad_alloc', that), to check "
+      "the translation to Python.");
 }
 
 }  // namespace latte::python

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <shared_mutex>
 #include <vector>
 
@@ -260,7 +261,7 @@ std::shared_ptr<Kernel> kernel_for(const Context& context, const std::string& fo
 
 #ifdef LATTE_WITH_CUDA
 [[noreturn]] void workspace_failed(std::size_t bytes, Device device, cudaError_t err) {
-  throw Error(ErrorCode::cuda_error,
+  throw Error(err == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory : ErrorCode::cuda_error,
               fmt::format("allocating {} bytes of workspace on cuda:{} failed: {}", bytes,
                           device.index, cudaGetErrorString(err)));
 }
@@ -308,7 +309,12 @@ class CallWorkspace {
   CallWorkspace(std::size_t bytes, Device device, void* stream) {
     if (bytes == 0) return;
     if (device.kind == DeviceKind::cpu) {
-      host_.resize(bytes);
+      try {
+        host_.resize(bytes);
+      } catch (const std::bad_alloc&) {
+        throw Error(ErrorCode::out_of_memory,
+                    fmt::format("allocating {} bytes of workspace on the host failed (std::bad_alloc)", bytes));
+      }
       ptr_ = host_.data();
       return;
     }

@@ -36,6 +36,7 @@ std::string_view to_string(ErrorCode code) {
     case ErrorCode::policy_error: return "policy_error";
     case ErrorCode::plugin_error: return "plugin_error";
     case ErrorCode::cuda_error: return "cuda_error";
+    case ErrorCode::out_of_memory: return "out_of_memory";
     case ErrorCode::internal: return "internal";
   }
   return "unknown";

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "latte/device.hpp"
 #include "latte/error.hpp"
 #include "latte/selector.hpp"
 
@@ -63,6 +64,12 @@ std::string Selection::explain() const {
     out += "\nno single change of cache format, query dtype, block size, s_q, TP size or device "
            "makes any backend accept; a backend for this spec is missing (see docs/architecture.md, "
            "\"Adding a backend out of tree\")\n";
+  }
+  if (!ok() && device.kind == DeviceKind::cuda && !built_with_cuda()) {
+    out += fmt::format("\nthis latte was built without CUDA, so none of its own backends runs on {}: "
+                       "install a CUDA build (`pip install .` from the source tree with the CUDA "
+                       "toolkit's nvcc on PATH; for the C++ library and CLI, cmake -DLATTE_CUDA=ON)\n",
+                       device.label());
   }
   return out;
 }

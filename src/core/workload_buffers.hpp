@@ -6,12 +6,44 @@
 #include <initializer_list>
 #include <memory>
 #include <new>
+#include <string>
 
 #include "latte/device.hpp"
 #include "latte/tensor.hpp"
 
 namespace latte::detail {
 
+// "1.50 GiB", "12.0 MiB", "512 B".
+[[nodiscard]] std::string format_bytes(uint64_t bytes);
+
+// Memory that can be had now, and where the figure comes from. Host: MemAvailable of
+// /proc/meminfo (sysconf's free pages where there is none), less where a cgroup v2 limit
+// leaves less; CUDA: cudaMemGetInfo's free bytes on the device.
+struct AvailableMemory {
+  uint64_t bytes = 0;
+  std::string source;
+};
+[[nodiscard]] AvailableMemory available_memory(Device device);
+
+// The host and device bytes of the WorkBuffers alive on this thread while a tally is in scope,
+// and the most alive at once: what a workload's memory estimate is checked against.
+class MemoryTally {
+ public:
+  MemoryTally();  // the thread's tally until destroyed
+  ~MemoryTally();
+  MemoryTally(const MemoryTally&) = delete;
+  MemoryTally& operator=(const MemoryTally&) = delete;
+  [[nodiscard]] uint64_t host_peak() const { return host_peak_; }
+  [[nodiscard]] uint64_t device_peak() const { return device_peak_; }
+  static void change(int64_t host, int64_t device);  // no-op without a tally
+
+ private:
+  uint64_t host_ = 0, device_ = 0, host_peak_ = 0, device_peak_ = 0;
+  MemoryTally* previous_;
+};
+
+// Host bytes, and on CUDA as many device bytes (the run copy). An allocation that fails is a
+// latte::Error(out_of_memory) naming the bytes.
 class WorkBuffer {
  public:
   WorkBuffer(std::size_t bytes, Device device);

@@ -28,115 +28,142 @@ void fill_bf16(WorkBuffer& buffer, std::mt19937_64& rng, float stddev) {
   for (std::size_t i = 0; i < buffer.bytes() / 2; ++i) values[i] = float_to_bf16(normal(rng));
 }
 
-double relative_error(const std::vector<double>& got, const std::vector<double>& want) {
-  double diff = 0, norm = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    diff += (got[i] - want[i]) * (got[i] - want[i]);
-    norm += want[i] * want[i];
-  }
-  return norm == 0 ? std::sqrt(diff) : std::sqrt(diff / norm);
-}
-
-std::vector<double> bf16_values(const WorkBuffer& buffer) {
-  std::vector<double> out(buffer.bytes() / 2);
-  const auto* bits = buffer.host_as<uint16_t>();
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(bits[i]);
-  return out;
-}
-
-// The MLA cache decoded to floats, token by token (576 values each).
-std::vector<double> decode_mla_cache(const WorkBuffer& cache, CacheFormat format, int64_t tokens) {
-  std::vector<double> out(static_cast<std::size_t>(tokens) * kQkDim);
-  std::vector<float> token(kQkDim);
-  for (int64_t s = 0; s < tokens; ++s) {
-    if (format == CacheFormat::bf16) {
-      const auto* bits = cache.host_as<uint16_t>() + s * kQkDim;
-      for (int i = 0; i < kQkDim; ++i) token[i] = bf16_to_float(bits[i]);
-    } else {
-      unpack_fp8_ds_mla_token(cache.host() + s * 656, token.data());
-    }
-    std::copy(token.begin(), token.end(), out.begin() + s * kQkDim);
-  }
-  return out;
-}
-
-std::vector<double> decode_index_cache(const WorkBuffer& cache, int64_t num_blocks, int block_size) {
-  std::vector<double> out(static_cast<std::size_t>(num_blocks * block_size) * kIndexDim);
-  std::vector<float> token(kIndexDim);
-  const int64_t page_bytes = static_cast<int64_t>(block_size) * kIndexBytesPerToken;
-  for (int64_t b = 0; b < num_blocks; ++b) {
-    for (int o = 0; o < block_size; ++o) {
-      unpack_indexer_k_token(cache.host() + b * page_bytes, block_size, o, token.data());
-      std::copy(token.begin(), token.end(), out.begin() + (b * block_size + o) * kIndexDim);
-    }
-  }
-  return out;
-}
-
-
-// Runs one stage through the selected backend: selection, make, a warm-up, then `repeats`
-// timed runs (median).
-class StageRunner {
+// relative_error's sums, added pair by pair, so that no check holds a decoded copy of a cache.
+class ErrorSum {
  public:
-  StageRunner(const Context& context, const DeviceInfo& device, const DsaStepConfig& config,
-              int repeats)
-      : context_(context), device_(device), config_(config), repeats_(repeats) {}
-
-  StageReport run(const std::string& name, const AttentionSpec& spec, const OpArgs& args,
-                  const std::function<void(std::string_view)>& progress) {
-    const Selection selection = context_.select(spec, device_, config_.select);
-    StageReport report;
-    report.name = name;
-    report.op = spec.op;
-    report.backend = selection.chosen;
-    report.rule = selection.valid.empty() ? std::string() : selection.valid.front().rule;
-    if (progress) progress(fmt::format("{} on {} ({})", name, report.backend, report.rule));
-    const std::unique_ptr<Kernel> kernel = selection.backend->make(spec, device_);
-    report.kernel = kernel->describe();
-    WorkBuffer workspace(kernel->workspace_bytes(), device_.handle());
-    RunContext ctx;
-    ctx.workspace = workspace.bytes() ? workspace.view(DType::u8, {static_cast<int64_t>(workspace.bytes())}).data : nullptr;
-    ctx.workspace_bytes = workspace.bytes();
-    StageTimer timer(device_.handle());
-    std::vector<double> times;
-    const int warmups = device_.kind == DeviceKind::cuda ? 2 : 0;
-    for (int i = 0; i < warmups + repeats_; ++i) {
-      timer.start();
-      kernel->run(args, ctx);
-      const double ms = timer.stop_ms();
-      if (i >= warmups) times.push_back(ms);
-    }
-    std::sort(times.begin(), times.end());
-    report.ms = times[times.size() / 2];
-    return report;
+  void add(double got, double want) {
+    finite_ = finite_ && std::isfinite(got);
+    diff_ += (got - want) * (got - want);
+    norm_ += want * want;
+  }
+  [[nodiscard]] double value() const {
+    if (!finite_) return std::numeric_limits<double>::infinity();
+    return norm_ == 0 ? std::sqrt(diff_) : std::sqrt(diff_ / norm_);
   }
 
  private:
-  const Context& context_;
-  const DeviceInfo& device_;
-  const DsaStepConfig& config_;
-  int repeats_;
+  double diff_ = 0, norm_ = 0;
+  bool finite_ = true;
 };
 
-// Runs an op on host tensors with the oracle.
-void run_oracle(const Context& context, const AttentionSpec& spec, const OpArgs& args) {
-  const DeviceInfo cpu = describe_device("cpu");
-  const auto oracle = context.registry().get(kOracleId);
-  oracle->make(spec, cpu)->run(args, RunContext{});
+// Two bf16 buffers of the same size, compared element by element.
+double bf16_relative_error(const WorkBuffer& got, const WorkBuffer& want) {
+  ErrorSum sum;
+  const auto* g = got.host_as<uint16_t>();
+  const auto* w = want.host_as<uint16_t>();
+  for (std::size_t i = 0; i < got.bytes() / 2; ++i) sum.add(bf16_to_float(g[i]), bf16_to_float(w[i]));
+  return sum.value();
 }
 
-}  // namespace
+// One token of the MLA cache decoded to floats (576 values).
+void decode_mla_token(const WorkBuffer& cache, CacheFormat format, int64_t slot, float* token) {
+  if (format == CacheFormat::bf16) {
+    const auto* bits = cache.host_as<uint16_t>() + slot * kQkDim;
+    for (int i = 0; i < kQkDim; ++i) token[i] = bf16_to_float(bits[i]);
+  } else {
+    unpack_fp8_ds_mla_token(cache.host() + slot * 656, token);
+  }
+}
 
-DsaStepReport run_dsa_step(const DsaStepConfig& config,
-                           const std::function<void(std::string_view)>& progress,
-                           const Context* context_ptr) {
-  const Context& context = context_ptr ? *context_ptr : Context::global();
+// One token of the indexer's key pages decoded to floats (128 values).
+void decode_index_token(const WorkBuffer& cache, int block_size, int64_t slot, float* token) {
+  const int64_t page_bytes = static_cast<int64_t>(block_size) * kIndexBytesPerToken;
+  unpack_indexer_k_token(cache.host() + (slot / block_size) * page_bytes, block_size,
+                         static_cast<int>(slot % block_size), token);
+}
+
+// The shapes of one step. Every buffer run_dsa_step allocates is sized here, and the memory
+// estimate that refuses a step too large for the machine adds up the same sizes.
+struct StepShapes {
+  int64_t B, L, bs, H, Hi, K;
+  int64_t blocks_per_request, num_blocks, slots, T, token_bytes;
+
+  StepShapes(const ModelSpec& model, int64_t batch, int64_t context, int64_t block_size, CacheFormat format)
+      : B(batch), L(context), bs(block_size), H(model.heads_per_rank), Hi(model.indexer->num_heads),
+        K(model.indexer->topk), blocks_per_request((L + bs - 1) / bs),
+        num_blocks(B * blocks_per_request + 1),  // one block no request owns
+        slots(num_blocks * bs), T(B * L),         // T: tokens written to the caches
+        token_bytes(static_cast<int64_t>(cache_bytes_per_token(format))) {}
+
+  static std::size_t n(int64_t bytes) { return static_cast<std::size_t>(bytes); }
+  [[nodiscard]] std::size_t block_table() const { return n(B * blocks_per_request * 4); }
+  [[nodiscard]] std::size_t slot_mapping() const { return n(T * 4); }
+  [[nodiscard]] std::size_t latent() const { return n(T * kLatentDim * 2); }
+  [[nodiscard]] std::size_t rope() const { return n(T * kRopeDim * 2); }
+  [[nodiscard]] std::size_t index_k() const { return n(T * kIndexDim * 2); }
+  [[nodiscard]] std::size_t kv_cache() const { return n(slots * token_bytes); }
+  [[nodiscard]] std::size_t k_cache() const { return n(slots * kIndexBytesPerToken); }
+  [[nodiscard]] std::size_t token_of_slot() const { return n(slots * 8); }
+  [[nodiscard]] std::size_t index_q() const { return n(B * Hi * kIndexDim); }
+  [[nodiscard]] std::size_t per_index_head() const { return n(B * Hi * 4); }  // q_scale, weights
+  [[nodiscard]] std::size_t per_request() const { return n(B * 4); }          // visible, seq_lens
+  [[nodiscard]] std::size_t indices() const { return n(B * K * 4); }
+  [[nodiscard]] std::size_t logits() const { return n(B * L * 4); }
+  [[nodiscard]] std::size_t q() const { return n(B * H * kQkDim * 2); }
+  [[nodiscard]] std::size_t out() const { return n(B * H * kLatentDim * 2); }
+  [[nodiscard]] std::size_t lse() const { return n(B * H * 4); }
+  // The top-k check's per-row vectors (scores of the row, of the chosen, positions seen).
+  [[nodiscard]] std::size_t topk_row() const { return n(L * 8 + K * 8 + (L + 7) / 8); }
+};
+
+// One stage: its spec, the backend chosen for it and the kernel made, all before any buffer
+// (the memory estimate needs the kernels' workspaces and which checks copy a cache).
+struct Stage {
+  std::string name;
+  AttentionSpec spec;
+  Selection selection;
+  std::unique_ptr<Kernel> kernel;
+  [[nodiscard]] bool is_oracle() const { return selection.chosen == kOracleId; }
+};
+
+// Everything run_dsa_step decides before allocating.
+struct StepPlan {
+  ModelSpec model;
+  DeviceInfo device;
+  StepShapes shapes;
+  Stage kv_store, indexer_k_store, indexer_topk, sparse_mla;
+
+  // The peak memory of the step at `shapes`: what is alive during the stage that needs most.
+  [[nodiscard]] DsaStepMemory memory(const StepShapes& s) const {
+    const bool cuda = device.kind == DeviceKind::cuda;
+    // Inputs and caches (host and run copy), alive through the whole step.
+    const std::size_t step = s.block_table() + s.slot_mapping() + s.latent() + s.rope() + s.index_k() +
+                             s.kv_cache() + s.k_cache();
+    // The top-k inputs and output (host and run copy), alive from stage 3 on.
+    const std::size_t topk = s.index_q() + 2 * s.per_index_head() + s.per_request() + s.indices();
+    const std::size_t attention = s.q() + s.out() + s.lse();
+    // A stage's workspace lives while its kernel runs, its check's buffers after that; a
+    // WorkBuffer holds host bytes for a workspace too, beside the device copy on CUDA.
+    const auto workspace = [](const Stage& stage) { return stage.kernel->workspace_bytes(); };
+    const std::size_t stage1 = std::max(workspace(kv_store), kv_store.is_oracle() ? 0 : s.kv_cache());
+    const std::size_t stage2 = std::max(workspace(indexer_k_store), indexer_k_store.is_oracle() ? 0 : s.k_cache());
+    const std::size_t stage3 = topk + std::max(workspace(indexer_topk), s.logits() + s.topk_row());
+    const std::size_t stage4 = topk + attention +
+                               std::max({workspace(sparse_mla), sparse_mla.is_oracle() ? 0 : s.out(),
+                                         s.L <= s.K ? s.out() + s.per_request() : 0});  // the dense oracle
+    DsaStepMemory m;
+    m.host_bytes = step + s.token_of_slot() + std::max({stage1, stage2, stage3, stage4});
+    if (cuda) {
+      m.device_bytes = step + std::max({workspace(kv_store), workspace(indexer_k_store),
+                                        topk + workspace(indexer_topk), topk + attention + workspace(sparse_mla)});
+    }
+    return m;
+  }
+};
+
+Stage make_stage(const Context& context, const DsaStepConfig& config, const DeviceInfo& device,
+                 std::string name, const AttentionSpec& spec) {
+  Stage stage{std::move(name), spec, context.select(spec, device, config.select), nullptr};
+  stage.kernel = stage.selection.backend->make(spec, device);
+  return stage;
+}
+
+StepPlan plan_step(const DsaStepConfig& config, const Context& context) {
   Deployment deployment;
   deployment.tp = config.tp;
   deployment.kv_cache = config.kv_cache;
   deployment.block_size = config.block_size;
-  const ModelSpec model = load_model(config.model, deployment);
+  ModelSpec model = load_model(config.model, deployment);
   if (!model.is_dsa()) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("model '{}' is dense MLA (its config has no index_topk): `latte run` runs a "
@@ -151,23 +178,137 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("--context {} is out of range: {} accepts 1..{} tokens", config.context,
                             model.name, model.max_position_embeddings));
-  const DeviceInfo device = describe_device(config.device);
+  DeviceInfo device = describe_device(config.device);
   if (!device.probed)
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("--device {} describes an architecture; `latte run` needs a real device: "
                             "use --device cpu or --device cuda:N (see `latte devices`), or ask "
                             "`latte select --device {}` what would run there",
                             config.device, config.device));
+  const StepShapes shapes(model, config.batch, config.context, config.block_size, config.kv_cache);
+  AttentionOptions per_token;  // the cache writes: every token of every request
+  per_token.max_tokens = shapes.T;
+  AttentionOptions per_request;  // the decode step: one token per request
+  per_request.max_tokens = shapes.B;
+  return StepPlan{
+      model,
+      device,
+      shapes,
+      make_stage(context, config, device, "kv_store", attention_spec(model, Op::kv_store, per_token)),
+      make_stage(context, config, device, "indexer_k_store", attention_spec(model, Op::indexer_k_store, per_token)),
+      make_stage(context, config, device, "indexer_topk", attention_spec(model, Op::indexer_topk, per_request)),
+      make_stage(context, config, device, "sparse_mla", attention_spec(model, Op::sparse_mla, per_request))};
+}
+
+// The largest n in [1, hi] with fits(n), or 0 when not even 1 fits (fits is monotone).
+int64_t largest_fitting(int64_t hi, const std::function<bool(int64_t)>& fits) {
+  int64_t lo = 0;  // fits(lo) holds, or lo == 0
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo + 1) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Refuses, before anything is allocated, a step that needs more memory than there is, with the
+// estimate and the largest batch and context that fit.
+void check_memory(const StepPlan& plan, const DsaStepConfig& config) {
+  const bool cuda = plan.device.kind == DeviceKind::cuda;
+  const detail::AvailableMemory host = detail::available_memory(Device{});
+  const detail::AvailableMemory dev = cuda ? detail::available_memory(plan.device.handle()) : detail::AvailableMemory{};
+  const auto fits = [&](int64_t batch, int64_t context) {
+    const DsaStepMemory m =
+        plan.memory(StepShapes(plan.model, batch, context, config.block_size, config.kv_cache));
+    return m.host_bytes <= host.bytes && (!cuda || m.device_bytes <= dev.bytes);
+  };
+  const int64_t B = config.batch, L = config.context;
+  if (fits(B, L)) return;
+  const DsaStepMemory need = plan.memory(plan.shapes);
+  std::string needs = fmt::format("{} of host memory", detail::format_bytes(need.host_bytes));
+  std::string there = fmt::format("{} ({})", detail::format_bytes(host.bytes), host.source);
+  if (cuda) {
+    needs += fmt::format(" and {} on cuda:{}", detail::format_bytes(need.device_bytes), plan.device.index);
+    there += fmt::format(", {} ({})", detail::format_bytes(dev.bytes), dev.source);
+  }
+  const int64_t batch = largest_fitting(B - 1, [&](int64_t b) { return fits(b, L); });
+  const int64_t context = largest_fitting(L - 1, [&](int64_t l) { return fits(B, l); });
+  const std::string at_context = batch ? fmt::format("at --context {} at most --batch {} fits", L, batch)
+                                       : fmt::format("not even --batch 1 fits at --context {}", L);
+  const std::string at_batch = context ? fmt::format("at --batch {} at most --context {} does", B, context)
+                                       : fmt::format("not even --context 1 does at --batch {}", B);
+  throw Error(ErrorCode::out_of_memory,
+              fmt::format("--batch {} --context {} of {} needs about {}; available: {}; {}, {}; lower "
+                          "--batch or --context",
+                          B, L, plan.model.name, needs, there, at_context, at_batch));
+}
+
+// Runs a planned stage: a warm-up on CUDA, then `repeats` timed runs (median).
+class StageRunner {
+ public:
+  StageRunner(const DeviceInfo& device, int repeats) : device_(device), repeats_(repeats) {}
+
+  StageReport run(const Stage& stage, const OpArgs& args, const std::function<void(std::string_view)>& progress) {
+    StageReport report;
+    report.name = stage.name;
+    report.op = stage.spec.op;
+    report.backend = stage.selection.chosen;
+    report.rule = stage.selection.valid.empty() ? std::string() : stage.selection.valid.front().rule;
+    if (progress) progress(fmt::format("{} on {} ({})", stage.name, report.backend, report.rule));
+    report.kernel = stage.kernel->describe();
+    WorkBuffer workspace(stage.kernel->workspace_bytes(), device_.handle());
+    RunContext ctx;
+    ctx.workspace = workspace.bytes() ? workspace.view(DType::u8, {static_cast<int64_t>(workspace.bytes())}).data : nullptr;
+    ctx.workspace_bytes = workspace.bytes();
+    StageTimer timer(device_.handle());
+    std::vector<double> times;
+    const int warmups = device_.kind == DeviceKind::cuda ? 2 : 0;
+    for (int i = 0; i < warmups + repeats_; ++i) {
+      timer.start();
+      stage.kernel->run(args, ctx);
+      const double ms = timer.stop_ms();
+      if (i >= warmups) times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    report.ms = times[times.size() / 2];
+    return report;
+  }
+
+ private:
+  const DeviceInfo& device_;
+  int repeats_;
+};
+
+// Runs an op on host tensors with the oracle.
+void run_oracle(const Context& context, const AttentionSpec& spec, const OpArgs& args) {
+  const DeviceInfo cpu = describe_device("cpu");
+  const auto oracle = context.registry().get(kOracleId);
+  oracle->make(spec, cpu)->run(args, RunContext{});
+}
+
+}  // namespace
+
+DsaStepMemory estimate_dsa_step_memory(const DsaStepConfig& config, const Context* context_ptr) {
+  const StepPlan plan = plan_step(config, context_ptr ? *context_ptr : Context::global());
+  return plan.memory(plan.shapes);
+}
+
+DsaStepReport run_dsa_step(const DsaStepConfig& config,
+                           const std::function<void(std::string_view)>& progress,
+                           const Context* context_ptr) {
+  const Context& context = context_ptr ? *context_ptr : Context::global();
+  const StepPlan plan = plan_step(config, context);
+  check_memory(plan, config);
+  const ModelSpec& model = plan.model;
+  const DeviceInfo& device = plan.device;
+  const StepShapes& z = plan.shapes;
   const Device dev = device.handle();
   const int repeats = config.repeats > 0 ? config.repeats : (device.kind == DeviceKind::cuda ? 20 : 1);
 
-  const int64_t B = config.batch, L = config.context, bs = config.block_size;
-  const int64_t H = model.heads_per_rank, Hi = model.indexer->num_heads, K = model.indexer->topk;
-  const int64_t blocks_per_request = (L + bs - 1) / bs;
-  const int64_t num_blocks = B * blocks_per_request + 1;  // one block no request owns
-  const int64_t T = B * L;                                 // tokens written to the caches
+  const int64_t B = z.B, L = z.L, bs = z.bs, H = z.H, Hi = z.Hi, K = z.K;
+  const int64_t blocks_per_request = z.blocks_per_request, num_blocks = z.num_blocks, T = z.T;
   const CacheFormat format = config.kv_cache;
-  const int64_t token_bytes = static_cast<int64_t>(cache_bytes_per_token(format));
+  const int64_t token_bytes = z.token_bytes;
   std::mt19937_64 rng(config.seed);
 
   DsaStepReport report;
@@ -176,7 +317,7 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
   report.config = config;
 
   // Paging: each request owns a random set of physical blocks.
-  WorkBuffer block_table(static_cast<std::size_t>(B * blocks_per_request) * 4, dev);
+  WorkBuffer block_table(z.block_table(), dev);
   {
     std::vector<int32_t> blocks(static_cast<std::size_t>(num_blocks));
     std::iota(blocks.begin(), blocks.end(), 0);
@@ -184,27 +325,30 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     std::copy_n(blocks.begin(), B * blocks_per_request, block_table.host_as<int32_t>());
   }
   const int32_t* table = block_table.host_as<int32_t>();
-  WorkBuffer slot_mapping(static_cast<std::size_t>(T) * 4, dev);
+  WorkBuffer slot_mapping(z.slot_mapping(), dev);
   for (int64_t b = 0; b < B; ++b)
     for (int64_t p = 0; p < L; ++p)
       slot_mapping.host_as<int32_t>()[b * L + p] =
           static_cast<int32_t>(table[b * blocks_per_request + p / bs] * bs + p % bs);
+  // Which token each slot holds (-1: none), for the checks.
+  WorkBuffer token_of_slot_buffer(z.token_of_slot(), Device{});
+  int64_t* token_of_slot = token_of_slot_buffer.host_as<int64_t>();
+  std::fill_n(token_of_slot, z.slots, int64_t{-1});
+  for (int64_t t = 0; t < T; ++t) token_of_slot[slot_mapping.host_as<int32_t>()[t]] = t;
 
   if (progress) progress(fmt::format("making random inputs: {} requests x {} tokens", B, L));
-  WorkBuffer latent(static_cast<std::size_t>(T) * kLatentDim * 2, dev);
-  WorkBuffer rope(static_cast<std::size_t>(T) * kRopeDim * 2, dev);
-  WorkBuffer index_k(static_cast<std::size_t>(T) * kIndexDim * 2, dev);
+  WorkBuffer latent(z.latent(), dev);
+  WorkBuffer rope(z.rope(), dev);
+  WorkBuffer index_k(z.index_k(), dev);
   fill_bf16(latent, rng, 1.0f);
   fill_bf16(rope, rng, 1.0f);
   fill_bf16(index_k, rng, 1.0f);
-  WorkBuffer kv_cache(static_cast<std::size_t>(num_blocks * bs * token_bytes), dev);
-  WorkBuffer k_cache(static_cast<std::size_t>(num_blocks * bs * kIndexBytesPerToken), dev);
+  WorkBuffer kv_cache(z.kv_cache(), dev);
+  WorkBuffer k_cache(z.k_cache(), dev);
   for (WorkBuffer* b : {&block_table, &slot_mapping, &latent, &rope, &index_k, &kv_cache, &k_cache})
     b->upload();
 
-  StageRunner runner(context, device, config, repeats);
-  AttentionOptions options;
-  options.max_tokens = T;
+  StageRunner runner(device, repeats);
   const DType cache_dtype = format == CacheFormat::bf16 ? DType::bf16 : DType::u8;
   const int64_t cache_last = format == CacheFormat::bf16 ? kQkDim : token_bytes;
 
@@ -215,34 +359,41 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     args.rope = rope.view(DType::bf16, {T, kRopeDim});
     args.slot_mapping = slot_mapping.view(DType::i32, {T});
     args.kv_cache = kv_cache.view(cache_dtype, {num_blocks, bs, cache_last});
-    const AttentionSpec spec = attention_spec(model, Op::kv_store, options);
-    StageReport stage = runner.run("kv_store", spec, args, progress);
+    StageReport stage = runner.run(plan.kv_store, args, progress);
     kv_cache.download();
-    const std::vector<double> got = decode_mla_cache(kv_cache, format, num_blocks * bs);
-    std::vector<double> want(got.size(), 0.0);
-    if (stage.backend != kOracleId) {
+    ErrorSum error;
+    float got[kQkDim], want[kQkDim];
+    if (!plan.kv_store.is_oracle()) {
       WorkBuffer ref(kv_cache.bytes(), Device{});
       KvStoreArgs host = args;
       host.latent = latent.host_view(DType::bf16, {T, kLatentDim});
       host.rope = rope.host_view(DType::bf16, {T, kRopeDim});
       host.slot_mapping = slot_mapping.host_view(DType::i32, {T});
       host.kv_cache = ref.host_view(cache_dtype, {num_blocks, bs, cache_last});
-      run_oracle(context, spec, host);
-      want = decode_mla_cache(ref, format, num_blocks * bs);
+      run_oracle(context, plan.kv_store.spec, host);
+      for (int64_t s = 0; s < z.slots; ++s) {
+        decode_mla_token(kv_cache, format, s, got);
+        decode_mla_token(ref, format, s, want);
+        for (int i = 0; i < kQkDim; ++i) error.add(got[i], want[i]);
+      }
       stage.check = "decoded cache vs cpu.reference";
       stage.tolerance = 1e-6;
     } else {
-      // The oracle itself: compare with the inputs (exact for bf16, the fp8 bound otherwise).
-      const std::vector<double> lat = bf16_values(latent), rp = bf16_values(rope);
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t slot = slot_mapping.host_as<int32_t>()[t];
-        std::copy_n(lat.begin() + t * kLatentDim, kLatentDim, want.begin() + slot * kQkDim);
-        std::copy_n(rp.begin() + t * kRopeDim, kRopeDim, want.begin() + slot * kQkDim + kLatentDim);
+      // The oracle itself: compare with the inputs (exact for bf16, the fp8 bound otherwise);
+      // a slot no token was written to must stay zero.
+      const auto* lat = latent.host_as<uint16_t>();
+      const auto* rp = rope.host_as<uint16_t>();
+      for (int64_t s = 0; s < z.slots; ++s) {
+        decode_mla_token(kv_cache, format, s, got);
+        const int64_t t = token_of_slot[s];
+        for (int i = 0; i < kLatentDim; ++i) want[i] = t < 0 ? 0.0f : bf16_to_float(lat[t * kLatentDim + i]);
+        for (int i = 0; i < kRopeDim; ++i) want[kLatentDim + i] = t < 0 ? 0.0f : bf16_to_float(rp[t * kRopeDim + i]);
+        for (int i = 0; i < kQkDim; ++i) error.add(got[i], want[i]);
       }
       stage.check = "round trip vs the inputs";
       stage.tolerance = format == CacheFormat::bf16 ? 0.0 : 0.06;
     }
-    stage.error = relative_error(got, want);
+    stage.error = error.value();
     stage.passed = stage.error <= stage.tolerance;
     stage.rate = static_cast<double>(T) * (2.0 * kQkDim + token_bytes + 4) / (stage.ms * 1e6);
     stage.rate_unit = "GB/s";
@@ -255,31 +406,36 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     args.k = index_k.view(DType::bf16, {T, kIndexDim});
     args.slot_mapping = slot_mapping.view(DType::i32, {T});
     args.k_cache = k_cache.view(DType::u8, {num_blocks, bs, kIndexBytesPerToken});
-    const AttentionSpec spec = attention_spec(model, Op::indexer_k_store, options);
-    StageReport stage = runner.run("indexer_k_store", spec, args, progress);
+    StageReport stage = runner.run(plan.indexer_k_store, args, progress);
     k_cache.download();
-    const std::vector<double> got = decode_index_cache(k_cache, num_blocks, static_cast<int>(bs));
-    std::vector<double> want(got.size(), 0.0);
-    if (stage.backend != kOracleId) {
+    ErrorSum error;
+    float got[kIndexDim], want[kIndexDim];
+    if (!plan.indexer_k_store.is_oracle()) {
       WorkBuffer ref(k_cache.bytes(), Device{});
       IndexerKStoreArgs host = args;
       host.k = index_k.host_view(DType::bf16, {T, kIndexDim});
       host.slot_mapping = slot_mapping.host_view(DType::i32, {T});
       host.k_cache = ref.host_view(DType::u8, {num_blocks, bs, kIndexBytesPerToken});
-      run_oracle(context, spec, host);
-      want = decode_index_cache(ref, num_blocks, static_cast<int>(bs));
+      run_oracle(context, plan.indexer_k_store.spec, host);
+      for (int64_t s = 0; s < z.slots; ++s) {
+        decode_index_token(k_cache, static_cast<int>(bs), s, got);
+        decode_index_token(ref, static_cast<int>(bs), s, want);
+        for (int i = 0; i < kIndexDim; ++i) error.add(got[i], want[i]);
+      }
       stage.check = "decoded pages vs cpu.reference";
       stage.tolerance = 1e-6;
     } else {
-      const std::vector<double> k = bf16_values(index_k);
-      for (int64_t t = 0; t < T; ++t) {
-        const int64_t slot = slot_mapping.host_as<int32_t>()[t];
-        std::copy_n(k.begin() + t * kIndexDim, kIndexDim, want.begin() + slot * kIndexDim);
+      const auto* k = index_k.host_as<uint16_t>();
+      for (int64_t s = 0; s < z.slots; ++s) {
+        decode_index_token(k_cache, static_cast<int>(bs), s, got);
+        const int64_t t = token_of_slot[s];
+        for (int i = 0; i < kIndexDim; ++i) want[i] = t < 0 ? 0.0f : bf16_to_float(k[t * kIndexDim + i]);
+        for (int i = 0; i < kIndexDim; ++i) error.add(got[i], want[i]);
       }
       stage.check = "round trip vs the inputs";
       stage.tolerance = 0.06;
     }
-    stage.error = relative_error(got, want);
+    stage.error = error.value();
     stage.passed = stage.error <= stage.tolerance;
     stage.rate = static_cast<double>(T) * (2.0 * kIndexDim + kIndexBytesPerToken + 4) / (stage.ms * 1e6);
     stage.rate_unit = "GB/s";
@@ -287,11 +443,11 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
   }
 
   // 3. indexer_topk: each request's decode token (position L-1) picks its topk tokens.
-  WorkBuffer index_q(static_cast<std::size_t>(B * Hi * kIndexDim), dev);
-  WorkBuffer q_scale(static_cast<std::size_t>(B * Hi) * 4, dev);
-  WorkBuffer weights(static_cast<std::size_t>(B * Hi) * 4, dev);
-  WorkBuffer visible(static_cast<std::size_t>(B) * 4, dev);
-  WorkBuffer indices(static_cast<std::size_t>(B * K) * 4, dev);
+  WorkBuffer index_q(z.index_q(), dev);
+  WorkBuffer q_scale(z.per_index_head(), dev);
+  WorkBuffer weights(z.per_index_head(), dev);
+  WorkBuffer visible(z.per_request(), dev);
+  WorkBuffer indices(z.indices(), dev);
   {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     for (int64_t r = 0; r < B * Hi; ++r) {
@@ -317,15 +473,12 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     args.in.visible_lens = visible.view(DType::i32, {B});
     args.indices = indices.view(DType::i32, {B, K});
     args.kind = IndexKind::physical;
-    AttentionOptions index_options;
-    index_options.max_tokens = B;
-    const AttentionSpec spec = attention_spec(model, Op::indexer_topk, index_options);
-    StageReport stage = runner.run("indexer_topk", spec, args, progress);
+    StageReport stage = runner.run(plan.indexer_topk, args, progress);
     indices.download();
     // Check: the chosen slots are distinct, visible, and their scores are the topk best
     // scores of the oracle's logits (ties may pick either of equal scores).
     if (progress) progress("checking indexer_topk against cpu.reference logits");
-    WorkBuffer logits(static_cast<std::size_t>(B * L) * 4, Device{});
+    WorkBuffer logits(z.logits(), Device{});
     IndexerLogitsArgs ref;
     ref.in = args.in;
     ref.in.q = index_q.host_view(DType::e4m3, {B, Hi, kIndexDim});
@@ -335,12 +488,10 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     ref.in.block_table = block_table.host_view(DType::i32, {B, blocks_per_request});
     ref.in.visible_lens = visible.host_view(DType::i32, {B});
     ref.logits = logits.host_view(DType::f32, {B, L});
-    AttentionSpec logits_spec = spec;
+    AttentionSpec logits_spec = plan.indexer_topk.spec;
     logits_spec.op = Op::indexer_logits;
     logits_spec.topk = 0;
     run_oracle(context, logits_spec, ref);
-    std::vector<int64_t> position_of_slot(static_cast<std::size_t>(num_blocks * bs), -1);
-    for (int64_t t = 0; t < T; ++t) position_of_slot[slot_mapping.host_as<int32_t>()[t]] = t % L;
     double worst = 0;
     int64_t bad_entries = 0;
     std::string first_bad;  // what went wrong first, for the report
@@ -353,22 +504,23 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
       std::vector<double> want(row_logits, row_logits + L);
       std::sort(want.begin(), want.end(), std::greater<>());
       std::vector<double> got;
+      got.reserve(static_cast<std::size_t>(K));
       std::vector<bool> seen(static_cast<std::size_t>(L), false);
       for (int64_t k = 0; k < K; ++k) {
         const int32_t slot = indices.host_as<int32_t>()[b * K + k];
         if (slot < 0) continue;
-        const bool in_request = slot < num_blocks * bs && position_of_slot[slot] >= 0 &&
-                                slot_mapping.host_as<int32_t>()[b * L + position_of_slot[slot]] == slot;
-        if (!in_request) {
+        const int64_t t = slot < z.slots ? token_of_slot[slot] : -1;
+        if (t < 0 || t / L != b) {
           note_bad(fmt::format("row {} column {}: slot {} is not a token of request {}", b, k, slot, b));
           continue;
         }
-        if (seen[position_of_slot[slot]]) {
-          note_bad(fmt::format("row {} column {}: position {} chosen twice", b, k, position_of_slot[slot]));
+        const int64_t position = t % L;
+        if (seen[position]) {
+          note_bad(fmt::format("row {} column {}: position {} chosen twice", b, k, position));
           continue;
         }
-        seen[position_of_slot[slot]] = true;
-        got.push_back(row_logits[position_of_slot[slot]]);
+        seen[position] = true;
+        got.push_back(row_logits[position]);
       }
       if (static_cast<int64_t>(got.size()) != expected_valid)
         note_bad(fmt::format("row {}: {} valid entries, expected {}", b, got.size(), expected_valid));
@@ -391,9 +543,9 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
 
   // 4. sparse_mla over the chosen slots.
   {
-    WorkBuffer q(static_cast<std::size_t>(B * H * kQkDim) * 2, dev);
-    WorkBuffer out(static_cast<std::size_t>(B * H * kLatentDim) * 2, dev);
-    WorkBuffer lse(static_cast<std::size_t>(B * H) * 4, dev);
+    WorkBuffer q(z.q(), dev);
+    WorkBuffer out(z.out(), dev);
+    WorkBuffer lse(z.lse(), dev);
     fill_bf16(q, rng, 1.0f);
     q.upload();
     out.fill_device(0xFF);  // NaN poison: every element must be written
@@ -404,35 +556,28 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     args.out = out.view(DType::bf16, {B, H, kLatentDim});
     args.lse = lse.view(DType::f32, {B, H});
     args.scale = static_cast<float>(model.softmax_scale);
-    AttentionOptions attn_options;
-    attn_options.max_tokens = B;
-    const AttentionSpec spec = attention_spec(model, Op::sparse_mla, attn_options);
-    StageReport stage = runner.run("sparse_mla", spec, args, progress);
+    StageReport stage = runner.run(plan.sparse_mla, args, progress);
     out.download();
-    const std::vector<double> got = bf16_values(out);
     std::vector<std::string> checks;
     double worst = 0;
-    auto host_attention_inputs = [&](auto& host) {
+    if (!plan.sparse_mla.is_oracle()) {
+      if (progress) progress("checking sparse_mla against cpu.reference");
+      WorkBuffer ref_out(z.out(), Device{});
+      SparseMlaArgs host = args;
       host.q = q.host_view(DType::bf16, {B, H, kQkDim});
       host.kv_cache = kv_cache.host_view(cache_dtype, {num_blocks, bs, cache_last});
-    };
-    if (stage.backend != kOracleId) {
-      if (progress) progress("checking sparse_mla against cpu.reference");
-      WorkBuffer ref_out(out.bytes(), Device{});
-      SparseMlaArgs host = args;
-      host_attention_inputs(host);
       host.indices = indices.host_view(DType::i32, {B, K});
       host.out = ref_out.host_view(DType::bf16, {B, H, kLatentDim});
       host.lse = TensorView{};
-      run_oracle(context, spec, host);
-      worst = std::max(worst, relative_error(got, bf16_values(ref_out)));
+      run_oracle(context, plan.sparse_mla.spec, host);
+      worst = std::max(worst, bf16_relative_error(out, ref_out));
       checks.emplace_back("cpu.reference");
     }
     if (L <= K) {
       // DESIGN.md 2.1 equality oracle: with every visible token selected, sparse == dense.
       if (progress) progress("checking sparse_mla against dense MLA (equality oracle)");
-      WorkBuffer dense_out(out.bytes(), Device{});
-      WorkBuffer seq_lens(static_cast<std::size_t>(B) * 4, Device{});
+      WorkBuffer dense_out(z.out(), Device{});
+      WorkBuffer seq_lens(z.per_request(), Device{});
       for (int64_t b = 0; b < B; ++b) seq_lens.host_as<int32_t>()[b] = static_cast<int32_t>(L);
       MlaDecodeArgs dense;
       dense.q = q.host_view(DType::bf16, {B, 1, H, kQkDim});
@@ -441,9 +586,10 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
       dense.seq_lens = seq_lens.host_view(DType::i32, {B});
       dense.out = dense_out.host_view(DType::bf16, {B, 1, H, kLatentDim});
       dense.scale = args.scale;
-      AttentionSpec dense_spec = attention_spec(model, Op::mla_decode, attn_options);
-      run_oracle(context, dense_spec, dense);
-      worst = std::max(worst, relative_error(got, bf16_values(dense_out)));
+      AttentionOptions per_request;
+      per_request.max_tokens = B;
+      run_oracle(context, attention_spec(model, Op::mla_decode, per_request), dense);
+      worst = std::max(worst, bf16_relative_error(out, dense_out));
       checks.emplace_back("dense MLA oracle");
     }
     if (checks.empty()) {

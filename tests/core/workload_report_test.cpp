@@ -1,9 +1,14 @@
 // DsaStepReport's text and JSON: the per-stage kernel descriptions (Kernel::describe()) appear
-// under the stage table, and only for the stages whose backend described its kernel.
+// under the stage table, and only for the stages whose backend described its kernel. The step's
+// memory: estimated from the shapes it allocates, checked before allocating, and every failed
+// allocation a latte error naming the bytes.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include "core/workload_buffers.hpp"
+#include "latte/error.hpp"
 #include "latte/workload.hpp"
 
 namespace latte {
@@ -38,6 +43,80 @@ TEST(WorkloadReport, ListsTheKernelsTheBackendsDescribed) {
 
 TEST(WorkloadReport, NoKernelSectionWhenNoBackendDescribedOne) {
   EXPECT_EQ(report_with_kernels("").to_text().find("kernels ("), std::string::npos);
+}
+
+DsaStepConfig small_step(int batch, int context) {
+  DsaStepConfig c;
+  c.model = "glm-5";
+  c.tp = 8;
+  c.block_size = 16;
+  c.batch = batch;
+  c.context = context;
+  return c;
+}
+
+// The estimate adds up the buffers the step allocates: at least their peak, and above it by no
+// more than the top-k check's per-row vectors (std::vectors, which the tally does not see).
+TEST(DsaStepMemory, TheEstimateIsWhatTheStepAllocatesAtItsPeak) {
+  for (const DsaStepConfig& c : {small_step(3, 300), small_step(2, 3000), small_step(5, 2048)}) {
+    const DsaStepMemory estimate = estimate_dsa_step_memory(c);
+    detail::MemoryTally tally;
+    const DsaStepReport report = run_dsa_step(c);
+    ASSERT_TRUE(report.passed) << report.to_text();
+    const uint64_t row_vectors = uint64_t(c.context) * 8 + 2048 * 8 + (c.context + 7) / 8;
+    EXPECT_GE(estimate.host_bytes, tally.host_peak()) << c.batch << " x " << c.context;
+    EXPECT_LE(estimate.host_bytes, tally.host_peak() + row_vectors) << c.batch << " x " << c.context;
+    EXPECT_GT(tally.host_peak(), uint64_t(c.batch) * c.context * (512 + 64 + 128) * 2);  // inputs
+    EXPECT_EQ(estimate.device_bytes, 0u);
+    EXPECT_EQ(tally.device_peak(), 0u);
+  }
+}
+
+TEST(DsaStepMemory, GrowsWithBatchAndContext) {
+  const uint64_t base = estimate_dsa_step_memory(small_step(4, 1000)).host_bytes;
+  EXPECT_LT(base, estimate_dsa_step_memory(small_step(5, 1000)).host_bytes);
+  EXPECT_LT(base, estimate_dsa_step_memory(small_step(4, 1001)).host_bytes);
+}
+
+// `latte run --batch 64 --context 16384` once ran 42 s and died of std::bad_alloc: a step larger
+// than the memory is refused at once, with the estimate and what fits.
+TEST(DsaStepMemory, AStepLargerThanTheMemoryIsRefusedBeforeAllocating) {
+  DsaStepConfig c = small_step(4096, 200000);
+  c.tp = 1;
+  const DsaStepMemory estimate = estimate_dsa_step_memory(c);
+  EXPECT_GT(estimate.host_bytes, uint64_t{1} << 40);  // about 2 TiB: no test machine has it
+  detail::MemoryTally tally;
+  try {
+    (void)run_dsa_step(c);
+    FAIL() << "a step of " << estimate.host_bytes << " bytes ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::out_of_memory);
+    using ::testing::HasSubstr;
+    EXPECT_THAT(e.what(), HasSubstr("--batch 4096 --context 200000 of glm-5 needs about " +
+                                    detail::format_bytes(estimate.host_bytes) + " of host memory; available: "));
+    EXPECT_THAT(e.what(), HasSubstr("at --context 200000 at most --batch "));
+    EXPECT_THAT(e.what(), HasSubstr("at --batch 4096 at most --context "));
+    EXPECT_THAT(e.what(), HasSubstr("lower --batch or --context"));
+  }
+  EXPECT_EQ(tally.host_peak(), 0u);  // nothing was allocated
+}
+
+TEST(DsaStepMemory, AFailedAllocationIsAnOutOfMemoryErrorNamingTheBytes) {
+  const std::size_t huge = std::size_t{1} << 52;  // 4 PiB
+  try {
+    detail::WorkBuffer buffer(huge, Device{});
+    FAIL() << "allocated " << huge << " bytes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::out_of_memory);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("could not allocate 4194304.00 GiB (4503599627370496 bytes) "
+                                               "of host memory for a workload buffer"));
+  }
+}
+
+TEST(DsaStepMemory, AvailableHostMemoryIsReadFromTheSystem) {
+  const detail::AvailableMemory host = detail::available_memory(Device{});
+  EXPECT_GT(host.bytes, 0u);
+  EXPECT_FALSE(host.source.empty());
 }
 
 }  // namespace

@@ -12,8 +12,11 @@
 #include <random>
 
 #include "core/test_backends.hpp"
+#include "core/workload_buffers.hpp"
 #include "latte/context.hpp"
 #include "latte/error.hpp"
+#include "latte/registry.hpp"
+#include "latte/workload.hpp"
 
 namespace latte {
 namespace {
@@ -415,6 +418,35 @@ TEST_F(PluginTest, LoadingTheSameFileTwiceIsANoOp) {
   EXPECT_EQ(a.path, b.path);
   EXPECT_EQ(registry.generation(), generation);
   EXPECT_EQ(context.plugins().size(), 1u);
+}
+
+// latte run with a stage on a plugin backend: its check copies the output for the oracle, and
+// the memory estimate counts that copy (the tally of what the step allocated stays within it).
+TEST(PluginWorkload, TheMemoryEstimateCountsTheOracleCopyOfAPluginStage) {
+  Registry registry;
+  registry.add(Registry::global().get("cpu.reference"));
+  Context context(registry);
+  context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  DsaStepConfig c;
+  c.model = "glm-5";
+  c.batch = 1;       // 64 heads: the attention stage needs the most
+  c.context = 2100;  // beyond topk 2048: the check is cpu.reference's alone
+  c.block_size = 16;
+  c.select.use_environment = false;
+  c.select.force = {"sparse_mla=example.*"};
+  const DsaStepMemory with_plugin = estimate_dsa_step_memory(c, &context);
+  detail::MemoryTally tally;
+  const DsaStepReport report = run_dsa_step(c, {}, &context);
+  ASSERT_EQ(report.stages.back().backend, "example.cpu_sparse_mla");
+  EXPECT_EQ(report.stages.back().check, "cpu.reference");
+  EXPECT_TRUE(report.passed) << report.to_text();
+  EXPECT_GE(with_plugin.host_bytes, tally.host_peak());
+  EXPECT_LE(with_plugin.host_bytes, tally.host_peak() + 2100 * 8 + 2048 * 8 + 263);  // + the top-k rows
+
+  c.select.force.clear();
+  c.select.exclude = {"sparse_mla=example.*"};  // all on cpu.reference: no copy for the oracle
+  const uint64_t out_bytes = uint64_t(c.batch) * 64 * 512 * 2;
+  EXPECT_EQ(estimate_dsa_step_memory(c, &context).host_bytes + out_bytes, with_plugin.host_bytes);
 }
 
 TEST(PluginPath, LoadsWhatItCanAndReportsTheRest) {

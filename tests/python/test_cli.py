@@ -33,9 +33,30 @@ def matching_cpp_cli():
 CPP_CLI = matching_cpp_cli()
 
 
-def python_cli(*args):
+def python_cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "latte", *args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, env=env)
+
+
+def cpp_cli(*args, env=None):
+    return subprocess.run([str(CPP_CLI), *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+needs_cpp_cli = pytest.mark.skipif(
+    CPP_CLI is None, reason="no C++ latte CLI with this package's backends (set LATTE_CLI, or "
+                            "build with LATTE_BUILD_TOOLS=ON)")
+
+
+@pytest.fixture
+def broken_plugin_path(tmp_path):
+    """LATTE_PLUGIN_PATH with a cut copy of a shared library, an empty one and a directory that
+    does not exist: none loads, each for its reason."""
+    library = pathlib.Path(latte.__file__).parent / "liblatte.so.0"
+    (tmp_path / "libcut.so").write_bytes(library.read_bytes()[:1000])
+    (tmp_path / "libempty.so").write_bytes(b"")
+    env = dict(os.environ, LATTE_PLUGIN_PATH=f"{tmp_path}:{tmp_path}/missing")
+    env.pop("LATTE_POLICY", None)
+    return tmp_path, env
 
 
 def test_select_prints_the_explanation():
@@ -45,8 +66,10 @@ def test_select_prints_the_explanation():
 
 
 def test_nothing_valid_exits_1_with_the_table():
+    # cuda.* excluded in a CUDA build only: a CPU build has no cuda.* ids to exclude.
+    exclude = ["--exclude", "cuda.*"] if latte.built_with_cuda() else []
     r = python_cli("select", "--model", "glm-5", "--tp", "8", "--device", "sm_120", "--op", "all",
-                   "--exclude", "cuda.*")
+                   *exclude)
     assert r.returncode == 1
     assert r.stdout.count("chosen: none") == 4  # kv_store, indexer_k_store, indexer_topk, sparse_mla
 
@@ -91,10 +114,93 @@ SAME_AS_CPP = [
 ]
 
 
-@pytest.mark.skipif(CPP_CLI is None, reason="no C++ latte CLI with this package's backends (set "
-                                            "LATTE_CLI, or build with LATTE_BUILD_TOOLS=ON)")
+@needs_cpp_cli
 @pytest.mark.parametrize("args", SAME_AS_CPP, ids=" ".join)
 def test_same_output_as_the_cpp_cli(args):
-    cpp = subprocess.run([str(CPP_CLI), *args], capture_output=True, text=True, timeout=120)
+    cpp = cpp_cli(*args)
     py = python_cli(*args)
     assert (py.returncode, py.stdout, py.stderr) == (cpp.returncode, cpp.stdout, cpp.stderr)
+
+
+COMMANDS = "devices, backends, select, policy, run"
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], f"latte: no command given; the commands are: {COMMANDS}\n"),
+    (["bogus"], f"latte: unknown command 'bogus'; the commands are: {COMMANDS}\n"),
+    (["policy"], "latte: no policy command given; the policy commands are: show, check\n"),
+    (["policy", "bogus"], "latte: unknown policy command 'bogus'; the policy commands are: show, check\n"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else "")
+def test_an_unknown_or_missing_command_is_named(args, message):
+    r = python_cli(*args)
+    assert (r.returncode, r.stdout, r.stderr) == (2, "", message)
+    if CPP_CLI is not None:
+        cpp = cpp_cli(*args)
+        assert (cpp.returncode, cpp.stdout, cpp.stderr) == (2, "", message)
+
+
+USAGE_ERRORS = [
+    ["select"],                                        # --model missing
+    ["select", "--model"],                             # its value missing
+    ["select", "--model", "glm-5", "--tp", "abc"],     # not a number
+    ["select", "--model", "glm-5", "--bogus"],         # no such option
+    ["devices", "extra"],                              # no such argument
+    ["policy", "check"],                               # the file missing
+]
+
+
+@pytest.mark.parametrize("args", USAGE_ERRORS, ids=" ".join)
+def test_every_usage_error_exits_2(args):
+    # The documented code for bad input, not CLI11's own codes (104, 106, 109, ...).
+    py = python_cli(*args)
+    assert py.returncode == 2 and py.stderr and not py.stdout
+    if CPP_CLI is not None:
+        cpp = cpp_cli(*args)
+        assert cpp.returncode == 2 and cpp.stderr.startswith("latte: ") and not cpp.stdout, cpp
+
+
+def test_help_and_version_exit_0():
+    assert python_cli("--version").returncode == 0
+    assert python_cli("select", "--help").returncode == 0
+    if CPP_CLI is not None:
+        assert cpp_cli("--version").returncode == 0
+        assert cpp_cli("select", "--help").returncode == 0
+
+
+def test_plugins_that_did_not_load_are_listed(broken_plugin_path):
+    directory, env = broken_plugin_path
+    r = python_cli("backends", env=env)
+    assert r.returncode == 0, r.stderr
+    listed = r.stdout.split("not loaded from LATTE_PLUGIN_PATH:\n", 1)[1]
+    assert listed == (
+        f"  plugin {directory}/libcut.so refused: it is truncated: its segment 0 (loadable) spans bytes "
+        f"0..{listed.split('..', 1)[1].split(' ', 1)[0]} but the file has 1000 bytes (an interrupted copy or "
+        f"build?); rebuild or reinstall the plugin\n"
+        f"  plugin {directory}/libempty.so refused: the file is empty (0 bytes), not a shared library; "
+        f"rebuild or reinstall the plugin\n"
+        f"  plugin directory {directory}/missing does not exist (from the plugin path "
+        f"'{directory}:{directory}/missing')\n")
+    for args in (["backends", "--json"], ["select", "--model", "glm-5"], ["policy", "show"]):
+        r = python_cli(*args, env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stderr.splitlines() == ["latte: LATTE_PLUGIN_PATH: " + line.strip()
+                                         for line in listed.splitlines()], args
+
+
+@needs_cpp_cli
+@pytest.mark.parametrize("args", [["backends"], ["backends", "--json"], ["select", "--model", "glm-5"],
+                                  ["policy", "show"]], ids=" ".join)
+def test_plugins_that_did_not_load_are_listed_as_the_cpp_cli_does(broken_plugin_path, args):
+    _, env = broken_plugin_path
+    cpp = cpp_cli(*args, env=env)
+    py = python_cli(*args, env=env)
+    assert "libcut.so refused: it is truncated" in cpp.stdout + cpp.stderr
+    assert (py.returncode, py.stdout, py.stderr) == (cpp.returncode, cpp.stdout, cpp.stderr)
+
+
+def test_a_run_larger_than_the_memory_exits_2_with_the_estimate():
+    args = ["run", "--model", "glm-5", "--batch", "4096", "--context", "200000"]
+    for r in [python_cli(*args)] + ([cpp_cli(*args)] if CPP_CLI is not None else []):
+        assert r.returncode == 2 and not r.stdout
+        assert r.stderr.startswith("latte: --batch 4096 --context 200000 of glm-5 needs about "), r.stderr
+        assert "lower --batch or --context" in r.stderr

@@ -1,5 +1,9 @@
 """C++ failures reach Python as latte.errors classes carrying the C++ message unchanged."""
 
+import subprocess
+import sys
+import textwrap
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -19,6 +23,7 @@ MAPPING = [
     ("plugin_error", latte.PluginError, ImportError),
     ("unsupported", latte.UnsupportedError, NotImplementedError),
     ("cuda_error", latte.CudaError, RuntimeError),
+    ("out_of_memory", latte.OutOfMemoryError, MemoryError),
     ("internal", latte.InternalError, RuntimeError),
 ]
 
@@ -117,3 +122,54 @@ def test_read_only_output_is_refused(rng):
     with pytest.raises(latte.InvalidArgumentError, match="out must be a writable tensor"):
         latte.sparse_mla(bf16(rng, 1, 2, 576), bf16(rng, 1, 4, 576), np.zeros((1, 4), np.int32),
                          SCALE, out=out)
+
+
+def test_a_failed_allocation_inside_latte_is_an_out_of_memory_error():
+    # Any std::bad_alloc inside latte: a latte error that `except MemoryError` still catches.
+    with pytest.raises(latte.OutOfMemoryError) as info:
+        _latte._raise_error("std::bad_alloc", "")
+    assert isinstance(info.value, MemoryError) and isinstance(info.value, latte.LatteError)
+    assert info.value.code == "out_of_memory" and "std::bad_alloc" in str(info.value)
+
+
+def test_a_step_larger_than_the_memory_is_refused_with_what_fits():
+    with pytest.raises(MemoryError) as info:
+        latte.run_dsa_step("glm-5", batch=4096, context=200000)
+    assert isinstance(info.value, latte.OutOfMemoryError)
+    message = str(info.value)
+    assert message.startswith("--batch 4096 --context 200000 of glm-5 needs about ")
+    assert "GiB of host memory; available: " in message
+    assert "at --context 200000 at most --batch " in message
+    assert message.endswith("lower --batch or --context")
+
+
+def test_an_allocation_the_process_cannot_have_names_the_bytes():
+    # Under an address-space limit the estimate (from MemAvailable) passes and the allocation
+    # itself fails: a latte error naming the bytes, not a bare MemoryError.
+    script = textwrap.dedent("""
+        import resource, latte
+        with open("/proc/self/statm") as f:
+            vm = int(f.read().split()[0]) * resource.getpagesize()
+        resource.setrlimit(resource.RLIMIT_AS, (vm + (96 << 20), resource.RLIM_INFINITY))
+        try:
+            latte.run_dsa_step("glm-5", tp=8, batch=16, context=16384)
+        except latte.OutOfMemoryError as e:
+            print(type(e).__name__, isinstance(e, MemoryError), e)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("OutOfMemoryError True could not allocate "), r.stdout
+    assert "bytes) of host memory for a workload buffer" in r.stdout
+
+
+@pytest.mark.skipif(latte.built_with_cuda(), reason="a CUDA build has CUDA backends")
+def test_no_backend_on_a_cuda_device_says_the_build_has_no_cuda():
+    # The README's first example on a CPU-only install.
+    with pytest.raises(latte.NoValidBackendError) as info:
+        latte.select("glm-5", tp=8, device="sm_120", kv_cache="fp8_ds_mla")
+    message = str(info.value)
+    assert "this latte was built without CUDA, so none of its own backends runs on sm_120" in message
+    assert "install a CUDA build (`pip install .` from the source tree with the CUDA toolkit's nvcc" in message
+    with pytest.raises(latte.NoValidBackendError) as info:  # nothing valid on the CPU: no such note
+        latte.select("glm-5", exclude="cpu.*")
+    assert "built without CUDA" not in str(info.value)

@@ -35,6 +35,7 @@ void add_backends(CLI::App& app) {
     load_plugins(*plugins);
     const auto backends = Context::global().registry().all();
     if (*json) {
+      warn_plugin_path_failures();  // stdout stays the JSON array
       nlohmann::json j = nlohmann::json::array();
       for (const auto& b : backends) {
         const BackendInfo& info = b->info();
@@ -46,11 +47,8 @@ void add_backends(CLI::App& app) {
       fmt::print("{}\n", j.dump(2));
       return;
     }
-    if (backends.empty()) {
-      fmt::print("no backends registered\n");
-      return;
-    }
-    fmt::print("{} backends\n\n", backends.size());
+    if (backends.empty()) fmt::print("no backends registered\n");
+    else fmt::print("{} backends\n\n", backends.size());
     for (const auto& b : backends) {
       const BackendInfo& info = b->info();
       const Capabilities& c = info.caps;
@@ -64,6 +62,9 @@ void add_backends(CLI::App& app) {
       if (!c.notes.empty()) fmt::print("  notes: {}\n", c.notes);
       fmt::print("\n");
     }
+    const std::vector<std::string> failures = plugin_path_failures();
+    if (!failures.empty()) fmt::print("not loaded from LATTE_PLUGIN_PATH:\n");
+    for (const std::string& failure : failures) fmt::print("  {}\n", failure);
   });
 }
 

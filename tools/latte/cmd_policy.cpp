@@ -21,6 +21,7 @@ void add_policy(CLI::App& app) {
   show->add_option("--policy", *file, "Add a user policy file first");
   show->add_option("--plugin", *plugins, "Load a plugin .so first (repeatable)");
   show->callback([json, plugins, file] {
+    warn_plugin_path_failures();
     load_plugins(*plugins);
     if (!file->empty()) Context::global().load_user_policy(*file);
     const PolicyStack stack = Context::global().policies();

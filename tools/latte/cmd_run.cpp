@@ -34,6 +34,7 @@ void add_run(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->add_flag("--quiet", a->quiet, "No progress lines");
   cmd->callback([a] {
+    warn_plugin_path_failures();
     const Deployment d = to_deployment(a->model);
     DsaStepConfig config = a->config;
     config.model = a->model.model;

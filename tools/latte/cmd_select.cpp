@@ -46,6 +46,7 @@ void add_select(CLI::App& app) {
   add_choice_options(cmd, a->choice);
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a] {
+    warn_plugin_path_failures();
     const ModelSpec model = load_model(a->model.model, to_deployment(a->model));
     const DeviceInfo device = describe_device(a->device);
     const SelectOptions options = apply_choice_options(a->choice);

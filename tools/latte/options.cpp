@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+
 #include "commands.hpp"
 #include "latte/context.hpp"
 #include "latte/error.hpp"
@@ -49,6 +51,20 @@ SelectOptions apply_choice_options(const ChoiceOptions& o) {
 
 void load_plugins(const std::vector<std::string>& paths) {
   for (const std::string& path : paths) (void)Context::global().load_plugin(path);
+}
+
+std::vector<std::string> plugin_path_failures() {
+  std::vector<std::string> out;
+  for (const PluginLoadResult& r : Context::global().plugin_load_results()) {
+    if (!r.loaded) out.push_back(r.error);
+  }
+  return out;
+}
+
+void warn_plugin_path_failures() {
+  for (const std::string& failure : plugin_path_failures()) {
+    std::fprintf(stderr, "latte: LATTE_PLUGIN_PATH: %s\n", failure.c_str());
+  }
 }
 
 }  // namespace latte::cli
