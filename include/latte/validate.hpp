@@ -51,6 +51,13 @@ struct LogicalToSlotsShape {
 // not fit int64 (shown instead of `topk`), else empty.
 void check_topk(std::string_view op, int64_t topk, std::string_view as_written = {});
 
+// sparse_mla over logical positions, one call made of two: `slots` (logical_to_slots: positions,
+// block_table, token_request -> slots) then `attention` (reading slots as its indices). Refuses
+// an output of either step (slots, out, lse) that shares memory with any tensor of the pair;
+// each step's own validate() still runs when it is called. Names the arguments as the caller
+// gave them (the positions are `indices`).
+void check_logical_sparse_mla(const LogicalToSlotsArgs& slots, const SparseMlaArgs& attention);
+
 // Any of the above, by the op the variant holds.
 void validate_any(const OpArgs& args);
 

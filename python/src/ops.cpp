@@ -147,6 +147,7 @@ void bind_ops(nb::module_& m) {
           l.token_request = first_rows(tr.view(), a.q);
           l.slots = first_rows(sl.view(), a.q);
           l.block_size = static_cast<int>(a.kv_cache.rank == 3 ? a.kv_cache.shape[1] : 0);
+          check_logical_sparse_mla(l, a);  // before slots are written
           call(l, t[0], std::nullopt, stream, check_indices);
           a.indices = l.slots;
         }

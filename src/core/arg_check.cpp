@@ -63,12 +63,17 @@ bool byte_extent(const TensorView& t, int64_t* bytes) {
 
 namespace {
 
-// Bytes [begin, end) of a tensor; begin == end for one that holds none.
+// Bytes [begin, end) of a tensor; begin == end for one that holds none, and for a malformed
+// one (its own checks report it).
 struct ByteRange {
   std::uintptr_t begin = 0, end = 0;
   [[nodiscard]] static ByteRange of(const TensorView& t) {
+    if (!t.defined() || t.rank < 1 || t.rank > kMaxRank) return {};
+    for (int d = 0; d < t.rank; ++d) {
+      if (t.size(d) < 0 || t.stride(d) < 0) return {};
+    }
     int64_t bytes = 0;
-    if (!t.defined() || !byte_extent(t, &bytes)) return {};
+    if (!byte_extent(t, &bytes)) return {};
     const auto begin = reinterpret_cast<std::uintptr_t>(t.data);
     return {begin, begin + static_cast<std::uintptr_t>(bytes)};
   }
@@ -82,7 +87,7 @@ struct ByteRange {
 void check_outputs_apart(std::string_view op, std::initializer_list<NamedView> outputs,
                          std::initializer_list<NamedView> inputs) {
   // Runs on every call: each range is computed once, and strings are made only for an error.
-  constexpr std::size_t kMaxTensors = 8;  // the most any op has (the indexer's 7 inputs + 1)
+  constexpr std::size_t kMaxTensors = 9;  // the most a call has (sparse_mla over positions)
   if (outputs.size() + inputs.size() > kMaxTensors) {
     throw Error(ErrorCode::internal, fmt::format("{}: more tensors than check_outputs_apart "
                                                  "compares", op));

@@ -87,8 +87,8 @@ struct NamedView {
 
 // Refuses an output whose bytes [data, data + byte_extent) overlap those of an input or of
 // another output: a backend may write an output before it has read what it overlaps, which
-// gives a silently wrong result. Absent tensors and tensors with no elements hold no bytes.
-// Called after the tensors' own checks (memory()), so extents do not overflow.
+// gives a silently wrong result. Absent tensors and tensors with no elements hold no bytes;
+// malformed ones (negative sizes or strides, extents past int64) are left to their own checks.
 void check_outputs_apart(std::string_view op, std::initializer_list<NamedView> outputs,
                          std::initializer_list<NamedView> inputs);
 

@@ -408,6 +408,13 @@ void check_topk(std::string_view op, int64_t topk, std::string_view as_written) 
                                 topk_fix()));
 }
 
+void check_logical_sparse_mla(const LogicalToSlotsArgs& l, const SparseMlaArgs& a) {
+  check_outputs_apart("sparse_mla", {{"out", a.out}, {"lse", a.lse}, {"slots", l.slots}},
+                      {{"q", a.q}, {"q_rope", a.q_rope}, {"kv_cache", a.kv_cache},
+                       {"indices", l.positions}, {"block_table", l.block_table},
+                       {"token_request", l.token_request}});
+}
+
 void validate_any(const OpArgs& args) {
   std::visit([](const auto& a) { (void)validate(a); }, args);
 }

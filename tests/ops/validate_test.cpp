@@ -465,6 +465,34 @@ TEST(Validate, PaddedRowsAndEmptyCallsAreAccepted) {
   EXPECT_NO_THROW(run_reference(e, true));
 }
 
+// sparse_mla over logical positions is two steps in one call: an output of either step may not
+// overlap a tensor of the other (slots written over q, out over the block table, ...).
+TEST(Validate, SparseMlaOverPositionsKeepsBothStepsApart) {
+  ValidCalls c;
+  const auto both = [&](const LogicalToSlotsArgs& l, const SparseMlaArgs& a) {
+    return [=] { check_logical_sparse_mla(l, a); };
+  };
+  EXPECT_NO_THROW(both(c.logical_to_slots(), c.sparse_mla())());
+  auto l = c.logical_to_slots();
+  l.slots = over(l.slots, c.q);
+  expect_error(both(l, c.sparse_mla()),
+               {"sparse_mla: slots shares memory with q",
+                "Pass as slots a tensor that does not share memory with q."});
+  l = c.logical_to_slots();
+  l.slots = over(l.slots, c.bf16_cache, 4096);
+  expect_error(both(l, c.sparse_mla()), {"sparse_mla: slots shares memory with kv_cache"});
+  auto a = c.sparse_mla();
+  a.out = over(a.out, c.iblock_table);
+  expect_error(both(c.logical_to_slots(), a), {"sparse_mla: out shares memory with block_table"});
+  a = c.sparse_mla();
+  a.lse = over(a.lse, c.positions);
+  expect_error(both(c.logical_to_slots(), a), {"sparse_mla: lse shares memory with indices"});
+  // A malformed tensor is left to its own step's validation.
+  l = c.logical_to_slots();
+  l.slots = with_strides(over(l.slots, c.q), {-3, 1});
+  EXPECT_NO_THROW(both(l, c.sparse_mla())());
+}
+
 // topk as a number (what sizes a Python caller's indices) follows the rule of indices' columns.
 TEST(Validate, TopkAsANumberFollowsTheIndicesRule) {
   EXPECT_NO_THROW(check_topk("indexer_topk", 1));

@@ -151,6 +151,30 @@ def test_cache_writes_from_the_cache_itself_are_refused(rng):
             lambda: latte.indexer_k_store(k, np.array([1, 2], np.int32), k_cache))
 
 
+def test_sparse_mla_over_positions_keeps_its_two_steps_apart(rng):
+    # logical_to_slots writes slots, then attention reads them and writes out: slots over q or
+    # the cache, or out over the block table, would corrupt what the other step reads.
+    cache = bf16(rng, 2, 16, 576)
+    before = cache.copy()
+    q = bf16(rng, 2, 8, 576)
+    positions = np.array([[0, 3, -1, 7], [1, 2, 3, 4]], np.int32)
+    table = np.array([[1, 0], [0, 1]], np.int32)
+    slots_in_cache = cache.reshape(-1)[:2 * 8].view(np.int32).reshape(2, 4)
+    refused(["sparse_mla: slots shares memory with kv_cache",
+             "Pass as slots a tensor that does not share memory with kv_cache."],
+            lambda: latte.sparse_mla(q, cache, positions, SCALE, block_table=table,
+                                     slots=slots_in_cache))
+    np.testing.assert_array_equal(cache.view(np.uint16), before.view(np.uint16))
+    table_rows = np.zeros(2 * 8 * 512, BF16)
+    refused(["sparse_mla: out shares memory with block_table"],
+            lambda: latte.sparse_mla(q, cache, positions, SCALE,
+                                     block_table=table_rows[:8].view(np.int32).reshape(2, 2),
+                                     out=table_rows.reshape(2, 8, 512)))
+    want = latte.sparse_mla(q, cache, latte.logical_to_slots(positions, table, 16), SCALE)
+    got = latte.sparse_mla(q, cache, positions, SCALE, block_table=table)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
 def test_logical_to_slots_in_place_is_refused():
     positions = np.array([[0, 5, -1]], np.int32)
     refused(["logical_to_slots: slots shares memory with positions"],

@@ -30,8 +30,6 @@ KNOWN_GAPS = {
                     "OverflowError",
     "huge_output": "an output the Python layer cannot allocate raises numpy's MemoryError (torch's "
                    "OutOfMemoryError / RuntimeError), not latte's OutOfMemoryError",
-    "alias_logical": "sparse_mla with block_table=: out / lse over block_table, token_request or "
-                     "the positions, and slots= over q or the cache, are accepted",
 }
 
 
