@@ -87,16 +87,21 @@ Decision decide(const std::vector<std::shared_ptr<const Backend>>& backends, con
   sel.device = device;
   const std::size_t n = backends.size();
 
-  // An unknown forced id is a typo, never a silent no-op.
-  for (const ChoiceEntry& entry : force) {
-    const bool known = std::any_of(backends.begin(), backends.end(),
-                                   [&](const auto& b) { return glob_match(entry.glob, b->info().id); });
-    if (!known) {
+  // An unknown forced or excluded id is a typo, never a silent no-op. Plugins' ids count once
+  // the plugin is loaded, as for every other use of an id.
+  for (const auto* list : {&force, &exclude}) {
+    for (const ChoiceEntry& entry : *list) {
+      const bool known = std::any_of(backends.begin(), backends.end(),
+                                     [&](const auto& b) { return glob_match(entry.glob, b->info().id); });
+      if (known) continue;
       std::vector<std::string> ids;
       for (const auto& b : backends) ids.push_back(b->info().id);
       throw Error(ErrorCode::not_found,
-                  fmt::format("forced backend '{}' ({}) matches no registered backend; registered: {}",
-                              entry.glob, entry.text(), ids.empty() ? std::string("none") : join(ids, ", ")));
+                  fmt::format("{} backend '{}' ({}) matches no registered backend; registered: {}; fix "
+                              "the id or drop the entry (`latte backends` lists the ids, a plugin's "
+                              "once it is loaded)",
+                              list == &force ? "forced" : "excluded", entry.glob, entry.text(),
+                              ids.empty() ? std::string("none") : join(ids, ", ")));
     }
   }
 

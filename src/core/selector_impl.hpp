@@ -32,7 +32,7 @@ struct Decision {
   std::string forced_error;
 };
 
-// Throws Error(not_found) for a forced glob that matches no registered id, and
+// Throws Error(not_found) for a forced or excluded glob that matches no registered id, and
 // Error(invalid_argument) for a backend both forced and excluded.
 [[nodiscard]] Decision decide(const std::vector<std::shared_ptr<const Backend>>& backends,
                               const PolicyStack& policies, const AttentionSpec& spec,

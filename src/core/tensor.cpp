@@ -43,7 +43,8 @@ bool TensorView::rows_contiguous() const { return rank == 0 || size(rank - 1) <=
 std::string TensorView::describe() const {
   if (!defined()) return "absent";
   std::string dims, steps;
-  for (int d = 0; d < rank; ++d) {
+  if (rank < 0 || rank > kMaxRank) dims = steps = fmt::format("rank {}, outside 0..{}", rank, kMaxRank);
+  for (int d = 0; d < rank && rank <= kMaxRank; ++d) {
     dims += fmt::format("{}{}", d ? ", " : "", size(d));
     steps += fmt::format("{}{}", d ? ", " : "", stride(d));
   }

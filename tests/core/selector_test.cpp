@@ -232,6 +232,32 @@ TEST_F(SelectorTest, ForcingAnUnknownIdListsTheRegisteredOnes) {
   }
 }
 
+TEST_F(SelectorTest, ExcludingAnUnknownIdIsAnErrorLikeForcingOne) {
+  // A typo in an exclude list used to be ignored while the same typo in a force list was an error.
+  const auto refusal = [&](const SelectOptions& o) {
+    try {
+      (void)context.explain(glm5_sparse(8), describe_device("sm_90"), o);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::not_found);
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "accepted";
+    return std::string();
+  };
+  SelectOptions o = no_env();
+  o.exclude = {"hopper.*", "sparse_mla=cuda.sparse_mlaa"};
+  EXPECT_THAT(refusal(o), HasSubstr("excluded backend 'cuda.sparse_mlaa' (exclude=sparse_mla=cuda.sparse_mlaa) "
+                                    "matches no registered backend; registered: cpu.reference, cuda.sparse_mla, "
+                                    "cuda.wide_block, hopper.sparse_mla; fix the id or drop the entry"));
+  SelectOptions env;
+  setenv("LATTE_EXCLUDE", "cpu.refrence", 1);
+  EXPECT_THAT(refusal(env), HasSubstr("excluded backend 'cpu.refrence' (LATTE_EXCLUDE=cpu.refrence)"));
+  // A backend registered later (a plugin's) makes the same entry valid.
+  registry.add(make_backend("cpu.refrence", mla_caps({DeviceKind::cpu})));
+  EXPECT_EQ(context.explain(glm5_sparse(8), describe_device("sm_90"), env).excluded,
+            std::vector<std::string>{"LATTE_EXCLUDE=cpu.refrence"});
+}
+
 TEST_F(SelectorTest, APlainForceAppliesOnlyToTheOpsItsBackendDeclares) {
   Capabilities store;
   store.ops = {Op::kv_store};

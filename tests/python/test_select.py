@@ -39,9 +39,11 @@ def test_select_default_op_follows_the_model():
 
 
 def test_select_raises_with_the_explanation_when_nothing_is_valid():
-    # cuda.* excluded: with a CUDA build as without, nothing is left for an sm_120 device.
+    # cuda.* excluded in a CUDA build (a CPU build has no cuda.* ids, and excluding an unknown id
+    # is an error): nothing is left for an sm_120 device.
+    exclude = "cuda.*" if latte.built_with_cuda() else ()
     with pytest.raises(latte.NoValidBackendError) as info:
-        latte.select("glm-5", tp=8, device="sm_120", kv_cache="fp8_ds_mla", exclude="cuda.*")
+        latte.select("glm-5", tp=8, device="sm_120", kv_cache="fp8_ds_mla", exclude=exclude)
     e = info.value
     assert isinstance(e, ValueError) and e.code == "no_valid_backend"
     assert not e.selection.ok and e.selection.backend is None
@@ -58,6 +60,9 @@ def test_force_and_exclude():
     assert "excluded" in info.value.selection.explain()
     with pytest.raises(latte.NotFoundError, match="nothing.here"):
         latte.select("glm-5", force="nothing.here")
+    # A typo in an exclude list is an error too, never ignored.
+    with pytest.raises(latte.NotFoundError, match="excluded backend 'cpu.refrence'"):
+        latte.select("glm-5", exclude="cpu.refrence")
 
 
 def test_policy_applies_to_one_call_only():
