@@ -66,14 +66,14 @@ namespace {
 // Bytes [begin, end) of a tensor; begin == end for one that holds none, and for a malformed
 // one (its own checks report it).
 struct ByteRange {
-  std::uintptr_t begin = 0, end = 0;
+  std::uintptr_t begin, end;  // no initializers: the per-call arrays are filled, not zeroed
   [[nodiscard]] static ByteRange of(const TensorView& t) {
-    if (!t.defined() || t.rank < 1 || t.rank > kMaxRank) return {};
+    if (!t.defined() || t.rank < 1 || t.rank > kMaxRank) return {0, 0};
     for (int d = 0; d < t.rank; ++d) {
-      if (t.size(d) < 0 || t.stride(d) < 0) return {};
+      if (t.size(d) < 0 || t.stride(d) < 0) return {0, 0};
     }
     int64_t bytes = 0;
-    if (!byte_extent(t, &bytes)) return {};
+    if (!byte_extent(t, &bytes)) return {0, 0};
     const auto begin = reinterpret_cast<std::uintptr_t>(t.data);
     return {begin, begin + static_cast<std::uintptr_t>(bytes)};
   }
@@ -92,7 +92,7 @@ void check_outputs_apart(std::string_view op, std::initializer_list<NamedView> o
     throw Error(ErrorCode::internal, fmt::format("{}: more tensors than check_outputs_apart "
                                                  "compares", op));
   }
-  const NamedView* views[kMaxTensors] = {};
+  const NamedView* views[kMaxTensors];
   ByteRange ranges[kMaxTensors];
   std::size_t n = 0;
   for (const NamedView& v : outputs) views[n++] = &v;
