@@ -11,7 +11,7 @@
 #include <string>
 
 #include "cuda/check.cuh"
-#include "cuda/env_switch.hpp"
+#include "cuda/env_knob.hpp"
 #include "cuda/launch_ex.hpp"
 #include "cuda/smem_limit.hpp"
 #include "cuda/topk_kernel.cuh"
@@ -36,7 +36,7 @@ void allow_smem(Kernel kernel, std::atomic<uint64_t>& done_mask) {
 // Histograms of the top-k selects: without match.any (default) or with it
 // (LATTE_CUDA_TOPK_HIST=match, measurements).
 bool topk_direct_hist() {
-  static const bool v = !env_is("LATTE_CUDA_TOPK_HIST", "match");
+  static const bool v = env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_HIST", {"direct", "match"}) != 1;
   return v;
 }
 
@@ -56,7 +56,7 @@ constexpr int kProfWords = kTopkProfSpans + 5 * kSpanSlots;
 unsigned long long* topk_prof_buffer() {
   static unsigned long long* buf = [] {
     unsigned long long* b = nullptr;
-    if (env_is("LATTE_CUDA_TOPK_PROF", "1") && cudaMalloc(&b, kProfWords * sizeof(unsigned long long)) != cudaSuccess) b = nullptr;
+    if (env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_PROF", {"0", "1"}) == 1 && cudaMalloc(&b, kProfWords * sizeof(unsigned long long)) != cudaSuccess) b = nullptr;
     return b;
   }();
   return buf;
@@ -162,7 +162,7 @@ constexpr int kSplitRowsPerSm = 8;  // split when rows * 8 <= SMs
 constexpr int kSplitMaxSlices = 32;
 
 bool split_enabled() {
-  static const bool v = !env_is("LATTE_CUDA_TOPK_SPLIT", "0");
+  static const bool v = env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_SPLIT", {"0", "1"}) != 0;
   return v;
 }
 
@@ -194,7 +194,7 @@ SplitPlan plan_split(int64_t rows, int64_t n, int list_cap, int sm_count) {
 }  // namespace
 
 bool topk_pdl_enabled() {
-  static const bool v = !env_is("LATTE_CUDA_TOPK_PDL", "0");
+  static const bool v = env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_PDL", {"0", "1"}) != 0;
   return v;
 }
 

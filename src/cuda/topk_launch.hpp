@@ -15,6 +15,11 @@
 
 namespace latte::cuda {
 
+// How an indexer backend computes a call's top-k: fused (sample, admission, repair and the
+// exact top-k of each token's candidates) or unfused (a key per visible position, then the exact
+// top-k), or chosen per call by the backend's path rule (automatic).
+enum class TopkPath { automatic, fused, unfused };
+
 // Where an indexer's top-k goes: indices [T, topk] with strides (st, sc), physical slots
 // (block * block_size + offset) or logical positions.
 struct TopkOutput {

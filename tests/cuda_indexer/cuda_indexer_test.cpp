@@ -329,11 +329,11 @@ TEST_F(CudaIndexer, UnknownSwitchValuesAreRefused) {
   };
   {
     const ScopedEnv bad("LATTE_CUDA_INDEXER_PATH", "fusd");
-    expect_refused(TopkPath::automatic, "LATTE_CUDA_INDEXER_PATH=fusd is not a top-k path; use fused, unfused or automatic");
+    expect_refused(TopkPath::automatic, "LATTE_CUDA_INDEXER_PATH=fusd is not accepted (one of automatic, fused, unfused)");
   }
   if (cuda_indexer::path_arch(dev) >= 89) {
     const ScopedEnv bad("LATTE_CUDA_INDEXER_MATH", "fp4");
-    expect_refused(TopkPath::unfused, "LATTE_CUDA_INDEXER_MATH=fp4 is not a matrix path; use fp8, f16 or bf16");
+    expect_refused(TopkPath::unfused, "LATTE_CUDA_INDEXER_MATH=fp4 is not accepted (one of fp8, f16, bf16)");
   }
 }
 

@@ -591,8 +591,7 @@ constexpr int64_t kLargeCalls = 64;
 cuda_sparse_mla::MlaPlan sparse_plan(const SparseCase& c, int64_t T, int sm_count,
                                      std::size_t workspace) {
   cuda_sparse_mla::MlaParams p;
-  p.format = c.fmt == CacheFormat::bf16 ? cuda_sparse_mla::KvFormat::bf16
-                                        : cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.format = c.fmt;
   p.heads = c.H;
   p.topk = c.topk;
   p.groups = static_cast<int>(T);
@@ -1075,7 +1074,7 @@ TEST_F(CudaSparseMla, SanitizerRowGroupsPacked) {
 // device holds 3 (the H200, not an A100), else 2; 32-row tiles always 2.
 TEST(CudaSparseMlaPlan, CtasPerSmRule) {
   cuda_sparse_mla::MlaParams p;
-  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.format = CacheFormat::fp8_ds_mla;
   p.topk = 2048;
   p.heads = 8;
   p.groups = 128;  // 128 x 8 splits = 1024 CTAs
@@ -1084,7 +1083,7 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, row_tiles, kLargeCalls).ctas_per_sm, 3);
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, row_tiles, kLargeCalls).ctas_per_sm, 2);
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 2);
-  p.format = cuda_sparse_mla::KvFormat::bf16;
+  p.format = CacheFormat::bf16;
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 3);
   p.groups = 1;  // 8 CTAs: one wave
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).ctas_per_sm, 2);
@@ -1095,8 +1094,8 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
   EXPECT_EQ(plan.ctas_per_sm, 2);
   for (int tile : {16, 32})
     for (int ctas : {2, 3})
-      EXPECT_LE(cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::fp8_ds_mla, tile, ctas), 101376u);
-  EXPECT_LE(3 * (cuda_sparse_mla::smem_bytes(cuda_sparse_mla::KvFormat::bf16, 16, 3) + 1024), 233472u);
+      EXPECT_LE(cuda_sparse_mla::smem_bytes(CacheFormat::fp8_ds_mla, tile, ctas), 101376u);
+  EXPECT_LE(3 * (cuda_sparse_mla::smem_bytes(CacheFormat::bf16, 16, 3) + 1024), 233472u);
 }
 
 // Host-only: the row tile rule at the H200 sweep's points (docs/performance.md, session 7):
@@ -1106,18 +1105,17 @@ TEST(CudaSparseMlaPlan, RowTileRule) {
   cuda_sparse_mla::MlaParams p;
   p.topk = 2048;
   struct Point {
-    cuda_sparse_mla::KvFormat format;
+    CacheFormat format;
     int heads, tokens, row_tile;
   };
-  using cuda_sparse_mla::KvFormat;
-  for (const Point& pt : {Point{KvFormat::fp8_ds_mla, 64, 1, 16}, Point{KvFormat::fp8_ds_mla, 64, 8, 16},
-                          Point{KvFormat::fp8_ds_mla, 64, 12, 32}, Point{KvFormat::fp8_ds_mla, 64, 32, 32},
-                          Point{KvFormat::fp8_ds_mla, 128, 4, 16}, Point{KvFormat::fp8_ds_mla, 128, 8, 32},
-                          Point{KvFormat::fp8_ds_mla, 8, 128, 16}, Point{KvFormat::bf16, 64, 8, 16},
-                          Point{KvFormat::bf16, 64, 24, 16}, Point{KvFormat::bf16, 64, 32, 32},
-                          Point{KvFormat::bf16, 64, 48, 16}, Point{KvFormat::bf16, 64, 64, 32},
-                          Point{KvFormat::bf16, 128, 16, 32}, Point{KvFormat::bf16, 128, 24, 16},
-                          Point{KvFormat::bf16, 64, 4096, 32}}) {
+  for (const Point& pt : {Point{CacheFormat::fp8_ds_mla, 64, 1, 16}, Point{CacheFormat::fp8_ds_mla, 64, 8, 16},
+                          Point{CacheFormat::fp8_ds_mla, 64, 12, 32}, Point{CacheFormat::fp8_ds_mla, 64, 32, 32},
+                          Point{CacheFormat::fp8_ds_mla, 128, 4, 16}, Point{CacheFormat::fp8_ds_mla, 128, 8, 32},
+                          Point{CacheFormat::fp8_ds_mla, 8, 128, 16}, Point{CacheFormat::bf16, 64, 8, 16},
+                          Point{CacheFormat::bf16, 64, 24, 16}, Point{CacheFormat::bf16, 64, 32, 32},
+                          Point{CacheFormat::bf16, 64, 48, 16}, Point{CacheFormat::bf16, 64, 64, 32},
+                          Point{CacheFormat::bf16, 128, 16, 32}, Point{CacheFormat::bf16, 128, 24, 16},
+                          Point{CacheFormat::bf16, 64, 4096, 32}}) {
     p.format = pt.format;
     p.heads = pt.heads;
     p.groups = pt.tokens;
@@ -1125,7 +1123,7 @@ TEST(CudaSparseMlaPlan, RowTileRule) {
     sweep.chunk = 512;
     sweep.row_tile_only = 1;
     const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, sweep, kLargeCalls);
-    EXPECT_EQ(plan.row_tile, pt.row_tile) << (pt.format == KvFormat::bf16 ? "bf16" : "fp8") << " H=" << pt.heads
+    EXPECT_EQ(plan.row_tile, pt.row_tile) << (pt.format == CacheFormat::bf16 ? "bf16" : "fp8") << " H=" << pt.heads
                                           << " T=" << pt.tokens;
   }
 }
@@ -1136,7 +1134,7 @@ TEST(CudaSparseMlaPlan, RowTileRule) {
 // decode batches' size.
 TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
   cuda_sparse_mla::MlaParams p;
-  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.format = CacheFormat::fp8_ds_mla;
   p.topk = 2048;
   for (const auto& [heads, max_groups, chunk] :
        {std::tuple{64, 1, 128}, std::tuple{64, 2, 256}, std::tuple{64, 8, 256}, std::tuple{64, 9, 512},
@@ -1168,7 +1166,7 @@ TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
 // SM (16-row tiles at 2 CTAs per SM only), never for calls that fill the device.
 TEST(CudaSparseMlaPlan, DimSplitRule) {
   cuda_sparse_mla::MlaParams p;
-  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.format = CacheFormat::fp8_ds_mla;
   p.topk = 2048;
   p.heads = 64;  // 4 row tiles of 16 x 4 splits of 512 = 16 CTAs per token (the row-tile kernel)
   cuda_sparse_mla::Tuning row_tiles;
@@ -1182,7 +1180,7 @@ TEST(CudaSparseMlaPlan, DimSplitRule) {
       EXPECT_EQ(plan.ctas_per_sm, 2);
     }
   }
-  p.format = cuda_sparse_mla::KvFormat::bf16;
+  p.format = CacheFormat::bf16;
   p.heads = 8;
   p.groups = 1;
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).dim_split, 2);
@@ -1197,7 +1195,7 @@ TEST(CudaSparseMlaPlan, DimSplitRule) {
 // where its one CTA per block still fits).
 TEST(CudaSparseMlaPlan, FewHeadsKernelRule) {
   cuda_sparse_mla::MlaParams p;
-  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.format = CacheFormat::fp8_ds_mla;
   p.topk = 2048;
   for (int heads : {1, 5, 8, 9, 16})
     for (int groups : {1, 128, 4096}) {
@@ -1217,9 +1215,9 @@ TEST(CudaSparseMlaPlan, FewHeadsKernelRule) {
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}, kLargeCalls).few_heads);
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {188, 101376 + 1024}, 1 << 30, {}, kLargeCalls).few_heads);
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}, 128).chunk, 256);
-  p.format = cuda_sparse_mla::KvFormat::bf16;
+  p.format = CacheFormat::bf16;
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).few_heads);
-  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.format = CacheFormat::fp8_ds_mla;
   p.decode = true;  // dense decode keeps the row-tile kernel
   p.s_q = 1;
   p.max_blocks = 64;
@@ -1234,7 +1232,7 @@ TEST(CudaSparseMlaPlan, FewHeadsKernelRule) {
 // never).
 TEST(CudaSparseMlaPlan, RowGroupsKernelRule) {
   cuda_sparse_mla::MlaParams p;
-  p.format = cuda_sparse_mla::KvFormat::bf16;
+  p.format = CacheFormat::bf16;
   p.topk = 2048;
   for (int heads : {8, 32, 40, 64, 96, 128, 192})
     for (int64_t max_groups : {int64_t{1}, int64_t{8}, int64_t{9}, int64_t{128}, kLargeCalls, int64_t{0}}) {
@@ -1282,11 +1280,11 @@ TEST(CudaSparseMlaPlan, RowGroupsKernelRule) {
   split32.chunk = 32;
   split32.row_groups = 1;
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, split32, 3).chunks_per_cta, 2);
-  p.format = cuda_sparse_mla::KvFormat::fp8_ds_mla;
+  p.format = CacheFormat::fp8_ds_mla;
   p.heads = 64;
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).row_groups);
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, on, kLargeCalls).row_groups);
-  p.format = cuda_sparse_mla::KvFormat::bf16;
+  p.format = CacheFormat::bf16;
   p.decode = true;  // dense decode: rows = s_q x heads
   p.s_q = 1;
   p.heads = 128;

@@ -16,7 +16,7 @@
 #include <utility>
 
 #include "cuda/check.cuh"
-#include "cuda/env_switch.hpp"
+#include "cuda/env_knob.hpp"
 #include "cuda/launch_ex.hpp"
 #include "cuda/smem_limit.hpp"
 #include "cuda/topk_launch.hpp"
@@ -79,13 +79,11 @@ bool topk_pdl(const DeviceTraits& dev) { return path_arch(dev) >= 90 && cuda::to
 // path where the device can run it (measurements, tests).
 int math_on(bool q_fp8, int arch, bool force_bf16) {
   if (!q_fp8 || arch < 89 || force_bf16) return kMathBf16;
-  const char* env = std::getenv("LATTE_CUDA_INDEXER_MATH");
-  if (env && *env != '\0') {
-    if (std::strcmp(env, "bf16") == 0) return kMathBf16;
-    if (std::strcmp(env, "fp8") == 0) return kMathFp8;
-    if (std::strcmp(env, "f16") == 0) return kMathF16;
-    throw Error(ErrorCode::invalid_argument, std::string("cuda.indexer: LATTE_CUDA_INDEXER_MATH=") + env +
-                                                 " is not a matrix path; use fp8, f16 or bf16 (or unset it)");
+  switch (cuda::env_knob_choice("cuda.indexer", "LATTE_CUDA_INDEXER_MATH", {"fp8", "f16", "bf16"})) {
+    case 0: return kMathFp8;
+    case 1: return kMathF16;
+    case 2: return kMathBf16;
+    default: break;
   }
   return (arch == 90 || arch == 100) ? kMathF16 : kMathFp8;
 }
@@ -157,8 +155,8 @@ void plan_layout(ScorePlan& pl, int topk) {
 }
 
 int env_debug() {
-  const char* v = std::getenv("LATTE_CUDA_INDEXER_DEBUG");
-  return v ? std::atoi(v) : 0;
+  return cuda::env_knob_int("cuda.indexer", "LATTE_CUDA_INDEXER_DEBUG", [](int v) { return v <= 15; },
+                            "a sum of the flags 1, 2, 4, 8");
 }
 
 // Resident CTAs per SM of one score kernel instantiation.
@@ -431,12 +429,11 @@ std::size_t fused_bytes(const IndexerProblem& p, int topk, const DeviceTraits& d
 }
 
 TopkPath env_path() {
-  const char* v = std::getenv("LATTE_CUDA_INDEXER_PATH");
-  if (!v || *v == '\0' || std::strcmp(v, "automatic") == 0) return TopkPath::automatic;
-  if (std::strcmp(v, "fused") == 0) return TopkPath::fused;
-  if (std::strcmp(v, "unfused") == 0) return TopkPath::unfused;
-  throw Error(ErrorCode::invalid_argument, std::string("cuda.indexer: LATTE_CUDA_INDEXER_PATH=") + v +
-                                               " is not a top-k path; use fused, unfused or automatic (or unset it)");
+  switch (cuda::env_knob_choice("cuda.indexer", "LATTE_CUDA_INDEXER_PATH", {"automatic", "fused", "unfused"})) {
+    case 1: return TopkPath::fused;
+    case 2: return TopkPath::unfused;
+    default: return TopkPath::automatic;
+  }
 }
 
 }  // namespace

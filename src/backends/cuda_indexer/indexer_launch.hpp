@@ -35,7 +35,7 @@ struct DeviceTraits {
 // min(dev.arch, kernel_arch()), or dev.arch when kernel_arch() is unknown.
 [[nodiscard]] int path_arch(const DeviceTraits& dev);
 
-enum class TopkPath { automatic, fused, unfused };
+using cuda::TopkPath;
 
 // Kernel::describe() of cuda.indexer for `op` (indexer_topk or indexer_logits): the score
 // kernel's matrix path on architecture `arch` (the one the launchers use: path_arch for a

@@ -64,10 +64,8 @@ class CudaSparseMlaKernel final : public Kernel {
     const int64_t groups =
         tokens <= 0 ? 0 : decode ? std::max<int64_t>(1, tokens / std::max(1, spec.s_q)) : tokens;
     const int work = decode ? kWorkspaceContext : std::max(1, spec.topk);
-    const KvFormat fmt =
-        spec.kv_cache == CacheFormat::fp8_ds_mla ? KvFormat::fp8_ds_mla : KvFormat::bf16;
     max_groups_ = groups;
-    workspace_ = workspace_bytes_for(decode, fmt, rows_of(spec), work, groups, tuning_, device_);
+    workspace_ = workspace_bytes_for(decode, spec.kv_cache, rows_of(spec), work, groups, tuning_, device_);
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
@@ -76,7 +74,7 @@ class CudaSparseMlaKernel final : public Kernel {
   [[nodiscard]] std::string describe() const override {
     MlaParams p;
     p.decode = spec_.op == Op::mla_decode;
-    p.format = spec_.kv_cache == CacheFormat::fp8_ds_mla ? KvFormat::fp8_ds_mla : KvFormat::bf16;
+    p.format = spec_.kv_cache;
     p.s_q = p.decode ? std::max(1, spec_.s_q) : 1;
     p.heads = std::max(1, spec_.num_heads);
     p.topk = std::max(1, spec_.topk);
@@ -221,7 +219,7 @@ class CudaSparseMlaKernel final : public Kernel {
     p.kv_stok = kv.stride(1) * esz;
     p.num_blocks = num_blocks;
     p.block_size = static_cast<int>(block_size);
-    p.format = format == CacheFormat::fp8_ds_mla ? KvFormat::fp8_ds_mla : KvFormat::bf16;
+    p.format = format;
     p.out = out.ptr<__nv_bfloat16>();
     p.lse = lse.defined() ? lse.ptr<float>() : nullptr;
     p.scale = scale;
@@ -294,7 +292,7 @@ class CudaSparseMlaBackend final : public Backend {
                      "cuda.sparse_mla decodes at most 512 (query, head) rows per request."});
     }
     const int64_t need = static_cast<int64_t>(
-        std::max(smem_bytes(KvFormat::bf16, 32), smem_bytes(KvFormat::fp8_ds_mla, 32)));
+        std::max(smem_bytes(CacheFormat::bf16, 32), smem_bytes(CacheFormat::fp8_ds_mla, 32)));
     if (device.kind == DeviceKind::cuda && device.max_smem_per_block > 0 &&
         device.max_smem_per_block < need) {
       out.push_back({"smem", "max_smem_per_block", fmt::format(">= {} bytes", need),

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <string>
 
-namespace latte::cuda_sparse_mla {
+#include "latte/dtype.hpp"
 
-enum class KvFormat : int { bf16 = 0, fp8_ds_mla = 1 };
+namespace latte::cuda_sparse_mla {
 
 // One call. A "group" is a query token (sparse) or a request (decode); its "rows" are the
 // (query i, head h) pairs that share the group's KV token list: row = i * heads + h.
@@ -30,7 +30,7 @@ struct MlaParams {
   int64_t kv_sblock = 0, kv_stok = 0;
   int64_t num_blocks = 0;
   int block_size = 1;
-  KvFormat format = KvFormat::bf16;
+  CacheFormat format = CacheFormat::bf16;
   // sparse: indices [groups, topk] i32 physical slots (-1 / out of range = none).
   const int32_t* indices = nullptr;
   int64_t idx_s = 0;
@@ -82,15 +82,8 @@ struct MlaPlan {
   [[nodiscard]] int split_ctas() const { return (nsplit + chunks_per_cta - 1) / chunks_per_cta; }
 };
 
-// Tuning hooks (environment variables), read once when a Kernel is made, not on every call:
-// LATTE_CUDA_SPARSE_MLA_CHUNK=<multiple of 32> (split size), LATTE_CUDA_SPARSE_MLA_ROW_TILE=
-// 16|32, LATTE_CUDA_SPARSE_MLA_WARPS=4|8, LATTE_CUDA_SPARSE_MLA_CTAS=2|3 (CTAs per SM of
-// 16-row tiles) and LATTE_CUDA_SPARSE_MLA_DIM_SPLIT=1|2 (output dims over 1 or 2 CTAs; 16-row
-// tiles at 2 CTAs per SM) and LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1 (every call takes the
-// row-tile kernel, none the few-heads or the row-group kernel: comparisons, tests),
-// LATTE_CUDA_SPARSE_MLA_ROW_GROUPS=1 (every bf16 call takes the row-group kernel, whatever its
-// rows and the kernel's size: tests) (0 = not set: the default rule). Any other value throws
-// invalid_argument.
+// The tuning variables LATTE_CUDA_SPARSE_MLA_* (docs/kernels/knobs.md: values, defaults, why),
+// read when a Kernel is made; 0 = not set: the default rule.
 struct Tuning {
   int chunk = 0;
   int row_tile = 0;
@@ -120,7 +113,7 @@ struct PlanDevice {
   int sm_count = 1;
   int64_t smem_per_sm = 0;
 };
-int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, const Tuning& tuning,
+int chunk_tokens(bool decode, CacheFormat format, int rows, int64_t max_groups, const Tuning& tuning,
                  const PlanDevice& device);
 // The few-heads kernel (heads on the mma's N dimension) serves sparse calls over the fp8 cache
 // with at most kFewHeadsMax rows on devices whose shared memory holds two of its CTAs per SM
@@ -128,7 +121,7 @@ int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, con
 // one and keep the row-tile kernel until it is measured there), unless
 // LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1.
 inline constexpr int kFewHeadsMax = 8;
-bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device);
+bool few_heads_kernel(bool decode, CacheFormat format, int rows, const Tuning& tuning, const PlanDevice& device);
 // The row-group kernel (mla_bf16_rowgroups_sm80.cu) serves sparse and dense-decode calls over
 // the bf16 cache whose rows (s_q x heads) are a multiple of kRowGroupsRows (64, 128 heads: whole
 // CTAs, no padded row computed), in kernels made for more than kSmallCallGroups groups or of
@@ -136,10 +129,10 @@ bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuni
 // Not with LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1; LATTE_CUDA_SPARSE_MLA_ROW_GROUPS=1 takes it for
 // any rows (the last CTA's padded rows computed) and kernel size.
 inline constexpr int kRowGroupsRows = 64;
-bool row_groups_kernel(KvFormat format, int rows, int64_t max_groups, const Tuning& tuning);
+bool row_groups_kernel(CacheFormat format, int rows, int64_t max_groups, const Tuning& tuning);
 MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t workspace_bytes,
                   const Tuning& tuning, int64_t max_groups);
-std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
+std::size_t workspace_bytes_for(bool decode, CacheFormat format, int rows, int topk_or_len,
                                 int64_t max_groups, const Tuning& tuning, const PlanDevice& device);
 // One line for Kernel::describe(): the kernel variant, the splits and the grid of a call of
 // `max_groups` groups (0: not known) planned by make_plan.
@@ -154,6 +147,6 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
                 int device);
 
 // The kernels' shared memory per block for each configuration (for tests and docs).
-std::size_t smem_bytes(KvFormat format, int row_tile, int ctas_per_sm = 2);
+std::size_t smem_bytes(CacheFormat format, int row_tile, int ctas_per_sm = 2);
 
 }  // namespace latte::cuda_sparse_mla

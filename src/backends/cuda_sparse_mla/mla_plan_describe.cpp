@@ -9,7 +9,7 @@
 namespace latte::cuda_sparse_mla {
 
 std::string describe_plan(const MlaParams& p, const MlaPlan& plan, const PlanDevice& device, int64_t max_groups) {
-  const bool fp8 = p.format == KvFormat::fp8_ds_mla;
+  const bool fp8 = p.format == CacheFormat::fp8_ds_mla;
   std::string kernel;
   if (plan.row_groups) {
     kernel = fmt::format("row-group kernel: {} rows per CTA, 8 warps, 1 CTA per SM, bf16 mma.sync", kRowGroupsRows);

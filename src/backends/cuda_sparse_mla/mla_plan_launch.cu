@@ -1,7 +1,6 @@
 // Host side of cuda.sparse_mla: the split rule, the launch plan (row tile, splits, slabs) and
 // the launch sequence (counter reset + forward kernel, which combines splits itself).
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -9,6 +8,7 @@
 #include "backends/cuda_sparse_mla/mla_fwd_dispatch.hpp"
 #include "backends/cuda_sparse_mla/mla_fwd_sm80.cuh"
 #include "cuda/check.cuh"
+#include "cuda/env_knob.hpp"
 #include "latte/error.hpp"
 
 namespace latte::cuda_sparse_mla {
@@ -26,9 +26,9 @@ std::size_t part_bytes(int rows, int nsplit) {
 
 }  // namespace
 
-std::size_t smem_bytes(KvFormat format, int row_tile, int ctas_per_sm) {
+std::size_t smem_bytes(CacheFormat format, int row_tile, int ctas_per_sm) {
   const bool lean = row_tile == 16 && ctas_per_sm == 3;
-  if (format == KvFormat::fp8_ds_mla) {
+  if (format == CacheFormat::fp8_ds_mla) {
     return row_tile == 32 ? KCfg<true, 32>::SMEM : lean ? KCfg<true, 16, 8, 3>::SMEM : KCfg<true, 16>::SMEM;
   }
   return row_tile == 32 ? KCfg<false, 32>::SMEM : lean ? KCfg<false, 16, 8, 3>::SMEM : KCfg<false, 16>::SMEM;
@@ -36,20 +36,8 @@ std::size_t smem_bytes(KvFormat format, int row_tile, int ctas_per_sm) {
 
 namespace {
 
-// The value of tuning variable `name`, or 0 when unset; a value `accepts` refuses is an error
-// naming the accepted ones (a typo must not silently fall back to the default rule).
 int tuning_var(const char* name, bool (*accepts)(int), const char* accepted) {
-  const char* env = std::getenv(name);
-  if (env == nullptr) return 0;
-  char* end = nullptr;
-  const long v = std::strtol(env, &end, 10);
-  const bool number = std::isdigit(static_cast<unsigned char>(env[0])) && *end == '\0' && v <= (1L << 30);
-  if (!number || !accepts(static_cast<int>(v))) {
-    throw Error(ErrorCode::invalid_argument, std::string("cuda.sparse_mla: ") + name + "=" + env +
-                                                 " is not accepted (" + accepted +
-                                                 "); unset it for the default rule");
-  }
-  return static_cast<int>(v);
+  return cuda::env_knob_int("cuda.sparse_mla", name, accepts, accepted);
 }
 
 }  // namespace
@@ -70,15 +58,15 @@ Tuning tuning_from_env() {
   return t;
 }
 
-bool row_groups_kernel(KvFormat format, int rows, int64_t max_groups, const Tuning& tuning) {
-  if (tuning.row_tile_only != 0 || format != KvFormat::bf16) return false;
+bool row_groups_kernel(CacheFormat format, int rows, int64_t max_groups, const Tuning& tuning) {
+  if (tuning.row_tile_only != 0 || format != CacheFormat::bf16) return false;
   if (tuning.row_groups != 0) return true;
   return rows % kRowGroupsRows == 0 && (max_groups == 0 || max_groups > kSmallCallGroups);
 }
 
-bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuning, const PlanDevice& device) {
+bool few_heads_kernel(bool decode, CacheFormat format, int rows, const Tuning& tuning, const PlanDevice& device) {
   const auto two_fit = 2 * static_cast<int64_t>(sparse_fp8_fewheads_smem_bytes() + 1024) <= device.smem_per_sm;
-  return tuning.row_tile_only == 0 && two_fit && !decode && format == KvFormat::fp8_ds_mla && rows <= kFewHeadsMax;
+  return tuning.row_tile_only == 0 && two_fit && !decode && format == CacheFormat::fp8_ds_mla && rows <= kFewHeadsMax;
 }
 
 // KV tokens per split. A function of the op, the rows per group and the kernel's largest call
@@ -97,7 +85,7 @@ bool few_heads_kernel(bool decode, KvFormat format, int rows, const Tuning& tuni
 // most kMediumCallGroups (and kernels of unknown size, max_groups 0), for more (at <= 16 rows:
 // fewer than kPrefillCallGroups, and prefill chunks); dense decode with at most 16 rows: not
 // measured, one size.
-int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, const Tuning& tuning,
+int chunk_tokens(bool decode, CacheFormat format, int rows, int64_t max_groups, const Tuning& tuning,
                  const PlanDevice& device) {
   if (tuning.chunk > 0) return tuning.chunk;
   const bool small_calls = max_groups > 0 && max_groups <= kSmallCallGroups;
@@ -142,7 +130,7 @@ int chunk_tokens(bool decode, KvFormat format, int rows, int64_t max_groups, con
   return max_groups > 0 && rows > 64 ? 1024 : 512;
 }
 
-std::size_t workspace_bytes_for(bool decode, KvFormat format, int rows, int topk_or_len,
+std::size_t workspace_bytes_for(bool decode, CacheFormat format, int rows, int topk_or_len,
                                 int64_t max_groups, const Tuning& tuning, const PlanDevice& device) {
   const int chunk = chunk_tokens(decode, format, rows, max_groups, tuning, device);
   const int nsplit = std::max(1, (topk_or_len + chunk - 1) / chunk);
@@ -157,7 +145,7 @@ namespace {
 
 // CTAs of a configuration (built for `ctas` per SM) that the device's shared memory holds per
 // SM (1 KB per CTA reserved by the driver); `ctas` when the device's figure is not known.
-int resident_ctas(KvFormat format, int row_tile, int ctas, const PlanDevice& device) {
+int resident_ctas(CacheFormat format, int row_tile, int ctas, const PlanDevice& device) {
   if (device.smem_per_sm <= 0) return ctas;
   const int64_t fit = device.smem_per_sm / static_cast<int64_t>(smem_bytes(format, row_tile, ctas) + 1024);
   return static_cast<int>(std::clamp<int64_t>(fit, 1, ctas));
@@ -187,7 +175,7 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
     const int64_t grid16 = static_cast<int64_t>(p.groups) * ((plan.rows + 15) / 16) * plan.nsplit;
     const int64_t grid32 = static_cast<int64_t>(p.groups) * ((plan.rows + 31) / 32) * plan.nsplit;
     if (grid16 > sms) {
-      if (p.format == KvFormat::fp8_ds_mla) {
+      if (p.format == CacheFormat::fp8_ds_mla) {
         plan.row_tile = 32;
       } else {
         const int per_sm16 = resident_ctas(p.format, 16, three_fit && grid16 > 2 * sms ? 3 : 2, device);
@@ -264,7 +252,7 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
 void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaStream_t stream,
                 int device) {
   if (p.groups <= 0) return;
-  const bool fp8 = p.format == KvFormat::fp8_ds_mla;
+  const bool fp8 = p.format == CacheFormat::fp8_ds_mla;
   for (int64_t g0 = 0; g0 < p.groups; g0 += plan.slab) {
     const int64_t n = std::min<int64_t>(plan.slab, p.groups - g0);
     LaunchArgs la{};

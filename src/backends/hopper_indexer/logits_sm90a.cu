@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "cuda/check.cuh"
+#include "cuda/env_knob.hpp"
 #include "cuda/topk_launch.hpp"
 #include "latte/error.hpp"
 #include "logits_cpasync.cuh"
@@ -45,11 +46,7 @@ bool tma_block_size(int bs) { return bs == 8 || bs == 16 || bs == 32 || (bs > 0 
 // LATTE_HOPPER_INDEXER_KERNEL=cpasync (read per call): the cp.async kernel for every block
 // size (tests, measurements).
 bool cpasync_forced() {
-  const char* v = std::getenv("LATTE_HOPPER_INDEXER_KERNEL");
-  if (v == nullptr || *v == 0 || std::string(v) == "auto") return false;
-  if (std::string(v) == "cpasync") return true;
-  throw Error(ErrorCode::invalid_argument, std::string("hopper.indexer: LATTE_HOPPER_INDEXER_KERNEL=") + v +
-                                               " is not auto or cpasync; unset it for the default");
+  return cuda::env_knob_choice("hopper.indexer", "LATTE_HOPPER_INDEXER_KERNEL", {"auto", "cpasync"}) == 1;
 }
 
 // Calls f.template run<NI, NR>() for `columns` wgmma columns (the padded heads: 8 ... 128).

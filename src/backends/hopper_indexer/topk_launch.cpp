@@ -12,6 +12,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda/env_knob.hpp"
 #include "latte/error.hpp"
 #include "logits_launch.hpp"
 
@@ -65,17 +66,16 @@ FusedLayout fused_layout(int64_t n, int samples, int list_cap, int64_t repair_ch
 
 // LATTE_HOPPER_INDEXER_PATH (read per call): fused / unfused force a path (tests, benchmarks).
 TopkPath env_path() {
-  const char* v = std::getenv("LATTE_HOPPER_INDEXER_PATH");
-  if (v == nullptr || *v == 0 || std::strcmp(v, "automatic") == 0) return TopkPath::automatic;
-  if (std::strcmp(v, "fused") == 0) return TopkPath::fused;
-  if (std::strcmp(v, "unfused") == 0) return TopkPath::unfused;
-  throw Error(ErrorCode::invalid_argument, std::string("hopper.indexer: LATTE_HOPPER_INDEXER_PATH=") + v +
-                                               " is not fused, unfused or automatic; unset it for the default");
+  switch (cuda::env_knob_choice("hopper.indexer", "LATTE_HOPPER_INDEXER_PATH", {"automatic", "fused", "unfused"})) {
+    case 1: return TopkPath::fused;
+    case 2: return TopkPath::unfused;
+    default: return TopkPath::automatic;
+  }
 }
 
 int env_debug() {
-  const char* v = std::getenv("LATTE_HOPPER_INDEXER_DEBUG");
-  return v ? std::atoi(v) : 0;
+  return cuda::env_knob_int("hopper.indexer", "LATTE_HOPPER_INDEXER_DEBUG", [](int v) { return v <= 15; },
+                            "a sum of the flags 1, 2, 4, 8");
 }
 
 // The fused path's workspace for all of p's tokens at once: O(T * topk) plus the repair pass's
@@ -95,12 +95,10 @@ FusedLayout fused_layout_of(const cuda::IndexerProblem& p, int topk, int sm_coun
 // of the unfused time, varying between runs and machines, and 0.93-0.97 at 128K without it.
 // LATTE_HOPPER_INDEXER_ADMIT_PDL=on|off (measurements) overrides.
 bool admission_pdl(const cuda::IndexerProblem& p, int sm_count) {
-  const char* v = std::getenv("LATTE_HOPPER_INDEXER_ADMIT_PDL");
-  if (v != nullptr && *v != 0 && std::strcmp(v, "automatic") != 0) {
-    if (std::strcmp(v, "on") == 0) return true;
-    if (std::strcmp(v, "off") == 0) return false;
-    throw Error(ErrorCode::invalid_argument, std::string("hopper.indexer: LATTE_HOPPER_INDEXER_ADMIT_PDL=") + v +
-                                                 " is not on, off or automatic; unset it for the default");
+  switch (cuda::env_knob_choice("hopper.indexer", "LATTE_HOPPER_INDEXER_ADMIT_PDL", {"automatic", "on", "off"})) {
+    case 1: return true;
+    case 2: return false;
+    default: break;
   }
   const SampleGrid g = sample_grid(p, fused_samples(p), sm_count);
   return !(g.stages == 1 && g.ctas > 3 * static_cast<int64_t>(std::max(1, sm_count)));

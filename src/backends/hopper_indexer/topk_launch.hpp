@@ -13,7 +13,7 @@
 
 namespace latte::hopper_indexer {
 
-enum class TopkPath { automatic, fused, unfused };
+using cuda::TopkPath;
 
 // Workspace a kernel made for up to `tokens` query tokens reports: the larger of the unfused
 // path's (keys for min(tokens * 131072, 64M) positions, at least one row of 524288, the top-k's
