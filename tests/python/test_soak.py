@@ -35,7 +35,8 @@ KNOWN_GAPS = {
 
 def run_soak(*argv, ops=None):
     out = io.StringIO()
-    rc = soak.main(["--device", "cpu", "--tensors", "numpy", "--seed", "3", *argv], ops=ops, out=out)
+    rc = soak.main(["--device", "cpu", "--tensors", "numpy", "--seed", "3", *argv], ops=ops,
+                   out=out)
     return rc, out.getvalue()
 
 

@@ -4,8 +4,11 @@ the backends of the device, checked against the cpu.reference oracle on a sample
 
     python3 tests/soak/soak.py --device cuda --calls 100000 --report soak.md   # the H200
     python3 tests/soak/soak.py --device cpu --calls 300                        # here, small
-    compute-sanitizer --tool memcheck --error-exitcode 9 \\
-        python3 tests/soak/soak.py --device cuda --calls 2000                  # under memcheck
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck --error-exitcode 9 \\
+        --report-api-errors no python3 tests/soak/soak.py --device cuda --calls 2000 \\
+        --memory-margin-mib -1                                                  # under memcheck
+
+(docs/gpu-check.md, "The soak test", says why those options.)
 
 Each call picks an op (every op of ``latte.ops.__all__``), a random shape (heads 1..128, topk
 1..4096 mostly small, T 0..300, block sizes 1/13/16/64, both MLA cache formats, s_q 1..4, bf16
@@ -542,7 +545,8 @@ class Generator:
 
     def mla_decode(self, check: bool) -> Call:
         r, dev = self.rng, self.dev
-        b, s_q, h = (0 if r.random() < 0.05 else skew(r, 1, 64)), int(r.integers(1, 5)), self.heads()
+        b = 0 if r.random() < 0.05 else skew(r, 1, 64)
+        s_q, h = int(r.integers(1, 5)), self.heads()
         bs, fmt = pick(r, BLOCK_SIZES), pick(r, ("bf16", "fp8_ds_mla"))
         max_blocks = skew(r, 1, max(1, 2048 // bs))
         b, h, max_blocks = self.fit([b, h, max_blocks], lambda d: d[0] * s_q * d[1] * d[2] * bs,
@@ -576,8 +580,8 @@ class Generator:
             row = int(r.integers(b))
             call.check_bad += [("seq_lens", (row,), pick(r, (s_q - 1, length + 1, -1)))]
             if lens[row] > 0:
-                call.check_bad += [("block_table", (row, int(r.integers(0, (lens[row] - 1) // bs + 1))),
-                                    pick(r, (-1, nb, 10**6)))]
+                used = int(r.integers(0, (lens[row] - 1) // bs + 1))   # a block the window reads
+                call.check_bad += [("block_table", (row, used), pick(r, (-1, nb, 10**6)))]
         self.scale_and_format_bad(call, fmt)
         if r.random() < 0.3:
             call.args["kv_format"] = fmt
@@ -657,8 +661,8 @@ class Generator:
                 call.check_bad += [("token_request", (row,), pick(r, (-1, rows)))]
             if lens[row] > 0:
                 br = int(tr[row]) if tr is not None else row
-                call.check_bad += [("block_table", (br, int(r.integers(0, (lens[row] - 1) // bs + 1))),
-                                    pick(r, (-1, nb)))]
+                used = int(r.integers(0, (lens[row] - 1) // bs + 1))   # a block the token sees
+                call.check_bad += [("block_table", (br, used), pick(r, (-1, nb)))]
         call.facts.update(tokens=t, fp8=fp8, block_size=bs, num_blocks=nb)
         return call
 
@@ -846,7 +850,8 @@ def c_rank(call, dev, rng):
 
 
 def c_size(call, dev, rng):
-    """A size that disagrees with the other arguments or its limit: T, H, the head dim, topk 0 or 65537, an empty cache, max_blocks 0, ... (rule 7)."""
+    """A size that disagrees with the other arguments or its limit: T, H, the head dim, topk 0
+    or 65537, an empty cache, max_blocks 0, ... (rule 7)."""
     rules = [rule for rule in call.size_bad if call.args.get(rule[0]) is not None]
     if not rules:
         return False
@@ -1025,10 +1030,10 @@ def _alias(call, dev, rng, cross: bool):
         return False
     out, other = pick(rng, pairs)
     o, v = call.args[out], call.args[other]
-    vbytes = _bytes(dev, v, _used_shape(call, other, v))
+    used = _bytes(dev, v, _used_shape(call, other, v))   # overlap the part the op reads
     obytes = _bytes(dev, o)
-    offset = int(rng.integers(0, max(1, vbytes // 16))) * 16
-    raw = dev.raw(max(vbytes, offset + obytes) + 16)
+    offset = int(rng.integers(0, max(1, used // 16))) * 16
+    raw = dev.raw(max(_bytes(dev, v), offset + obytes) + 16)
     vnew = dev.carve(raw, 0, tuple(v.shape), dev.dtype_of(v), dev.strides(v))
     dev.copy_into(vnew, v)
     onew = dev.carve(raw, offset, tuple(o.shape), dev.dtype_of(o), dev.strides(o))
@@ -1215,7 +1220,8 @@ CORRUPTIONS = {
     "alias_logical": c_alias_logical,
     "missing": c_missing, "not_tensor": c_not_tensor, "wrong_device": c_wrong_device,
     "scalar": _scalar("scalar"), "scalar_type": _scalar("scalar_type"),
-    "scalar_range": _scalar("scalar_range"), "backend": c_backend, "stream": c_stream, "check_index": c_check_index,
+    "scalar_range": _scalar("scalar_range"), "backend": c_backend, "stream": c_stream,
+    "check_index": c_check_index,
     "q_scale": c_q_scale, "rows": c_rows, "logical_without_block_table": c_sparse_mla_logical,
     "e4m3_cache": c_e4m3_cache, "topk_mismatch": c_topk_mismatch, "huge_output": c_huge_output,
 }
@@ -1272,10 +1278,9 @@ class Backends:
                 continue
             ok = all(key not in spec or _rule_ok(caps.get(key), spec[key])
                      for key in ("heads", "block_size", "topk", "s_q", "max_tokens", "head_dim"))
-            if "q_dtype" in spec and caps.get("q_dtypes") and spec["q_dtype"] not in caps["q_dtypes"]:
-                ok = False
-            if "kv_cache" in spec and caps.get("kv_caches") and spec["kv_cache"] not in caps["kv_caches"]:
-                ok = False
+            for key, listed in (("q_dtype", "q_dtypes"), ("kv_cache", "kv_caches")):
+                if key in spec and caps.get(listed) and spec[key] not in caps[listed]:
+                    ok = False
             if ok:
                 return True
         return False
@@ -1359,11 +1364,11 @@ def _norm_err(got: np.ndarray, want: np.ndarray, axis=None) -> float:
     """max |got - want| over the largest |want| of the row (the whole tensor for axis None);
     -inf must match -inf exactly."""
     got, want = got.astype(np.float64), want.astype(np.float64)
-    ninf_g, ninf_w = np.isneginf(got), np.isneginf(want)
-    if np.any(ninf_g != ninf_w) or np.any(np.isnan(got) != np.isnan(want)):
-        return math.inf
     finite = np.isfinite(want)
-    diff = np.where(finite, np.abs(got - want), 0.0)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    if np.any(~finite & ~same) or np.any(finite & ~np.isfinite(got)):
+        return math.inf
+    diff = np.where(finite, np.abs(np.where(finite, got, 0.0) - np.where(finite, want, 0.0)), 0.0)
     if diff.size == 0:
         return 0.0
     scale = np.where(finite, np.abs(want), 0.0)
@@ -1377,12 +1382,12 @@ def _norm_err(got: np.ndarray, want: np.ndarray, axis=None) -> float:
 
 def _lse_err(got: np.ndarray, want: np.ndarray) -> float:
     got, want = got.astype(np.float64), want.astype(np.float64)
-    if np.any(np.isneginf(got) != np.isneginf(want)) or np.any(np.isnan(got)):
-        return math.inf
     finite = np.isfinite(want)
+    if np.any(~finite & (got != want)) or np.any(finite & ~np.isfinite(got)):
+        return math.inf
     if not finite.any():
         return 0.0
-    return float((np.abs(got - want)[finite] / np.maximum(1.0, np.abs(want[finite]))).max())
+    return float((np.abs(got[finite] - want[finite]) / np.maximum(1.0, np.abs(want[finite]))).max())
 
 
 def _exact_err(got: np.ndarray, want: np.ndarray) -> float:
@@ -1523,7 +1528,8 @@ class Soak:
         self.stats = {op: OpStats() for op in OPS}
         self.kinds: dict[str, list] = {}     # kind -> [count, refused]
         self.errors: dict[str, int] = {}     # exception class -> count
-        self.violations: list[dict] = []
+        self.violations: list[dict] = []     # the first 2000, with their details
+        self.violation_counts: Counter = Counter()   # every one, by op / kind / what
         self.memory: dict[str, Any] = {}
         self.notes: list[str] = []
         self.current = ""
@@ -1569,7 +1575,7 @@ class Soak:
                       if self.dev.is_tensor(call.args.get(n))}
         kwargs = dict(call.args)
         stream = self.stream_for(call)
-        if stream is not None:
+        if stream is not None and "stream" not in kwargs:   # (a corrupted stream stays)
             kwargs["stream"] = stream
         self.current = f"#{i} {call.kind} {call.summary()}"
         start = time.perf_counter()
@@ -1588,6 +1594,8 @@ class Soak:
         st.seconds += time.perf_counter() - start
         if error is not None:
             name = type(error).__name__
+            if not isinstance(error, LatteError):
+                name = f"{type(error).__module__}.{name}".replace("builtins.", "")
             self.errors[name] = self.errors.get(name, 0) + 1
         if valid:
             st.valid += 1
@@ -1646,8 +1654,14 @@ class Soak:
         self.stats[call.op].violations += 1
         if isinstance(detail, BaseException):
             detail = f"{type(detail).__name__}: {detail}"
+        self.violation_counts[f"{call.op} / {call.kind.split(':')[0]}: {what}: "
+                              f"{str(detail).splitlines()[0][:70]}"] += 1
+        if len(self.violations) >= 2000:
+            return
         entry = dict(call=i, op=call.op, kind=call.kind, what=what, detail=str(detail)[:600],
-                     args=call.summary()[:1500], replay=self.replay_command(i))
+                     args=call.summary()[:3000], replay=self.replay_command(i),
+                     backend=call.args.get("backend"), spec=spec_of(call, self.dev)
+                     if call.kind == "valid" else None)
         self.violations.append(entry)
         if len(self.violations) <= self.args.max_print:
             self.log(f"VIOLATION call #{i} [{call.op} / {call.kind}] {what}: {entry['detail']}\n"
@@ -1719,16 +1733,25 @@ class Soak:
         self.memory["samples"] = 0
         i = 0
         try:
-            for i in range(a.calls):
+            for i in range(a.start, a.calls):
                 if a.time_limit and time.monotonic() - self.t0 > a.time_limit:
                     self.stopped = f"--time-limit {a.time_limit:g} s reached after {i} calls"
                     self.log(self.stopped)
                     break
-                if i == warmup:
+                if i == a.start + warmup:
                     self.memory["start"] = self.settle()
                     self.memory["max"] = dict(self.memory["start"])
                 faulthandler.dump_traceback_later(2 * a.hang_timeout, exit=True)
-                call = self.make_call(i)
+                try:
+                    call = self.make_call(i)
+                except Exception as e:  # noqa: BLE001 - a soak bug, unless CUDA has failed
+                    self.dev.sync()
+                    self.violations.append(dict(
+                        call=i, op="?", kind="generator", what="soak.py failed to make the call",
+                        detail=f"{type(e).__name__}: {e}"[:600],
+                        args=traceback.format_exc()[-1500:],
+                        replay=self.replay_command(i)))
+                    continue
                 if i % a.oracle_every == 0:
                     oracle_pending = True
                 due = oracle_pending and call.kind == "valid"
@@ -1736,12 +1759,12 @@ class Soak:
                 if due and call.work <= a.oracle_budget and call.oracle_ok:
                     oracle_pending = False
                 del call
-                self.calls_done = i + 1
+                self.calls_done += 1
                 self.progress = time.monotonic()
                 if (i + 1) % a.sync_every == 0:
                     self.sync_point(i)
                 if (i + 1) % a.progress_every == 0:
-                    self.log(f"{i + 1} calls, {len(self.violations)} violations, "
+                    self.log(f"{i + 1} calls, {sum(self.violation_counts.values())} violations, "
                              f"{time.monotonic() - self.t0:.0f} s, host RSS "
                              f"{_rss_bytes() / 2**20:.0f} MiB")
             self.dev.sync()
@@ -1750,12 +1773,15 @@ class Soak:
                                         detail=f"{type(e).__name__}: {e}"[:600],
                                         args=self.current[:1500], replay=self.replay_command(i)))
             self.log(f"STOPPED at call #{i}: {type(e).__name__}: {e}\n{traceback.format_exc()}")
-            self.stopped = f"exception at call #{i}"
+            last_sync = i - i % a.sync_every
+            self.stopped = (f"exception at call #{i} (a CUDA fault comes from calls {last_sync} .. "
+                            f"{i}: rerun them with --start {last_sync} --calls {i + 1} "
+                            f"--sync-every 1)")
         finally:
             stop.set()
             faulthandler.cancel_dump_traceback_later()
         elapsed = time.monotonic() - self.t0
-        if "start" in self.memory:
+        if "start" in self.memory and not self.stopped.startswith("exception"):
             self.memory["end"] = self.settle()
             self.flat = self.memory_flat()
         self.write_report(elapsed)
@@ -1767,6 +1793,12 @@ class Soak:
             return
         sample = self.memory_sample()
         self.memory["samples"] += 1
+        if "outside_torch" in sample:
+            series = self.memory.setdefault("series", [])
+            series.append((i + 1, round(sample["outside_torch"] / 2**20, 1),
+                           round(sample["allocated"] / 2**20, 1)))
+            if len(series) > 200:   # keep every other sample
+                del series[1::2]
         peak = self.memory["max"]
         for k, v in sample.items():
             peak[k] = max(peak.get(k, 0), v)
@@ -1779,14 +1811,15 @@ class Soak:
         grown = e["host_rss"] - s["host_rss"]
         if grown > (256 << 20):
             self.notes.append(f"host memory (RSS) grew by {grown / 2**20:.0f} MiB")
-        if "allocated" not in s:
+        if "allocated" not in s or margin < 0:
             return None
         flat = True
         for key in ("allocated", "outside_torch"):
             if e[key] - s[key] > margin:
                 flat = False
                 self.notes.append(f"device memory grew: {key} {s[key] / 2**20:.1f} MiB -> "
-                                  f"{e[key] / 2**20:.1f} MiB (margin {self.args.memory_margin_mib} MiB)")
+                                  f"{e[key] / 2**20:.1f} MiB "
+                                  f"(margin {self.args.memory_margin_mib} MiB)")
         return flat
 
     # -- report
@@ -1808,7 +1841,10 @@ class Soak:
             "invalid_kinds": {k: {"calls": v[0], "refused": v[1], "example": v[2]}
                               for k, v in sorted(self.kinds.items())},
             "exceptions": dict(sorted(self.errors.items())),
-            "violations": len(self.violations), "violation_list": self.violations[:200],
+            "violations": sum(self.violation_counts.values()) + sum(
+                1 for v in self.violations if v["kind"] in ("hang", "fault", "generator")),
+            "violation_counts": dict(self.violation_counts.most_common()),
+            "violation_list": self.violations[:200],
             "memory": self.memory, "memory_flat": self.flat,
             "notes": self.notes,
             "backends": {op: self.backends.for_op(op) for op in OPS},
@@ -1842,7 +1878,7 @@ def markdown(s: dict) -> str:
         f"that does not declare them {t['declined']}); oracle checks: {t['oracle']}",
         f"- invalid calls: {t['invalid']}, refused with a latte error: {t['refused']}",
         f"- violations: {s['violations']}" + (f"; stopped: {s['stopped']}" if s["stopped"] else ""),
-        f"- backends: " + ", ".join(f"{op} {'/'.join(ids) or '-'}"
+        "- backends: " + ", ".join(f"{op} {'/'.join(ids) or '-'}"
                                     for op, ids in s["backends"].items()),
         "",
         "| op | valid | ok | invalid | refused | oracle | max error | violations | s in calls |",
@@ -1873,6 +1909,10 @@ def markdown(s: dict) -> str:
                      f"{s['memory_flat']}.")
     for note in s["notes"]:
         lines.append(f"- {note}")
+    if s["violation_counts"]:
+        lines += ["", "| violations by op / kind | count |", "|---|---|"]
+        lines += [f"| {k.replace('|', '/')} | {n} |"
+                  for k, n in list(s["violation_counts"].items())[:60]]
     if s["violation_list"]:
         lines += ["", "### Violations (first 20)", ""]
         for v in s["violation_list"][:20]:
@@ -1921,13 +1961,19 @@ def parse_args(argv=None):
                    help="stop starting calls after this many seconds (reported, not a failure)")
     p.add_argument("--hang-timeout", type=float, default=120.0)
     p.add_argument("--sync-every", type=int, default=100)
-    p.add_argument("--warmup", type=int, default=500,
-                   help="calls before the start memory sample")
-    p.add_argument("--memory-margin-mib", type=int, default=64)
+    p.add_argument("--warmup", type=int, default=5000,
+                   help="calls before the start memory sample (at most a fifth of the calls): "
+                        "kernels load and workspaces grow to their size meanwhile")
+    p.add_argument("--memory-margin-mib", type=int, default=64,
+                   help="device memory growth allowed from the warm-up to the end; < 0: report "
+                        "only (under a sanitizer, which keeps freed memory)")
     p.add_argument("--progress-every", type=int, default=10_000)
     p.add_argument("--max-print", type=int, default=20)
     p.add_argument("--report", help="write the summary: FILE.json as JSON, else markdown")
     p.add_argument("--replay", type=int, help="run call I of this seed alone, with the oracle")
+    p.add_argument("--start", type=int, default=0,
+                   help="begin at call I (calls I .. --calls - 1 of this seed; with --sync-every 1 "
+                        "a CUDA fault is pinned to its call)")
     p.add_argument("--list-kinds", action="store_true", help="list the invalid kinds and exit")
     a = p.parse_args(argv)
     cuda = a.device == "cuda"
