@@ -1727,6 +1727,7 @@ class Soak:
             self.log("violations: %d" % len(self.violations))
             return 1 if self.violations else 0
         stop = threading.Event()
+        self.progress = time.monotonic()
         threading.Thread(target=self.watchdog, args=(stop,), daemon=True).start()
         warmup = min(a.warmup, a.calls // 5)
         oracle_pending = False
@@ -1741,7 +1742,8 @@ class Soak:
                 if i == a.start + warmup:
                     self.memory["start"] = self.settle()
                     self.memory["max"] = dict(self.memory["start"])
-                faulthandler.dump_traceback_later(2 * a.hang_timeout, exit=True)
+                # the last resort, should a hang hold the GIL and stop the watchdog thread
+                faulthandler.dump_traceback_later(a.hang_timeout + 60, exit=True)
                 try:
                     call = self.make_call(i)
                 except Exception as e:  # noqa: BLE001 - a soak bug, unless CUDA has failed
