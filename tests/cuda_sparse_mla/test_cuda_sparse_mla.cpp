@@ -1317,15 +1317,16 @@ TEST(CudaSparseMlaPlan, SplitIndependentOfT) {
     }
 }
 
-// Host-only: the tuning variables take the values they document and refuse any other with an
-// error that names the variable, its value and the accepted ones.
+// Host-only: the tuning variables take the values they document (empty = unset: the default
+// rule) and refuse any other with an error that names the variable, its value and the accepted
+// ones.
 TEST(CudaSparseMlaPlan, TuningVariablesRefuseWhatTheyDoNotAccept) {
   struct Var {
     const char* name;
     std::vector<const char*> good, bad;
   };
   const std::vector<Var> vars = {
-      {"LATTE_CUDA_SPARSE_MLA_CHUNK", {"32", "512"}, {"0", "48", "-64", "abc", "64x", ""}},
+      {"LATTE_CUDA_SPARSE_MLA_CHUNK", {"32", "512", ""}, {"0", "48", "-64", "abc", "64x"}},
       {"LATTE_CUDA_SPARSE_MLA_ROW_TILE", {"16", "32"}, {"8", "64", "sixteen"}},
       {"LATTE_CUDA_SPARSE_MLA_WARPS", {"4", "8"}, {"2", "16", "8.0"}},
       {"LATTE_CUDA_SPARSE_MLA_CTAS", {"2", "3"}, {"1", "4", " 3"}},
