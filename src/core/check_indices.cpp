@@ -36,8 +36,8 @@ std::vector<std::pair<const char*, const TensorView*>> named_tensors(const OpArg
                          {"visible_lens", &in.visible_lens}});
     }
     List operator()(const SparseMlaArgs& a) const {
-      return {{"q", &a.q}, {"kv_cache", &a.kv_cache}, {"indices", &a.indices}, {"out", &a.out},
-              {"lse", &a.lse}};
+      return {{"q", &a.q}, {"q_rope", &a.q_rope}, {"kv_cache", &a.kv_cache}, {"indices", &a.indices},
+              {"out", &a.out}, {"lse", &a.lse}};
     }
     List operator()(const MlaDecodeArgs& a) const {
       return {{"q", &a.q}, {"kv_cache", &a.kv_cache}, {"block_table", &a.block_table},

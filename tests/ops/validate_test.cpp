@@ -94,6 +94,15 @@ std::vector<BadCase> bad_cases() {
          return OpArgs(a);
        },
        {"q_rope has 1 in dimension 1, not 2"}},
+      {"q_rope_on_another_device", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.q = with_shape(a.q, {4, 2, 512});
+         a.q_rope = with_shape(c.q, {4, 2, 64});
+         for (TensorView* t : {&a.q, &a.kv_cache, &a.indices, &a.out, &a.lse}) *t = on_cuda(*t);
+         return OpArgs(a);
+       },
+       {"different devices", "q is on cuda:0 but q_rope is on cpu"}},
       {"q_last_stride_2", Stage::validate,
        [](C c) { auto a = c.sparse_mla(); a.q = with_strides(a.q, {2304, 1152, 2}); return OpArgs(a); },
        {"q has stride 2 in its last dimension", "contiguous"}},
