@@ -20,10 +20,11 @@ import sys
 from typing import Any, Sequence
 
 from . import _latte
-from .errors import ArgumentTypeError, DTypeError
+from .errors import ArgumentTypeError, DTypeError, OutOfMemoryError
 
 # latte dtype name -> the name torch and numpy (with ml_dtypes for bfloat16) give it.
 _ARRAY_DTYPE_NAMES = {"bf16": "bfloat16", "f32": "float32", "i32": "int32", "u8": "uint8"}
+_DTYPE_BYTES = {"bf16": 2, "f32": 4, "i32": 4, "u8": 1}
 
 
 def _module(name: str) -> Any:
@@ -93,6 +94,21 @@ def lead_shape(x: Any, name: str, op: str, count: int) -> tuple[int, ...]:
 def empty_like_input(like: Any, shape: Sequence[int], dtype: str, name: str) -> Any:
     """An uninitialized output of latte dtype ``dtype`` allocated the way ``like`` was."""
     shape = tuple(int(s) for s in shape)
+    try:
+        return _empty_like_input(like, shape, dtype, name)
+    except (MemoryError, RuntimeError, ValueError) as e:  # torch's / numpy's allocation failures
+        if isinstance(e, (DTypeError, ArgumentTypeError)):
+            raise
+        nbytes = _DTYPE_BYTES[dtype]
+        for s in shape:
+            nbytes *= max(s, 0)
+        raise OutOfMemoryError(
+            f"{name}: latte could not allocate the output {list(shape)} {dtype} ({nbytes} bytes) "
+            f"like the input: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}. "
+            f"Check the inputs' shapes, or pass {name}= an output you allocated") from e
+
+
+def _empty_like_input(like: Any, shape: Sequence[int], dtype: str, name: str) -> Any:
     if is_torch(like):
         torch = _module("torch")
         torch_dtype = getattr(torch, _ARRAY_DTYPE_NAMES[dtype])

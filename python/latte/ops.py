@@ -15,6 +15,8 @@ through the global context (or runs the one ``backend=`` forces), and returns it
 
 from __future__ import annotations
 
+import numbers
+import operator
 from typing import Any, Optional, Tuple, Union
 
 from . import _latte
@@ -39,6 +41,51 @@ Stream = Any  # int cudaStream_t, torch.cuda.Stream, or an object with .cuda_str
 # from their descriptors and everything else through DLPack (_tensors.arg), picks the stream
 # and validates in C++: the Python layer only allocates missing outputs (docs/python.md, "Host
 # cost of a call").
+
+
+def _required(op: str, **tensors: Any) -> None:
+    # A required tensor given as None is named here, before the extension sees it.
+    for name, value in tensors.items():
+        if value is None:
+            raise ArgumentTypeError(f"{op}: {name} is required (a tensor); got None")
+
+
+def _real(op: str, name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ArgumentTypeError(f"{op}: {name} must be a real number; got {type(value).__name__} "
+                                f"{value!r}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidArgumentError(f"{op}: {name} = {value!r} is beyond a float; pass a value "
+                                   f"of float range") from None
+
+
+def _int(op: str, name: str, value: Any, low: int, high: int) -> int:
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        v = operator.index(value)
+    except TypeError:
+        raise ArgumentTypeError(f"{op}: {name} must be an int; got {type(value).__name__} "
+                                f"{value!r}") from None
+    if not low <= v <= high:
+        raise InvalidArgumentError(f"{op}: {name} = {v} is out of range; allowed {low}..{high}")
+    return v
+
+
+def _text(op: str, name: str, value: Any, optional: bool = True) -> Optional[str]:
+    if (value is None and optional) or isinstance(value, str):
+        return value
+    raise ArgumentTypeError(f"{op}: {name} must be a string{' or None' if optional else ''}; got "
+                            f"{type(value).__name__} {value!r}")
+
+
+def _texts(op: str, **values: Any) -> None:
+    # backend= / kv_format= / kind= / scale_kind=: strings (or None where optional).
+    for name, value in values.items():
+        if value is not None and type(value) is not str:
+            _text(op, name, value)
 
 
 def _attention_outputs(q: Tensor, op: str, lead_dims: int, out: Optional[Tensor],
@@ -109,6 +156,12 @@ def sparse_mla(
     Returns:
         out, or (out, lse) when return_lse or lse is given.
     """
+    if q is None or kv_cache is None or indices is None:
+        _required("sparse_mla", q=q, kv_cache=kv_cache, indices=indices)
+    if type(scale) is not float:
+        scale = _real("sparse_mla", "scale", scale)
+    if kv_format is not None or backend is not None:
+        _texts("sparse_mla", kv_format=kv_format, backend=backend)
     if block_table is None and (token_request is not None or slots is not None):
         raise InvalidArgumentError(
             "sparse_mla: token_request= and slots= go with block_table= (logical positions in "
@@ -119,7 +172,7 @@ def sparse_mla(
         topk = lead_shape(indices, "indices", "sparse_mla", 2)[1]
         slots = empty_like_input(indices, (lead[0], topk), "i32", "slots")
     out, lse, want_lse = _attention_outputs(q, "sparse_mla", 2, out, lse, return_lse)
-    _latte.sparse_mla(q, kv_cache, indices, out, lse, float(scale), kv_format, backend or None,
+    _latte.sparse_mla(q, kv_cache, indices, out, lse, scale, kv_format, backend or None,
                       stream, check_indices, block_table, token_request, slots, q_rope)
     return (out, lse) if want_lse else out
 
@@ -156,8 +209,13 @@ def mla_decode(
     Returns:
         out, or (out, lse) when return_lse or lse is given.
     """
+    if q is None or kv_cache is None or block_table is None or seq_lens is None:
+        _required("mla_decode", q=q, kv_cache=kv_cache, block_table=block_table, seq_lens=seq_lens)
+    if type(scale) is not float:
+        scale = _real("mla_decode", "scale", scale)
+    _texts("mla_decode", kv_format=kv_format, backend=backend)
     out, lse, want_lse = _attention_outputs(q, "mla_decode", 3, out, lse, return_lse)
-    _latte.mla_decode(q, kv_cache, block_table, seq_lens, out, lse, float(scale), kv_format,
+    _latte.mla_decode(q, kv_cache, block_table, seq_lens, out, lse, scale, kv_format,
                       backend or None, stream, check_indices)
     return (out, lse) if want_lse else out
 
@@ -203,6 +261,12 @@ def indexer_topk(
     Returns:
         indices [T, topk] int32.
     """
+    if q is None or weights is None or k_cache is None or block_table is None or visible_lens is None:
+        _required("indexer_topk", q=q, weights=weights, k_cache=k_cache, block_table=block_table,
+                  visible_lens=visible_lens)
+    if type(kind) is not str or backend is not None:
+        _texts("indexer_topk", backend=backend)
+        _text("indexer_topk", "kind", kind, optional=False)
     if topk is not None:
         topk = _latte.check_topk("indexer_topk", topk)  # before it sizes an allocation
     if indices is None:
@@ -237,6 +301,10 @@ def indexer_logits(
     Returns:
         logits [T, L] float32.
     """
+    if q is None or weights is None or k_cache is None or block_table is None or visible_lens is None:
+        _required("indexer_logits", q=q, weights=weights, k_cache=k_cache,
+                  block_table=block_table, visible_lens=visible_lens)
+    _texts("indexer_logits", backend=backend)
     if logits is None:
         op = "indexer_logits"
         (t,) = lead_shape(q, "q", op, 1)
@@ -273,6 +341,11 @@ def kv_store(
             two).
         kv_format, backend, stream, check_indices: as for :func:`sparse_mla`.
     """
+    if latent is None or rope is None or slot_mapping is None or kv_cache is None:
+        _required("kv_store", latent=latent, rope=rope, slot_mapping=slot_mapping,
+                  kv_cache=kv_cache)
+    _text("kv_store", "scale_kind", scale_kind, optional=False)
+    _texts("kv_store", kv_format=kv_format, backend=backend)
     _latte.kv_store(latent, rope, slot_mapping, kv_cache, scale_kind, kv_format, backend or None,
                     stream, check_indices)
 
@@ -296,6 +369,10 @@ def indexer_k_store(
         k_cache: [num_blocks, block_size, 132] uint8 pages.
         scale_kind, backend, stream, check_indices: as for :func:`kv_store`.
     """
+    if k is None or slot_mapping is None or k_cache is None:
+        _required("indexer_k_store", k=k, slot_mapping=slot_mapping, k_cache=k_cache)
+    _text("indexer_k_store", "scale_kind", scale_kind, optional=False)
+    _texts("indexer_k_store", backend=backend)
     _latte.indexer_k_store(k, slot_mapping, k_cache, scale_kind, backend or None, stream,
                            check_indices)
 
@@ -325,9 +402,13 @@ def logical_to_slots(
     Returns:
         slots [T, K] int32.
     """
+    if positions is None or block_table is None:
+        _required("logical_to_slots", positions=positions, block_table=block_table)
+    block_size = _int("logical_to_slots", "block_size", block_size, 1, 2**31 - 1)
+    _texts("logical_to_slots", backend=backend)
     if slots is None:
         lead = lead_shape(positions, "positions", "logical_to_slots", 2)
         slots = empty_like_input(positions, lead, "i32", "slots")
-    _latte.logical_to_slots(positions, block_table, token_request, slots, int(block_size),
+    _latte.logical_to_slots(positions, block_table, token_request, slots, block_size,
                             backend or None, stream, check_indices)
     return slots
