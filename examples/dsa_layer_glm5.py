@@ -47,7 +47,8 @@ def rope(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 
 def fp8_roundtrip(x: torch.Tensor, group: int) -> torch.Tensor:
-    """What an e4m3 cache with one amax/448 scale per `group` values gives back (DESIGN.md 3)."""
+    """What an e4m3 cache with one amax/448 scale per `group` values gives back
+    (docs/design.md, section 5.3)."""
     g = x.float().reshape(*x.shape[:-1], -1, group)
     amax = g.abs().amax(-1, keepdim=True)
     # The format's scale is the float32 quotient amax / 448. Divide by a tensor: on CUDA, torch

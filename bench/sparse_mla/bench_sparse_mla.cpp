@@ -3,8 +3,8 @@
 // 4 GiB device-to-device copy and a cuBLAS bf16 GEMM. Prints one JSON object per line;
 // bench/sparse_mla/run_bench.py times the PyTorch peer and prints the table.
 //
-// Method (DESIGN.md 7): random data (never zeros), warm-up, median of many calls, inputs
-// rotated over several copies so that the working set of consecutive calls is several times
+// Method (docs/performance.md, "Method"): random data (never zeros), warm-up, median of many calls,
+// inputs rotated over several copies so that the working set of consecutive calls is several times
 // the L2. Three figures per shape (docs/kernels/sparse_mla.md, "Benchmark method"):
 //   time_us   steady state, the way triton.testing.do_bench (FlashMLA's benchmark) measures:
 //             the calls are queued back to back with an event pair around each call and one
@@ -386,7 +386,8 @@ int main(int argc, char** argv) {
   const int iters = argc > 2 ? std::atoi(argv[2]) : 30;
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
-  // LATTE_BENCH_QUICK=1 (profiling runs): skip the ceilings, use the H200 figures of DESIGN.md 8.
+  // LATTE_BENCH_QUICK=1 (profiling runs): skip the ceilings, use the H200 figures of
+  // docs/performance.md, "Method".
   Ceilings c;
   if (std::getenv("LATTE_BENCH_QUICK")) {
     c.copy_gbs = 4256;

@@ -1,5 +1,6 @@
-// The backend contract (DESIGN.md 6): an open string id, declared capabilities, optional
-// custom checks, and make() returning a Kernel that reports its workspace and runs on a stream.
+// The backend contract (docs/architecture.md, "The backend contract"): an open string id, declared
+// capabilities, optional custom checks, and make() returning a Kernel that reports its workspace
+// and runs on a stream.
 #pragma once
 
 #include <cstddef>

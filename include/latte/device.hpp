@@ -37,7 +37,7 @@ struct DeviceInfo {
 };
 
 // "cpu", "cuda", "cuda:N" (probed; error if absent), "sm_80" ... "sm_120" (described with the
-// limits of DESIGN.md 5). Throws latte::Error(not_found) naming the accepted forms.
+// limits of docs/design.md, section 8). Throws latte::Error(not_found) naming the accepted forms.
 [[nodiscard]] DeviceInfo describe_device(std::string_view name);
 
 // The CPU followed by every CUDA device the runtime reports (none in a build without CUDA).

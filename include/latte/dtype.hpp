@@ -14,7 +14,7 @@ enum class DType : uint8_t { f32, f16, bf16, e4m3, i32, u8 };
 [[nodiscard]] std::optional<DType> parse_dtype(std::string_view name);
 [[nodiscard]] std::size_t dtype_size(DType dtype);
 
-// Layout of one token of the MLA KV cache (DESIGN.md 3).
+// Layout of one token of the MLA KV cache (docs/design.md, sections 6.1 and 6.2).
 enum class CacheFormat : uint8_t {
   bf16,        // 576 bf16 values, 1152 bytes per token
   fp8_ds_mla,  // 512 e4m3 + 4 f32 scales + 64 bf16 rope, 656 bytes per token

@@ -1,5 +1,5 @@
-// Number formats and byte layouts (DESIGN.md 3), host side. CUDA kernels use the same
-// definitions through their own device code and are tested against these.
+// Number formats and byte layouts (docs/design.md, sections 5 and 6), host side. CUDA kernels use
+// the same definitions through their own device code and are tested against these.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +10,7 @@ namespace latte {
 
 inline constexpr float kE4m3Max = 448.0f;  // largest finite e4m3 value (code 0x7E)
 
-// Byte offsets inside one fp8_ds_mla token (656 bytes, DESIGN.md 3).
+// Byte offsets inside one fp8_ds_mla token (656 bytes, docs/design.md, section 6.2).
 inline constexpr int kFp8DsMlaBytes = 656;
 inline constexpr int kFp8DsMlaScaleOffset = 512;  // 4 f32 group scales
 inline constexpr int kFp8DsMlaRopeOffset = 528;   // 64 bf16 rope values
@@ -37,7 +37,7 @@ void pack_fp8_ds_mla_token(const float* latent, const float* rope, Fp8ScaleKind 
 // Back to 576 floats: latent = e4m3 * scale, rope = bf16.
 void unpack_fp8_ds_mla_token(const uint8_t* in656, float* out576);
 
-// One token of the indexer K cache, inside its page (DESIGN.md 3): 128 e4m3 at
+// One token of the indexer K cache, inside its page (docs/design.md, section 6.3): 128 e4m3 at
 // page + offset*128, one f32 scale at page + block_size*128 + offset*4.
 void pack_indexer_k_token(const float* k128, Fp8ScaleKind kind, uint8_t* page, int block_size,
                           int offset);

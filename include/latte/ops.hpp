@@ -1,5 +1,5 @@
 // The operations every latte backend computes, and their arguments. Semantics, dtypes and
-// errors: docs/operations.md. The math: DESIGN.md 2.
+// errors: docs/operations.md. The math: docs/design.md.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,7 @@ enum class Op : uint8_t {
 [[nodiscard]] std::optional<Op> parse_op(std::string_view name);
 [[nodiscard]] const std::vector<Op>& all_ops();
 
-// MLA dimensions shared by every supported model (DESIGN.md 2.1).
+// MLA dimensions shared by every supported model (docs/design.md, section 1).
 inline constexpr int kLatentDim = 512;   // kv_lora_rank
 inline constexpr int kRopeDim = 64;      // qk_rope_head_dim
 inline constexpr int kQkDim = 576;       // latent + rope
@@ -69,7 +69,7 @@ struct IndexerInputs {
   TensorView q;              // [T, H_i, 128] e4m3 or bf16
   TensorView q_scale;        // [T, H_i] f32, required with e4m3 q, absent with bf16
   TensorView weights;        // [T, H_i] f32
-  TensorView k_cache;        // [num_blocks, block_size, 132] u8, page layout of DESIGN.md 3
+  TensorView k_cache;        // [num_blocks, block_size, 132] u8; pages: docs/design.md, section 6.3
   TensorView block_table;    // [B, max_blocks] i32
   TensorView token_request;  // optional [T] i32: row of block_table for each token (default t)
   TensorView visible_lens;   // [T] i32: token t sees logical positions 0 .. visible_lens[t]-1

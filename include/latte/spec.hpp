@@ -30,7 +30,7 @@ struct ModelSpec {
   int v_head_dim = 0;
   int64_t max_position_embeddings = 0;
   std::optional<IndexerSpec> indexer;  // present: DSA model; absent: dense MLA
-  double softmax_scale = 0.0;    // DESIGN.md 2.1, yarn mscale included
+  double softmax_scale = 0.0;    // docs/design.md, section 2.1, yarn mscale included
   std::string rope_type;         // "default", "yarn"
   double rope_factor = 1.0;
 

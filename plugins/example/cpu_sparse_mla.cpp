@@ -1,7 +1,7 @@
 // example.cpu_sparse_mla: a complete latte backend in a plugin. It includes only
 // latte/plugin.h (the stable C ABI) and links nothing of latte, so it shows everything an
 // out-of-tree backend needs: declared capabilities, a shipped policy rule, argument checks,
-// and the computation itself (DESIGN.md 2.1) on the CPU with float32 accumulation.
+// and the computation itself (docs/design.md, section 2) on the CPU with float32 accumulation.
 //
 // Semantics: score = scale * dot(q[t,h], c[s]) over the listed slots of indices[t] (-1 = no
 // token; an out-of-range slot is an error in check mode and skipped otherwise; a slot listed

@@ -120,11 +120,11 @@ def sparse_mla(
     slots: Optional[Tensor] = None,
     q_rope: Optional[Tensor] = None,
 ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
-    """Sparse MLA attention over a per-token list of physical cache slots (DESIGN.md 2.1).
+    """Sparse MLA attention over a per-token list of physical cache slots.
 
     score[t,h,s] = scale * q[t,h] . kv[s] for the slots s in indices[t] (-1 = none);
     out[t,h] = softmax-weighted sum of kv[s][:512]; lse[t,h] = ln sum exp(score) (natural log).
-    A row with no valid slot gives out = 0 and lse = -inf.
+    A row with no valid slot gives out = 0 and lse = -inf (docs/design.md, section 2).
 
     Args:
         q: [T, H, 576] bfloat16: the absorbed latent query (512) and the rope part (64).
@@ -236,7 +236,7 @@ def indexer_topk(
     stream: Stream = None,
     check_indices: bool = False,
 ) -> Tensor:
-    """The DSA lightning indexer and exact top-k (DESIGN.md 2.2).
+    """The DSA lightning indexer and exact top-k (docs/design.md, section 4).
 
     I[t,s] = sum_j weights[t,j] * relu(q[t,j] . k[s]) over the visible positions
     s < visible_lens[t]; returns the topk best per token (ties: the smaller position wins),
@@ -361,7 +361,7 @@ def indexer_k_store(
     check_indices: bool = False,
 ) -> None:
     """Quantizes each token's indexer key to e4m3 with one float32 scale and writes it into its
-    page of the indexer K cache (in place; DESIGN.md 3 gives the page layout).
+    page of the indexer K cache (in place; docs/design.md, section 6.3 gives the page layout).
 
     Args:
         k: [T, 128] bfloat16 indexer keys (after rope and the Hadamard rotation).

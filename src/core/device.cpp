@@ -1,5 +1,5 @@
 // Devices: probed through the CUDA runtime (when built with CUDA) or described by name with
-// the limits of a representative GPU of each architecture (DESIGN.md 5).
+// the limits of a representative GPU of each architecture (docs/design.md, section 8).
 #include "latte/device.hpp"
 
 #include <fmt/format.h>

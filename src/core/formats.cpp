@@ -1,6 +1,6 @@
-// Number formats and byte layouts of DESIGN.md 3, host side. Written from the definitions
-// (sign, exponent, mantissa) rather than bit tricks where that is clearer: these functions are
-// the reference the CUDA conversions are tested against.
+// Number formats and byte layouts of docs/design.md, sections 5 and 6, host side. Written from the
+// definitions (sign, exponent, mantissa) rather than bit tricks where that is clearer: these
+// functions are the reference the CUDA conversions are tested against.
 #include "latte/formats.hpp"
 
 #include <cmath>

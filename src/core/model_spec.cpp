@@ -1,4 +1,5 @@
-// Hugging Face config.json -> ModelSpec (DESIGN.md 2.1 and 4), and the compiled-in presets.
+// Hugging Face config.json -> ModelSpec (docs/design.md, sections 2.1 and 7), and the compiled-in
+// presets.
 #include <fmt/format.h>
 
 #include <algorithm>

@@ -114,7 +114,7 @@ void check_scale(std::string_view op, float scale) {
   if (!std::isfinite(scale) || scale == 0.0f) {
     fail_argument(op, fmt::format("scale is {}; expected a finite, non-zero softmax scale. Set "
                                   "it from the model (GLM-5: 0.0625; DeepSeek-V3.2: about "
-                                  "0.13523, see DESIGN.md 2.1).",
+                                  "0.13523, see docs/design.md, section 2.1).",
                                   scale));
   }
 }

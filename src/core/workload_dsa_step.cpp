@@ -574,7 +574,8 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
       checks.emplace_back("cpu.reference");
     }
     if (L <= K) {
-      // DESIGN.md 2.1 equality oracle: with every visible token selected, sparse == dense.
+      // The equality oracle (docs/design.md, section 2.2): with every visible token selected,
+      // sparse == dense.
       if (progress) progress("checking sparse_mla against dense MLA (equality oracle)");
       WorkBuffer dense_out(z.out(), Device{});
       WorkBuffer seq_lens(z.per_request(), Device{});

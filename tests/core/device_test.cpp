@@ -1,4 +1,5 @@
-// Devices described by name with the limits of DESIGN.md 5, and the errors for unknown ones.
+// Devices described by name with the limits of docs/design.md, section 8, and the errors for
+// unknown ones.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

@@ -1098,9 +1098,9 @@ TEST(CudaSparseMlaPlan, CtasPerSmRule) {
   EXPECT_LE(3 * (cuda_sparse_mla::smem_bytes(CacheFormat::bf16, 16, 3) + 1024), 233472u);
 }
 
-// Host-only: the row tile rule at the H200 sweep's points (docs/performance.md, session 7):
-// 16 rows while their grid has at most one CTA per SM; then 32 for fp8, and for bf16 when 32
-// rows need fewer waves.
+// Host-only: the row tile rule at the H200 sweep's points (docs/kernels/sparse_mla.md, "Work
+// decomposition"): 16 rows while their grid has at most one CTA per SM; then 32 for fp8, and for
+// bf16 when 32 rows need fewer waves.
 TEST(CudaSparseMlaPlan, RowTileRule) {
   cuda_sparse_mla::MlaParams p;
   p.topk = 2048;

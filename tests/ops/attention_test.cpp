@@ -58,7 +58,8 @@ struct Cache {
   }
 };
 
-// The definition of DESIGN.md 2.1, without the max-subtraction trick (inputs are small).
+// The definition of docs/design.md, section 2, without the max-subtraction trick (inputs are
+// small).
 struct Expected {
   std::array<double, 512> out{};
   double lse = -kInf;
@@ -252,8 +253,8 @@ TEST(MlaDecode, FirstOfThreeQueriesSeesExactlyOnePositionWhenSeqLenIsThree) {
 
 class EqualityOracle : public ::testing::TestWithParam<CacheFormat> {};
 
-// DESIGN.md 2.1: with topk >= L and S_t = every visible token, sparse == dense up to the order
-// of summation. Slots come from logical_to_slots, as an engine would compute them.
+// docs/design.md, section 2.2: with topk >= L and S_t = every visible token, sparse == dense up to
+// the order of summation. Slots come from logical_to_slots, as an engine would compute them.
 TEST_P(EqualityOracle, SparseOverAllVisibleTokensEqualsDense) {
   DecodeCase dc(GetParam(), {1, 37, 64}, 1, 6);
   dc.run();

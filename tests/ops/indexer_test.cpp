@@ -57,7 +57,7 @@ struct IndexerCase {
     return table.at<int32_t>(row(t) * MAXB + p / BS) * BS + p % BS;
   }
 
-  // DESIGN.md 2.2 written out: I[t,p] = sum_j w[t,j] * ReLU(q[t,j] . k[p]).
+  // docs/design.md, section 4.1 written out: I[t,p] = sum_j w[t,j] * ReLU(q[t,j] . k[p]).
   double score(int64_t t, int64_t p) const {
     const int64_t s = slot(t, p);
     std::array<float, 128> k{};

@@ -92,7 +92,7 @@ struct SparseCase {
     return a;
   }
 
-  // Compares out and lse with a float64 evaluation of DESIGN.md 2.1.
+  // Compares out and lse with a float64 evaluation of docs/design.md, section 2.
   void expect_matches_float64() const {
     const int64_t slots = num_blocks * block_size;
     for (int64_t t = 0; t < tokens; ++t) {

@@ -1,5 +1,6 @@
-"""The math of DESIGN.md 2 and the byte layouts of DESIGN.md 3 in numpy float64, written
-independently of latte to check it. Inputs are numpy arrays of any dtype ml_dtypes reads."""
+"""The math of docs/design.md, sections 2 to 5, and its byte layouts (section 6) in numpy
+float64, written independently of latte to check it. Inputs are numpy arrays of any dtype
+ml_dtypes reads."""
 
 from __future__ import annotations
 
@@ -113,7 +114,8 @@ def unpack_indexer_cache(k_cache: np.ndarray) -> np.ndarray:
 
 def indexer_scores(q, weights, keys, block_table, visible_lens, block_size, q_scale=None,
                    token_request=None):
-    """Per token t: {position: I[t, position]} over its visible positions (DESIGN.md 2.2)."""
+    """Per token t: {position: I[t, position]} over its visible positions
+    (docs/design.md, section 4.1)."""
     q = f64(q)
     if q_scale is not None:
         q = q * f64(q_scale)[:, :, None]

@@ -1,4 +1,5 @@
-"""sparse_mla and mla_decode on numpy arrays against the float64 definitions (DESIGN.md 2.1)."""
+"""sparse_mla and mla_decode on numpy arrays against the float64 definitions (docs/design.md,
+sections 2 and 3)."""
 
 import numpy as np
 import pytest
@@ -58,7 +59,8 @@ def test_mla_decode_matches_float64(rng, s_q):
 
 
 def test_sparse_equals_dense_when_topk_covers_the_context(rng):
-    # DESIGN.md 2.1's equality oracle, through the Python API: the same tokens either way.
+    # The equality oracle (docs/design.md, section 2.2), through the Python API: the same tokens
+    # either way.
     h, bs, nb, length = 4, 16, 6, 40
     cache = bf16(rng, nb, bs, 576)
     table = paged_requests(rng, [length], bs, nb)

@@ -1,5 +1,5 @@
-"""kv_store / indexer_k_store round trips (byte layouts of DESIGN.md 3) and the DSA indexer
-(DESIGN.md 2.2) on numpy arrays, against numpy_reference."""
+"""kv_store / indexer_k_store round trips (byte layouts of docs/design.md, section 6) and the DSA
+indexer (section 4) on numpy arrays, against numpy_reference."""
 
 import ml_dtypes
 import numpy as np

@@ -1,5 +1,6 @@
-"""DESIGN.md 2's math and 3's byte layouts in torch float64, on whatever device the inputs are
-(the GPU tests compare latte's CUDA backends with it without leaving the GPU)."""
+"""The math of docs/design.md, sections 2 to 4, and its byte layouts (section 6) in torch
+float64, on whatever device the inputs are (the GPU tests compare latte's CUDA backends with it
+without leaving the GPU)."""
 
 from __future__ import annotations
 

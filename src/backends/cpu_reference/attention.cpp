@@ -1,4 +1,4 @@
-// sparse_mla and mla_decode in float64 (DESIGN.md 2.1):
+// sparse_mla and mla_decode in float64 (docs/design.md, sections 2 and 3):
 //   score_s = scale * q . c_s,  lse = ln sum_s exp(score_s),  out = sum_s exp(score_s - lse) c_s[0:512]
 // over the token set of each query; an empty set gives out = 0 and lse = -inf.
 #include <algorithm>

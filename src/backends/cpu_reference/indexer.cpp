@@ -1,4 +1,4 @@
-// The DSA lightning indexer in float64 (DESIGN.md 2.2):
+// The DSA lightning indexer in float64 (docs/design.md, section 4):
 //   I[t, p] = sum_j w[t, j] * ReLU(qI[t, j] . kI[p])   for visible positions p < visible_lens[t]
 // indexer_logits writes I (or -inf); indexer_topk picks the topk largest, ties to the smaller
 // position, and pads with -1.

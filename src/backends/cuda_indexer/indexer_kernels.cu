@@ -250,7 +250,7 @@ ScorePlan one_token_plan(const IndexerProblem& p, int mode, int topk, const Devi
 // them, the most CTAs that fit in one wave of the device (its CTAs are latency-bound: a second
 // wave doubled the pass; 16 CTAs of 128 at 32 tokens, two waves, took 14-15.6 us against 10-13
 // for 8 CTAs of 256). Counts that are not powers of two (3 CTAs of 768 at 128 tokens) measured
-// the same (interleaved A/B, session 5).
+// the same (interleaved A/B; docs/kernels/indexer.md, "Fused path").
 ScorePlan plan_sample(const IndexerProblem& p, int samples, const DeviceTraits& dev) {
   ScorePlan pl = one_token_plan(p, kModeSample, 0, dev);
   const int64_t slots = static_cast<int64_t>(dev.sm_count) * score_ctas_per_sm(pl);
@@ -263,7 +263,7 @@ ScorePlan plan_sample(const IndexerProblem& p, int samples, const DeviceTraits& 
 
 // Sampled positions per token: 1024 for rows of up to 131072 positions (the sample pass is
 // 1.6-3.5 % of the admission pass's bytes at 2048; 1024 measured 0-1.7 % faster end to end,
-// interleaved A/B on the H200, session 5); 2048 beyond, where 1024 would expect
+// interleaved A/B on the H200); 2048 beyond, where 1024 would expect
 // 24 / 1024 * 262144 = 6144 candidates, too near the list capacity (8192).
 int fused_samples(const IndexerProblem& p) { return p.max_len() <= 131072 ? 1024 : cuda::kFusedSamples; }
 
@@ -497,7 +497,7 @@ TopkPath pick_topk_path(const IndexerProblem& p, int topk, std::size_t workspace
                         std::optional<FusedPlan>& fused) {
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
-  // Measured on the H200 (docs/performance.md, session 5, the two paths timed interleaved):
+  // Measured on the H200 (docs/kernels/indexer.md, "Fused path"; the two paths timed interleaved):
   // fused faster for one token at 8K, 32K and 128K (2-10 %) and for 1 to 32 tokens at 128K
   // (2-7 %); unfused faster for 32 tokens at 8K-32K (1-5 %), for 128 tokens (4 % at 128K)
   // and in prefill. Otherwise the unfused path runs, over as many tokens per pass as the

@@ -2,7 +2,7 @@
 // synchronization. The Backend (backend.cpp) maps latte's TensorViews onto these; tests and
 // bench/indexer call them directly to pick a path (fused or unfused) explicitly.
 //
-// Semantics (DESIGN.md 2.2, cpu.reference's indexer.cpp):
+// Semantics (docs/design.md, section 4.1, cpu.reference's indexer.cpp):
 //   I[t, p] = sum_j w[t, j] * ReLU(dot(q[t, j] * q_scale[t, j], k[p] * k_scale[p]))
 // for visible positions p < visible_lens[t] whose block_table entry is a valid block; the
 // kernels compute sum_j w[t, j] * ReLU(q_scale[t, j] * dot(q, k)) * k_scale[p], which is the

@@ -117,10 +117,10 @@ struct ScoreArgs {
 // A stage adds at most 32 per warp (one token per CTA, one score per lane), so the buffer holds
 // two stages' worth and is flushed after a stage that leaves it more than half full: the
 // per-score path is one compare and one vote, the flush outside the score loop, half as many
-// atomics as a 32-entry buffer (measured: end to end within 1 %, session 6). 128 entries per
-// warp would cost the 64-head admission kernel its third CTA per SM on the H200 (914 vs
-// 818 us at 128 x 128K); 64 still fit three. Two halves, a half's atomic result used only
-// when the other half filled, measured the same (interleaved A/B, session 5).
+// atomics as a 32-entry buffer (measured: end to end within 1 %). 128 entries per warp would cost
+// the 64-head admission kernel its third CTA per SM on the H200 (914 vs 818 us at 128 x 128K); 64
+// still fit three. Two halves, a half's atomic result used only when the other half filled,
+// measured the same (interleaved A/B; docs/kernels/indexer.md, "Fused path").
 constexpr int kAdmitWarpBuf = 64;
 constexpr int kAdmitBufBytes = kThreads / 32 * 2 * kAdmitWarpBuf * 4;
 

@@ -72,14 +72,15 @@ bool few_heads_kernel(bool decode, CacheFormat format, int rows, const Tuning& t
 // KV tokens per split. A function of the op, the rows per group and the kernel's largest call
 // only, never of a call's group count: every group of every call of one kernel is cut the same
 // way. Smaller chunks give small calls more CTAs and large calls more partials to combine.
-// H200, GLM-5 TP1 fp8 (docs/performance.md, session 7), chunk 128 / 256 / 512: T=1 21.3 /
+// Measured on the H200 (docs/kernels/sparse_mla.md, "Splits, determinism, batch invariance"):
+// GLM-5 TP1 fp8, chunk 128 / 256 / 512: T=1 21.3 /
 // 23.8 / 35.2 us, T=4 32.5 / 26.2 / 36.2, T=8 45.5 / 35.2 / 39.1; T=32 256 / 512: 93 / 76,
 // T=128 294 / 268. TP8 (16 rows) 128 / 256: T=1 16.6 / 20.9, T=8 18.1 / 21.6. Dense decode
-// 1024 / 2048: B=1 120 / 157, B=32 2034 / 1934. Prefill T=4096 (session 10, chunk 512 / 1024
+// 1024 / 2048: B=1 120 / 157, B=32 2034 / 1934. Prefill T=4096 (chunk 512 / 1024
 // / 2048): GLM-5 TP1 bf16 7089 / 6530 / 6117 us, fp8 7151 / 6737 / 6365, DeepSeek-V3.2 bf16
-// 14177 / 13061 / 12064, GLM-5 TP8 bf16 (256: 2098) 2021 / 2030; decode T=128 (session 10,
-// 512 / 1024): GLM-5 TP1 fp8 250 / 235, bf16 253 / 226, DeepSeek-V3.2 fp8 486 / 461, bf16 471 /
-// 435 (session 11, 2048: 222 / 199 / 439 / 386); dense decode B=128 (session 10, 2048 / 4096,
+// 14177 / 13061 / 12064, GLM-5 TP8 bf16 (256: 2098) 2021 / 2030; decode T=128
+// (512 / 1024): GLM-5 TP1 fp8 250 / 235, bf16 253 / 226, DeepSeek-V3.2 fp8 486 / 461, bf16 471 /
+// 435 (2048: 222 / 199 / 439 / 386); dense decode B=128 (2048 / 4096,
 // two rounds): 6773 / 6644, 6711 / 6594. So the chunk follows the kernel's largest call
 // (spec.max_tokens): single-token kernels, kernels for at most kSmallCallGroups groups, for at
 // most kMediumCallGroups (and kernels of unknown size, max_groups 0), for more (at <= 16 rows:
@@ -90,42 +91,42 @@ int chunk_tokens(bool decode, CacheFormat format, int rows, int64_t max_groups, 
   if (tuning.chunk > 0) return tuning.chunk;
   const bool small_calls = max_groups > 0 && max_groups <= kSmallCallGroups;
   const bool prefill_calls = max_groups >= kPrefillCallGroups;
-  // Dense decode at > 16 rows: 4096-token splits for more than 8 requests (session 11, DeepSeek-V3
-  // B=32 2048 / 4096: bf16 1715 / 1667 us, fp8 1632 / 1612; session 10, B=128: 6773 / 6644).
-  // Up to 8 requests keep 1024 (session 12, DeepSeek-V3 32K, chunk 1024 / 512 / 256, bf16 B=1:
+  // Dense decode at > 16 rows: 4096-token splits for more than 8 requests (DeepSeek-V3
+  // B=32 2048 / 4096: bf16 1715 / 1667 us, fp8 1632 / 1612; B=128: 6773 / 6644).
+  // Up to 8 requests keep 1024 (DeepSeek-V3 32K, chunk 1024 / 512 / 256, bf16 B=1:
   // 108 / 156 / 326 us, B=8: 485 / 559 / 767; fp8 B=1: 99 / 140 / 217: the combine of more
   // partials outweighs the shorter CTAs; 16-row tiles: the same at B=1, slower at B=2-8).
   // The row-group kernel (one CTA per SM, a request's rows in whole CTAs) takes 2048 for more than
   // 8 requests: at 4096 a lone request in a kernel for 128 ran 344 us against the row-tile
-  // kernel's 214; at 2048 it is faster than the row-tile kernel at every batch (session 13,
-  // DeepSeek-V3 32K, kernel for 128 requests, B = 1 / 8 / 32 / 128: 197 / 371 / 1405 / 5467 us
+  // kernel's 214; at 2048 it is faster than the row-tile kernel at every batch
+  // (DeepSeek-V3 32K, kernel for 128 requests, B = 1 / 8 / 32 / 128: 197 / 371 / 1405 / 5467 us
   // against 214 / 434 / 1682 / 6586; 4096: 344 / 348 / 1339 / 5212).
   const bool row_groups = row_groups_kernel(format, rows, max_groups, tuning);
   if (decode) return rows <= 16 || small_calls ? 1024 : row_groups ? 2048 : 4096;
   // The few-heads kernel for more than 64 groups: 1024-token splits (about one wave of 2 CTAs
-  // per SM at T = 128; session 11, GLM-5 TP8 fp8 T=128 chunk 256 / 512 / 1024: 82.8 / 74.5 /
+  // per SM at T = 128; GLM-5 TP8 fp8 T=128 chunk 256 / 512 / 1024: 82.8 / 74.5 /
   // 67.7 us; T = 32 keeps 256: 26.9 against 28.3 / 42.8).
   if (few_heads_kernel(decode, format, rows, tuning, device) && max_groups > kMediumCallGroups) return 1024;
   if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
   // More than 64 groups (decode batches such as T = 128, and prefill chunks): 2048-token splits,
-  // one per topk-2048 list, so no partials to write and combine (session 11, T=128, 1024 / 2048:
+  // one per topk-2048 list, so no partials to write and combine (T=128, 1024 / 2048:
   // GLM-5 TP1 fp8 239.8 / 222.1 us, bf16 224.2 / 198.5; DeepSeek-V3.2 fp8 467.6 / 438.6, bf16
-  // 430.8 / 386.2; session 10, prefill T=4096, 1024 / 2048: GLM-5 TP1 bf16 6530 / 6117).
+  // 430.8 / 386.2; prefill T=4096, 1024 / 2048: GLM-5 TP1 bf16 6530 / 6117).
   // The row-group kernel keeps 2048 for prefill chunks but takes 1024 for decode batches: with
   // 2048 a call of a few tokens in a kernel for 128 has one CTA per 64 rows working through the
   // whole list (GLM-5 TP1 bf16 T = 1 / 32: 158 us against the row-tile kernel's 100 / 115), with
   // 1024 it is faster than the row-tile kernel at every T (93 / 95 us; T = 128 190 against 198,
   // 164 at 2048; DeepSeek-V3.2 T = 32 / 128 99 / 366 against 150 / 388). Prefill T = 4096 at
-  // 1024: 5510 against 4937 us (session 13). Since a CTA runs consecutive splits when a call's
+  // 1024: 5510 against 4937 us. Since a CTA runs consecutive splits when a call's
   // split CTAs overflow one wave (chunks_per_cta), T = 128 no longer pays a second wave: GLM-5
   // T = 1 / 8 / 32 / 128 at 1024 88.6 / 89.3 / 90.6 / 169.5 us, at 512 55.6 / 57.0 / 62.7 / 188.1
   // (DeepSeek-V3.2 T = 32 / 128: 94.6 / 329.6 at 1024, 104.8 / 366.1 at 512); prefill T = 4096
-  // at 1024 with two splits per CTA 5222 against 4602 at 2048 (the partials' traffic; session 14).
+  // at 1024 with two splits per CTA 5222 against 4602 at 2048 (the partials' traffic).
   if (max_groups > kMediumCallGroups) return row_groups && !prefill_calls ? 1024 : 2048;
   if (max_groups == 1) return 128;
   if (small_calls) return 256;
   // 9-64 groups: 128 heads fill about one wave of 2 CTAs per SM with 1024-token splits (T=32:
-  // 32 x 4 row tiles x 2), 64 heads with 512 (session 10, bf16 T=32: DeepSeek-V3.2 136.3 -> 115.7
+  // 32 x 4 row tiles x 2), 64 heads with 512 (bf16 T=32: DeepSeek-V3.2 136.3 -> 115.7
   // us at 1024, GLM-5 TP1 71.5 at 512 against 86.3 at 1024).
   return max_groups > 0 && rows > 64 ? 1024 : 512;
 }
@@ -164,10 +165,10 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   plan.nsplit = static_cast<int>(std::max<int64_t>(1, (items + plan.chunk - 1) / plan.chunk));
   // Row tile (either gives bitwise the same rows). 16-row tiles give twice the CTAs, each with
   // a shorter chain of phases per KV tile; 32-row tiles reuse each gathered (and, fp8, widened)
-  // KV byte twice as often. H200 sweep over T = 1..128 (docs/performance.md, session 7): 16
-  // rows win while their grid has at most one CTA per SM; beyond that 32 rows win for fp8,
-  // and for bf16 when they need fewer waves (a bf16 wave of 32-row tiles at 2 CTAs per SM
-  // does about as much work per microsecond as one of 16-row tiles at 3, so waves decide).
+  // KV byte twice as often. H200 sweep over T = 1..128 (docs/kernels/sparse_mla.md, "Work
+  // decomposition"): 16 rows win while their grid has at most one CTA per SM; beyond that 32 rows
+  // win for fp8, and for bf16 when they need fewer waves (a bf16 wave of 32-row tiles at 2 CTAs per
+  // SM does about as much work per microsecond as one of 16-row tiles at 3, so waves decide).
   const bool three_fit = static_cast<int64_t>(3 * (smem_bytes(p.format, 16, 3) + 1024)) <= device.smem_per_sm;
   plan.row_tile = 16;
   if (plan.rows > 16) {
@@ -206,7 +207,7 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   // Occupancy of 16-row tiles: 3 CTAs per SM (2 pipeline stages, registers capped) when the
   // grid is more than one wave of 2 per SM; a single wave keeps the deeper pipeline. H200,
   // queued us: GLM-5 TP8 T=128 fp8 110.3 -> 104.6, bf16 114.6 -> 105.1; with 3 CTAs per SM
-  // at T=1 (one wave): fp8 H=64 38.9 -> 42.2 (session 6).
+  // at T=1 (one wave): fp8 H=64 38.9 -> 42.2.
   const int64_t grid_ctas = static_cast<int64_t>(p.groups) * plan.row_tiles * plan.nsplit;
   const bool row_tiles16 = plan.row_tile == 16 && !plan.few_heads && !plan.row_groups;
   plan.ctas_per_sm = row_tiles16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;

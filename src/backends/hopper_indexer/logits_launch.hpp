@@ -1,6 +1,7 @@
-// hopper.indexer's score launchers: the indexer score with e4m3 queries on sm_90 by wgmma
-// (sm_90a), as f32 logits or as u32 score keys. Raw device pointers in
-// (cuda/indexer_problem.hpp), one kernel launched on a stream, no host synchronization. Semantics as cuda.indexer's (DESIGN.md 2.2, cpu.reference's indexer.cpp):
+// hopper.indexer's score launchers: the indexer score with e4m3 queries on sm_90 by wgmma (sm_90a),
+// as f32 logits or as u32 score keys. Raw device pointers in (cuda/indexer_problem.hpp), one kernel
+// launched on a stream, no host synchronization. Semantics as cuda.indexer's (docs/design.md,
+// section 4.1, cpu.reference's indexer.cpp):
 //   I[t, p] = sum_j w[t, j] * ReLU(q_scale[t, j] * dot(q[t, j], k[p])) * k_scale[p]
 // for visible positions p < visible_lens[t] in a valid block, -inf elsewhere.
 #pragma once

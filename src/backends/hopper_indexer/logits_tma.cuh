@@ -169,10 +169,11 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
     // At most 64 heads: coef in registers, and stage st + 1's wgmma issued before stage st's
     // epilogue, into the other of two accumulator sets (ping-pong: stages alternate between
     // acc0 and acc1, so the epilogue never reads registers a wgmma in flight writes; a copy of
-    // one set into the other let ptxas alias them and serialize the wgmma, C7514). The wgmma
-    // is issued in every half-iteration, the last one on stage st's tile again (result unused),
-    // so no wgmma sits on a conditional path (ptxas serializes those, C7518). H200: logits 0-12 %
-    // faster in decode, 64-head prefill logits 5 % slower; keys 0-11 % faster (session 17).
+    // one set into the other let ptxas alias them and serialize the wgmma, C7514). The wgmma is
+    // issued in every half-iteration, the last one on stage st's tile again (result unused), so no
+    // wgmma sits on a conditional path (ptxas serializes those, C7518). H200: logits 0-12 % faster
+    // in decode, 64-head prefill logits 5 % slower; keys 0-11 % faster (docs/kernels/indexer.md,
+    // "The TMA kernel").
     const RegisterCoef<NI> coef(scoef, lane & 3);
     float acc0[1][NI / 2] = {}, acc1[1][NI / 2] = {};
     auto tile_after = [&](int st) { return st + 1 < nst ? wait_full(st + 1) : stiles_s + (st % S) * kTileBytes; };

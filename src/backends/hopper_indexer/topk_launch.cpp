@@ -89,11 +89,11 @@ FusedLayout fused_layout_of(const cuda::IndexerProblem& p, int topk, int sm_coun
 
 // Whether the admission pass starts during the sample pass (programmatic dependent launch: its
 // consumers wait for the samples, its producer copies K meanwhile). Measured on the H200
-// (docs/performance.md, session 18: 1 to 128 tokens at 32K-128K, both paths alternating): it
-// saves 3-14 % of the fused time, except where the sample pass is more than three one-stage CTAs
-// per SM (32 and 48 tokens there: 512 and 768 CTAs), where the fused path with it was 0.95-1.17
-// of the unfused time, varying between runs and machines, and 0.93-0.97 at 128K without it.
-// LATTE_HOPPER_INDEXER_ADMIT_PDL=on|off (measurements) overrides.
+// (docs/kernels/indexer.md, hopper.indexer, "When the admission pass launches": 1 to 128 tokens at
+// 32K-128K, both paths alternating): it saves 3-14 % of the fused time, except where the sample
+// pass is more than three one-stage CTAs per SM (32 and 48 tokens there: 512 and 768 CTAs), where
+// the fused path with it was 0.95-1.17 of the unfused time, varying between runs and machines, and
+// 0.93-0.97 at 128K without it. LATTE_HOPPER_INDEXER_ADMIT_PDL=on|off (measurements) overrides.
 bool admission_pdl(const cuda::IndexerProblem& p, int sm_count) {
   switch (cuda::env_knob_choice("hopper.indexer", "LATTE_HOPPER_INDEXER_ADMIT_PDL", {"automatic", "on", "off"})) {
     case 1: return true;
@@ -127,12 +127,12 @@ TopkPath choose_topk_path(const cuda::IndexerProblem& p, int topk, std::size_t w
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
   if (!fused_block_size(p.block_size)) return TopkPath::unfused;
-  // The fused path where it measured faster on the H200 (docs/performance.md, session 18: 1-128
-  // tokens x 32K / 64K / 128K, H_i 32 and 64, both paths alternating): at 128K every token
-  // count (0.79-0.97 of the unfused time); at 64K up to 24 tokens (0.85-0.96; 32-128 tokens
-  // 0.97-1.03); at 32K up to 8 tokens (0.93-1.00; 16 and more 0.99-1.17); one token at 8K was
-  // 1.04-1.05 (session 17). Below that its fixed costs (sample pass, repair launch, the
-  // candidates' select) exceed the unfused top-k's.
+  // The fused path where it measured faster on the H200 (docs/kernels/indexer.md, hopper.indexer,
+  // "Which path": 1-128 tokens x 32K / 64K / 128K, H_i 32 and 64, both paths alternating): at 128K
+  // every token count (0.79-0.97 of the unfused time); at 64K up to 24 tokens (0.85-0.96; 32-128
+  // tokens 0.97-1.03); at 32K up to 8 tokens (0.93-1.00; 16 and more 0.99-1.17); one token at 8K
+  // was 1.04-1.05. Below that its fixed costs (sample pass, repair launch, the candidates' select)
+  // exceed the unfused top-k's.
   const int64_t len = p.max_len();
   const bool fused_faster =
       len >= 131072 || (len >= 65536 && p.tokens <= 24) || (len >= 32768 && p.tokens <= 8);
