@@ -15,6 +15,7 @@
 #include <shared_mutex>
 #include <vector>
 
+#include "core/selector_impl.hpp"
 #include "latte/error.hpp"
 #include "latte/validate.hpp"
 
@@ -141,11 +142,6 @@ std::shared_ptr<Kernel> kernel_of(const Context& context, const Selection& selec
   return kernel;
 }
 
-const char* env_or_empty(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? value : "";
-}
-
 // The per-call cache in front of Context::select. A call's decision depends on the spec, the
 // device, the forced id, LATTE_BACKEND / LATTE_EXCLUDE and the context's state (its epoch and
 // the registry's generation, both counters that never return to an old value); an entry keyed
@@ -240,8 +236,8 @@ std::shared_ptr<Kernel> kernel_for(const Context& context, const std::string& fo
   // the old stamps, which no later call reads again.
   const uint64_t epoch = context.epoch();
   const uint64_t generation = context.registry().generation();
-  const char* env_force = env_or_empty("LATTE_BACKEND");
-  const char* env_exclude = env_or_empty("LATTE_EXCLUDE");
+  const char* env_force = detail::selection_env("LATTE_BACKEND");
+  const char* env_exclude = detail::selection_env("LATTE_EXCLUDE");
   const Device handle = device.handle();
   const std::size_t hash = call_hash(&context, epoch, generation, handle, spec);
   std::shared_ptr<Kernel> kernel;

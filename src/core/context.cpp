@@ -18,10 +18,7 @@ namespace latte {
 
 namespace {
 
-std::string env(const char* name) {
-  const char* value = std::getenv(name);
-  return value ? std::string(value) : std::string();
-}
+std::string env(const char* name) { return detail::selection_env(name); }
 
 // Everything a decision depends on, as one string: the spec, the device, the policy and
 // registry versions, the options and the environment they pull in.
@@ -306,5 +303,14 @@ std::shared_ptr<const detail::Decision> Context::decision(const AttentionSpec& s
 void Context::clear_cache() const { impl_->clear_cache(); }
 
 uint64_t Context::epoch() const { return impl_->epoch.load(std::memory_order_acquire); }
+
+namespace detail {
+
+const char* selection_env(const char* name) {
+  const char* value = std::getenv(name);
+  return value ? value : "";
+}
+
+}  // namespace detail
 
 }  // namespace latte

@@ -57,4 +57,9 @@ struct HeldBack {
     const std::vector<std::shared_ptr<const Backend>>& candidates,
     const std::vector<HeldBack>& held_back, const AttentionSpec& spec, const DeviceInfo& device);
 
+// The selection variables (LATTE_BACKEND, LATTE_EXCLUDE, ...) as set, "" when unset: read here and
+// in context.cpp only (tuning variables have their own reader, src/cuda/env_knob.hpp). No
+// allocation: the per-call cache keys on them.
+[[nodiscard]] const char* selection_env(const char* name);
+
 }  // namespace latte::detail
