@@ -9,16 +9,11 @@ Both cache formats. Run on the GPU machine (scripts/gpu-check python)."""
 from __future__ import annotations
 
 import pytest
+from gpu_only import cuda_torch
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device (these run on the GPU machine: scripts/gpu-check python)",
-                allow_module_level=True)
+torch = cuda_torch()
 
 import latte  # noqa: E402
-
-if not latte.built_with_cuda():
-    pytest.skip("this latte was built without CUDA", allow_module_level=True)
 
 BS, MAX_BLOCKS, NUM_BLOCKS = 13, 3, 12
 INDEX_BS = 12  # an indexer page is a multiple of 16 bytes

@@ -12,17 +12,12 @@ the real vLLM, on the CPU.
 from __future__ import annotations
 
 import pytest
+from gpu_only import cuda_torch
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device (these run on the GPU machine: scripts/gpu-check python)",
-                allow_module_level=True)
+torch = cuda_torch()
 
 import latte  # noqa: E402
 from latte.integrations.vllm import kernels  # noqa: E402
-
-if not latte.built_with_cuda():
-    pytest.skip("this latte was built without CUDA", allow_module_level=True)
 
 DEV = torch.device("cuda")
 BLOCK = 64
