@@ -97,8 +97,6 @@ def empty_like_input(like: Any, shape: Sequence[int], dtype: str, name: str) -> 
     try:
         return _empty_like_input(like, shape, dtype, name)
     except (MemoryError, RuntimeError, ValueError) as e:  # torch's / numpy's allocation failures
-        if isinstance(e, (DTypeError, ArgumentTypeError)):
-            raise
         nbytes = _DTYPE_BYTES[dtype]
         for s in shape:
             nbytes *= max(s, 0)
