@@ -2,7 +2,7 @@
 // random 656-byte fp8_ds_mla rows from their own 32768-row region of a cache larger than L2,
 // with cp.async 16-byte copies into a shared-memory ring, and no math. It says how much of the
 // copy bandwidth (a device-to-device cudaMemcpy in the same run) a gather-bound kernel such as
-// the few-heads one (mla_sparse_fp8_fewheads_sm80.cu: 64-row tiles, 2 stages, 4 warps, two
+// the few-heads one (mla_sparse_fp8_fewheads_mma_sync.cu: 64-row tiles, 2 stages, 4 warps, two
 // CTAs per SM) can reach at best, and which ring shape and L2 prefetch hint (.L2::64B/128B/256B)
 // get there.
 // Usage: gather_rate [T] [topk]   (defaults 128 2048: GLM-5 TP8 decode T=128)
@@ -15,7 +15,7 @@
 #include <random>
 #include <vector>
 
-#include "cuda/async_copy.cuh"
+#include "kernels/common/cp_async.cuh"
 
 using namespace latte;
 

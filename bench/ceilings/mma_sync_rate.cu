@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "cuda/fp8_mma.cuh"
+#include "kernels/common/mma_sync.cuh"
 
 using namespace latte;
 

@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "backends/cuda_indexer/indexer_launch.hpp"
+#include "kernels/indexer/smxx/indexer_launch.hpp"
 #if LATTE_BENCH_HOPPER
-#include "backends/hopper_indexer/logits_launch.hpp"
-#include "backends/hopper_indexer/topk_launch.hpp"
+#include "kernels/indexer/sm90a/logits_launch_sm90a.hpp"
+#include "kernels/indexer/sm90a/indexer_topk_sm90a.hpp"
 #endif
 
 using namespace latte::cuda_indexer;
@@ -102,7 +102,7 @@ T* dalloc(std::size_t count) {
 
 // hopper.indexer's logits (built with 90 in the CUDA architectures, run on sm_90); false when
 // there is none to time.
-bool hopper_logits(const IndexerProblem& p, float* logits, int64_t ctx, const DeviceTraits& dev) {
+bool hopper_logits(const IndexerParams& p, float* logits, int64_t ctx, const DeviceTraits& dev) {
 #if LATTE_BENCH_HOPPER
   if (dev.arch != 90) return false;
   latte::hopper_indexer::launch_logits_sm90a(p, logits, ctx, 1, ctx, dev.sm_count, nullptr);
@@ -118,7 +118,7 @@ bool hopper_logits(const IndexerProblem& p, float* logits, int64_t ctx, const De
 
 // hopper.indexer's indexer_topk workspace for p, both paths (0: none to time: not built, or
 // not sm_90), and its call by one path.
-std::size_t hopper_topk_bytes(const IndexerProblem& p, int k, const DeviceTraits& dev) {
+std::size_t hopper_topk_bytes(const IndexerParams& p, int k, const DeviceTraits& dev) {
 #if LATTE_BENCH_HOPPER
   return dev.arch == 90 ? latte::hopper_indexer::topk_workspace_bytes(p, k, latte::hopper_indexer::TopkPath::automatic,
                                                                       dev.sm_count)
@@ -131,7 +131,7 @@ std::size_t hopper_topk_bytes(const IndexerProblem& p, int k, const DeviceTraits
 #endif
 }
 
-void hopper_topk(const IndexerProblem& p, const TopkOutput& o, void* ws, std::size_t ws_bytes, const DeviceTraits& dev,
+void hopper_topk(const IndexerParams& p, const TopkOutput& o, void* ws, std::size_t ws_bytes, const DeviceTraits& dev,
                  bool fused) {
 #if LATTE_BENCH_HOPPER
   using latte::hopper_indexer::TopkPath;
@@ -225,8 +225,8 @@ struct Setup {
   uint8_t* q = nullptr;
   float* qs = nullptr;
   float* w = nullptr;
-  IndexerProblem problem(int r) const {
-    IndexerProblem p;
+  IndexerParams problem(int r) const {
+    IndexerParams p;
     p.q = q;
     p.q_fp8 = true;
     p.q_st = static_cast<int64_t>(H) * 128;
@@ -426,7 +426,7 @@ int main(int argc, char** argv) {
         const int k = 2048;
         float* logits = dalloc<float>(static_cast<std::size_t>(B) * ctx);
         int32_t* idx = dalloc<int32_t>(static_cast<std::size_t>(B) * k);
-        const IndexerProblem p0 = s.problem(0);
+        const IndexerParams p0 = s.problem(0);
         const std::size_t ws_u = topk_workspace_bytes(p0, k, TopkPath::unfused, dev);
         const std::size_t ws_f = topk_workspace_bytes(p0, k, TopkPath::fused, dev);
         const std::size_t ws_h = hopper_topk_bytes(p0, k, dev);
@@ -545,7 +545,7 @@ int main(int argc, char** argv) {
     Setup s = make_setup(1, ctx, H, T, true);
     float* logits = dalloc<float>(static_cast<std::size_t>(T) * ctx);
     int32_t* idx = dalloc<int32_t>(static_cast<std::size_t>(T) * k);
-    const IndexerProblem p0 = s.problem(0);
+    const IndexerParams p0 = s.problem(0);
     const std::size_t ws_u = topk_workspace_bytes(p0, k, TopkPath::unfused, dev);
     const std::size_t ws_f = topk_workspace_bytes(p0, k, TopkPath::fused, dev);
     const std::size_t ws_h = hopper_topk_bytes(p0, k, dev);

@@ -3,6 +3,7 @@
 // the kernel for reuse and provides its workspace (stream-ordered on CUDA).
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "latte/context.hpp"
@@ -16,6 +17,9 @@ struct CallOptions {
   void* stream = nullptr;       // cudaStream_t; null = the legacy default stream
   bool check_indices = false;   // see RunContext::check_indices
   Context* context = nullptr;   // null = Context::global()
+  // The cache format the caller expects (sparse_mla, mla_decode, kv_store): a cache tensor of
+  // another format is refused, naming both. Unset: the format the cache tensor has.
+  std::optional<CacheFormat> kv_format;
 };
 
 // The spec a call's tensors describe (num_heads, formats, block size, topk, tokens).

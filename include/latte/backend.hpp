@@ -11,6 +11,7 @@
 #include "latte/capabilities.hpp"
 #include "latte/device.hpp"
 #include "latte/ops.hpp"
+#include "latte/problem.hpp"
 #include "latte/spec.hpp"
 
 namespace latte {
@@ -24,16 +25,33 @@ struct BackendInfo {
 
 class Kernel {
  public:
+  // `spec`: what make() was asked for; `device`: where the kernel runs.
+  Kernel(const AttentionSpec& spec, Device device) : spec_(spec), device_(device) {}
   virtual ~Kernel() = default;
+  [[nodiscard]] const AttentionSpec& spec() const { return spec_; }
+  [[nodiscard]] Device device() const { return device_; }
   // Device bytes run() needs in RunContext::workspace for up to spec.max_tokens tokens.
   [[nodiscard]] virtual std::size_t workspace_bytes() const = 0;
-  // Validates `args` (latte/validate.hpp), then computes. Asynchronous on CUDA streams unless
-  // RunContext::check_indices is set. Throws latte::Error.
-  virtual void run(const OpArgs& args, const RunContext& ctx) = 0;
+  // Validates `args` once (make_problem), then runs the problem. Throws latte::Error.
+  void run(const OpArgs& args, const RunContext& ctx);
+  // Runs a validated problem: checks it against spec() and device() (op, cache format, query
+  // dtype, heads, topk, device kind: a mismatch is invalid_argument naming both), runs check
+  // mode when asked (RunContext::check_indices), makes the problem's device current, then
+  // compute(). Asynchronous on CUDA streams unless check mode is on.
+  void run(const Problem& problem, const RunContext& ctx);
   // OPTIONAL: one line on how this kernel computes a call of spec.max_tokens tokens (the kernel
   // variant, its splits, what chose them), for `latte select` and `latte run`; empty when the
   // backend has nothing to add.
   [[nodiscard]] virtual std::string describe() const { return {}; }
+
+ protected:
+  // The computation of a problem that fits this kernel (run() checked it); launches on
+  // ctx.stream on CUDA.
+  virtual void compute(const Problem& problem, const RunContext& ctx) = 0;
+
+ private:
+  AttentionSpec spec_;
+  Device device_;
 };
 
 class Backend {

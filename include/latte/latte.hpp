@@ -11,6 +11,7 @@
 #include "latte/formats.hpp"
 #include "latte/ops.hpp"
 #include "latte/policy.hpp"
+#include "latte/problem.hpp"
 #include "latte/registry.hpp"
 #include "latte/selector.hpp"
 #include "latte/spec.hpp"

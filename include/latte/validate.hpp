@@ -1,50 +1,15 @@
-// One validation layer for every backend: shapes, dtypes, strides, formats and ranges.
-// Each function throws latte::Error(invalid_argument) naming the argument, the value it got,
-// what it wanted and what to do; on success it returns the problem's sizes.
+// Checks beside the one validation (latte/problem.hpp's make_problem): topk given as a number,
+// the two-step logical sparse_mla, the one-device rule, and check mode's index ranges. Each
+// throws latte::Error(invalid_argument) naming the argument, the value, what it wanted and the fix.
 #pragma once
 
 #include <cstdint>
 #include <string_view>
 
 #include "latte/ops.hpp"
+#include "latte/problem.hpp"
 
 namespace latte {
-
-struct SparseMlaShape {
-  int64_t tokens = 0, heads = 0, topk = 0, num_blocks = 0, block_size = 0;
-  CacheFormat format = CacheFormat::bf16;
-  [[nodiscard]] int64_t num_slots() const { return num_blocks * block_size; }
-};
-
-struct MlaDecodeShape {
-  int64_t batch = 0, s_q = 0, heads = 0, max_blocks = 0, num_blocks = 0, block_size = 0;
-  CacheFormat format = CacheFormat::bf16;
-};
-
-struct IndexerShape {
-  int64_t tokens = 0, heads = 0, batch = 0, max_blocks = 0, num_blocks = 0, block_size = 0;
-  DType q_dtype = DType::e4m3;
-  int64_t topk = 0;        // indexer_topk: columns of indices
-  int64_t logits_len = 0;  // indexer_logits: columns of logits
-  [[nodiscard]] int64_t max_len() const { return max_blocks * block_size; }
-};
-
-struct KvStoreShape {
-  int64_t tokens = 0, num_blocks = 0, block_size = 0;
-  CacheFormat format = CacheFormat::bf16;
-};
-
-struct LogicalToSlotsShape {
-  int64_t tokens = 0, width = 0, batch = 0, max_blocks = 0;
-};
-
-[[nodiscard]] SparseMlaShape validate(const SparseMlaArgs& args);
-[[nodiscard]] MlaDecodeShape validate(const MlaDecodeArgs& args);
-[[nodiscard]] IndexerShape validate(const IndexerTopkArgs& args);   // also topk rules
-[[nodiscard]] IndexerShape validate(const IndexerLogitsArgs& args);
-[[nodiscard]] KvStoreShape validate(const KvStoreArgs& args);
-[[nodiscard]] KvStoreShape validate(const IndexerKStoreArgs& args);
-[[nodiscard]] LogicalToSlotsShape validate(const LogicalToSlotsArgs& args);
 
 // topk given as a number that sizes an output (1..kMaxTopk, as the columns of indices),
 // checked before the output is allocated. `as_written`: the caller's text of a value that does
@@ -57,9 +22,6 @@ void check_topk(std::string_view op, int64_t topk, std::string_view as_written =
 // each step's own validate() still runs when it is called. Names the arguments as the caller
 // gave them (the positions are `indices`).
 void check_logical_sparse_mla(const LogicalToSlotsArgs& slots, const SparseMlaArgs& attention);
-
-// Any of the above, by the op the variant holds.
-void validate_any(const OpArgs& args);
 
 // Every tensor of the call on one device; throws naming the odd one out.
 Device common_device(const OpArgs& args);

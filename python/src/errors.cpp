@@ -11,7 +11,7 @@ namespace latte::python {
 namespace {
 
 // The validation layer words a dtype mismatch as "<op>: <arg> has dtype <dtype>: got ..."
-// (src/core/arg_check.cpp); that is the one invalid_argument Python reports as a TypeError.
+// (src/ops/arg_check.cpp); that is the one invalid_argument Python reports as a TypeError.
 bool is_dtype_problem(const Error& error) {
   return error.code() == ErrorCode::invalid_argument &&
          std::string_view(error.what()).find(" has dtype ") != std::string_view::npos;

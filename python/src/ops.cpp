@@ -27,33 +27,28 @@ using Obj = nb::handle;  // a tensor argument: torch.Tensor, TensorArg, or any D
 // GIL away lets another Python thread hold it for up to its switch interval (5 ms) before this
 // call may return. CPU calls (the reference computes in float64) and check_indices (a host
 // sync) release it.
+// kv_format is optional in Python (the cache's dtype and last dim already name its format);
+// when given, latte::run refuses a cache of another format.
+std::optional<CacheFormat> parse_kv_format(const char* op, const std::optional<std::string>& kv_format) {
+  if (!kv_format) return std::nullopt;
+  const auto format = parse_cache_format(*kv_format);
+  if (!format) {
+    throw Error(ErrorCode::invalid_argument,
+                std::string(op) + ": kv_format '" + *kv_format + "' is not a cache format: use bf16 or fp8_ds_mla");
+  }
+  return format;
+}
+
 std::string call(const OpArgs& args, const CallTensor& first, const std::optional<std::string>& backend,
-                 nb::handle stream, bool check_indices) {
+                 nb::handle stream, bool check_indices, std::optional<CacheFormat> kv_format = std::nullopt) {
   CallOptions options;
   if (backend) options.backend = *backend;
   options.stream = reinterpret_cast<void*>(call_stream(stream, first));
   options.check_indices = check_indices;
+  options.kv_format = kv_format;
   if (first.view().device.kind == DeviceKind::cuda && !check_indices) return run(args, options);
   nb::gil_scoped_release release;
   return run(args, options);
-}
-
-// kv_format is optional in Python (the cache's dtype and last dim already name its format);
-// when given it must agree, so that a cache of the wrong kind is caught at the call.
-void check_kv_format(const char* op, const std::optional<std::string>& kv_format, CacheFormat actual) {
-  if (!kv_format) return;
-  const auto wanted = parse_cache_format(*kv_format);
-  if (!wanted) {
-    throw Error(ErrorCode::invalid_argument,
-                std::string(op) + ": kv_format '" + *kv_format + "' is not a cache format: use bf16 or fp8_ds_mla");
-  }
-  if (*wanted != actual) {
-    throw Error(ErrorCode::invalid_argument,
-                std::string(op) + ": kv_format is '" + *kv_format + "' but kv_cache holds a " +
-                    std::string(to_string(actual)) +
-                    " cache (bf16 cache: [num_blocks, block_size, 576] bf16; fp8_ds_mla: "
-                    "[num_blocks, block_size, 656] uint8). Pass the matching cache or kv_format.");
-  }
 }
 
 Fp8ScaleKind parse_scale_kind(const char* op, const std::string& name) {
@@ -151,8 +146,7 @@ void bind_ops(nb::module_& m) {
           call(l, t[0], std::nullopt, stream, check_indices);
           a.indices = l.slots;
         }
-        if (kv_format) check_kv_format(op, kv_format, validate(a).format);
-        return call(a, t[0], backend, stream, check_indices);
+        return call(a, t[0], backend, stream, check_indices, parse_kv_format(op, kv_format));
       },
       "q"_a.none(), "kv_cache"_a.none(), "indices"_a.none(), "out"_a.none(), "lse"_a.none(),
       "scale"_a, "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(),
@@ -181,8 +175,7 @@ void bind_ops(nb::module_& m) {
         a.out = t[4].view();
         a.lse = t[5].view();
         a.scale = scale;
-        if (kv_format) check_kv_format(op, kv_format, validate(a).format);
-        return call(a, t[0], backend, stream, check_indices);
+        return call(a, t[0], backend, stream, check_indices, parse_kv_format(op, kv_format));
       },
       "q"_a.none(), "kv_cache"_a.none(), "block_table"_a.none(), "seq_lens"_a.none(),
       "out"_a.none(), "lse"_a.none(), "scale"_a, "kv_format"_a.none() = nb::none(),
@@ -270,8 +263,7 @@ void bind_ops(nb::module_& m) {
         a.slot_mapping = t[2].view();
         a.kv_cache = t[3].view();
         a.scale_kind = parse_scale_kind(op, scale_kind);
-        if (kv_format) check_kv_format(op, kv_format, validate(a).format);
-        return call(a, t[0], backend, stream, check_indices);
+        return call(a, t[0], backend, stream, check_indices, parse_kv_format(op, kv_format));
       },
       "latent"_a.none(), "rope"_a.none(), "slot_mapping"_a.none(), "kv_cache"_a.none(),
       "scale_kind"_a = "amax", "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(),

@@ -12,6 +12,7 @@
 #include "latte/capabilities.hpp"
 #include "latte/context.hpp"
 #include "latte/device.hpp"
+#include "latte/problem.hpp"
 #include "latte/spec.hpp"
 #include "latte/version.hpp"
 
@@ -147,6 +148,8 @@ void bind_system(nb::module_& m) {
   m.attr("__version__") = kVersion;
   m.def("devices", &devices, nb::kw_only(), "described"_a = false);
   m.def("built_with_cuda", &built_with_cuda);
+  // Validations run so far in this process (tests check that one call validates once).
+  m.def("_validation_count", [] { return detail::validation_count(); });
   m.def("cuda_device_count", &cuda_device_count);
   m.def("backends", &backends);
   m.def("load_plugin", [](const std::string& path) { return plugin_dict(Context::global().load_plugin(path)); },

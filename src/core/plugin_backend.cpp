@@ -9,7 +9,6 @@
 
 #include "core/plugin_loader.hpp"
 #include "latte/error.hpp"
-#include "latte/validate.hpp"
 
 namespace latte::detail {
 namespace {
@@ -128,9 +127,9 @@ void reason_sink(void* state, const char* code, const char* field, const char* w
 
 class PluginKernel final : public Kernel {
  public:
-  PluginKernel(std::shared_ptr<PluginLibrary> library, const latte_backend_v1* desc, void* kernel,
-               std::string id, Op op)
-      : library_(std::move(library)), desc_(desc), kernel_(kernel), id_(std::move(id)), op_(op) {}
+  PluginKernel(const AttentionSpec& spec, Device device, std::shared_ptr<PluginLibrary> library,
+               const latte_backend_v1* desc, void* kernel, std::string id)
+      : Kernel(spec, device), library_(std::move(library)), desc_(desc), kernel_(kernel), id_(std::move(id)) {}
   ~PluginKernel() override {
     try {
       desc_->destroy(kernel_);
@@ -162,20 +161,15 @@ class PluginKernel final : public Kernel {
     }
   }
 
-  void run(const OpArgs& args, const RunContext& ctx) override {
-    if (op_of(args) != op_) {
-      throw Error(ErrorCode::invalid_argument,
-                  fmt::format("kernel of plugin backend {} was made for {} but called with {} "
-                              "arguments; make a kernel for that op",
-                              id_, to_string(op_), to_string(op_of(args))));
-    }
-    // The shared validation layer runs on the host side, so a plugin receives only arguments
-    // whose shapes, dtypes, strides and devices agree, with the same messages as built-ins.
-    validate_any(args);
-    const CCall c = to_c(args);
+ protected:
+  // Called with a problem that fits this kernel (Kernel::run checked it): a plugin receives only
+  // arguments whose shapes, dtypes, strides and devices agree, with the same messages as
+  // built-ins, and index values already checked in check mode.
+  void compute(const Problem& problem, const RunContext& ctx) override {
+    const CCall c = std::visit([](const auto& p) { return to_c(OpArgs(*p.args)); }, problem);
     latte_call_v1 call{};
     call.struct_size = sizeof call;
-    call.op = static_cast<int32_t>(op_);
+    call.op = static_cast<int32_t>(op_of(problem));
     call.num_tensors = static_cast<int32_t>(c.tensors.size());
     call.tensors = c.tensors.data();
     call.scale = c.scale;
@@ -206,7 +200,6 @@ class PluginKernel final : public Kernel {
   const latte_backend_v1* desc_;
   void* kernel_;
   std::string id_;
-  Op op_;
 };
 
 class PluginBackend final : public Backend {
@@ -268,7 +261,7 @@ class PluginBackend final : public Backend {
                               spec.summary(), device.label(),
                               rc != 0 ? message_of(error, sizeof error) : std::string("make() returned no kernel")));
     }
-    return std::make_unique<PluginKernel>(library_, desc_, kernel, info_.id, spec.op);
+    return std::make_unique<PluginKernel>(spec, device.handle(), library_, desc_, kernel, info_.id);
   }
 
  private:

@@ -58,7 +58,7 @@ struct HeldBack {
     const std::vector<HeldBack>& held_back, const AttentionSpec& spec, const DeviceInfo& device);
 
 // The selection variables (LATTE_BACKEND, LATTE_EXCLUDE, ...) as set, "" when unset: read here and
-// in context.cpp only (tuning variables have their own reader, src/cuda/env_knob.hpp). No
+// in context.cpp only (tuning variables have their own reader, src/kernels/common/env_knob.hpp). No
 // allocation: the per-call cache keys on them.
 [[nodiscard]] const char* selection_env(const char* name);
 

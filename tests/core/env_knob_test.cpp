@@ -1,4 +1,4 @@
-// The tuning-variable reader (src/cuda/env_knob.hpp, docs/kernels/knobs.md): unset and empty mean
+// The tuning-variable reader (src/kernels/common/env_knob.hpp, docs/kernels/knobs.md): unset and empty mean
 // the default, a listed value is taken, anything else is refused naming the variable, the value
 // and what it accepts.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cuda/env_knob.hpp"
+#include "kernels/common/env_knob.hpp"
 
 namespace {
 

@@ -15,10 +15,14 @@ namespace latte::testing {
 
 class CountingKernel final : public Kernel {
  public:
-  explicit CountingKernel(std::atomic<int>* runs) : runs_(runs) {}
+  CountingKernel(const AttentionSpec& spec, Device device, std::atomic<int>* runs)
+      : Kernel(spec, device), runs_(runs) {}
   std::size_t workspace_bytes() const override { return 0; }
-  void run(const OpArgs&, const RunContext&) override { ++*runs_; }
 
+ protected:
+  void compute(const Problem&, const RunContext&) override { ++*runs_; }
+
+ private:
  private:
   std::atomic<int>* runs_;
 };
@@ -37,8 +41,8 @@ class TestBackend final : public Backend {
     ++custom_calls;
     return custom_ ? custom_(spec, device) : std::vector<Reason>{};
   }
-  std::unique_ptr<Kernel> make(const AttentionSpec&, const DeviceInfo&) const override {
-    return std::make_unique<CountingKernel>(&runs);
+  std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    return std::make_unique<CountingKernel>(spec, device.handle(), &runs);
   }
 
   mutable std::atomic<int> custom_calls{0};

@@ -14,8 +14,8 @@
 #include <set>
 #include <vector>
 
-#include "backends/cuda_indexer/indexer_launch.hpp"
-#include "cuda_indexer/indexer_problem.hpp"
+#include "kernels/indexer/smxx/indexer_launch.hpp"
+#include "cuda_indexer/indexer_test_problem.hpp"
 #include "cuda_indexer/mirror_tensor.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/backend.hpp"
@@ -52,7 +52,7 @@ struct TopkRun {
 
 TopkRun run_path(const Problem& p, int topk, TopkPath path, const DeviceTraits& dev) {
   TopkRun out;
-  const IndexerProblem raw = p.raw();
+  const IndexerParams raw = p.raw();
   const std::size_t ws_bytes = cuda_indexer::topk_workspace_bytes(raw, topk, path, dev);
   DeviceBuffer ws(std::max<std::size_t>(ws_bytes, 16));
   for (int kind = 0; kind < 2; ++kind) {
@@ -84,7 +84,7 @@ void expect_physical_matches(const Problem& p, const TopkRun& r, int topk, const
 
 void check_problem(const Problem& p, int topk, double tol, const DeviceTraits& dev, bool check_logits = true) {
   const std::vector<float> ref = reference_logits(p);
-  const IndexerProblem raw = p.raw();
+  const IndexerParams raw = p.raw();
   if (check_logits) {
     MirrorTensor lg(DType::f32, {p.T, p.max_len()});
     for (int rep = 0; rep < 2; ++rep) {
@@ -362,7 +362,7 @@ TEST_F(CudaIndexer, UnfusedKeysAndSelectionAgree) {
   o.invalid_block = true;
   const Problem p = make_problem(rng, decode_tokens({1000, 600}, 1), 2, o);
   const DeviceTraits dev = traits_of(gpu());
-  const IndexerProblem raw = p.raw();
+  const IndexerParams raw = p.raw();
   for (int topk : {2048, 128}) {
     const std::size_t ws_bytes = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, dev);
     DeviceBuffer ws(ws_bytes);
@@ -613,7 +613,7 @@ TEST_F(CudaIndexer, UnfusedSplitRowsEqualOneCtaPerRow) {
     o.dup_pool = dup;
     const std::vector<std::pair<int, int>> tokens = {{0, 70000}, {1, 17001}, {2, 1500}, {0, 0}, {3, 66666}, {1, 9000}};
     const Problem p = make_problem(rng, tokens, 4, o);
-    const IndexerProblem raw = p.raw();
+    const IndexerParams raw = p.raw();
     for (int topk : {2048, 1, 4096}) {
       const std::size_t full = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, dev);
       const std::size_t keys_only = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, [&] {

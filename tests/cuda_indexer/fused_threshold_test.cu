@@ -1,5 +1,5 @@
 // The fused indexer's admission rule pieces on the device, against host definitions:
-// key_floor (src/cuda/radix_select.cuh: a threshold on order-preserving keys as one float
+// key_floor (src/kernels/topk/radix_select.cuh: a threshold on order-preserving keys as one float
 // comparison, used by the admission pass) and sampled_threshold (fused_threshold.cuh: tau, the
 // m-th largest sampled key with its low 16 bits cleared).
 #include <gtest/gtest.h>
@@ -13,8 +13,8 @@
 #include <random>
 #include <vector>
 
-#include "cuda/fused_threshold.cuh"
-#include "cuda/radix_select.cuh"
+#include "kernels/topk/fused_threshold.cuh"
+#include "kernels/topk/radix_select.cuh"
 #include "gpu_test_util.hpp"
 
 namespace latte::testing {

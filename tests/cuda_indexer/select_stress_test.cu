@@ -1,6 +1,6 @@
 // The exact-selection building blocks run alone on many adversarial buffers, against a host
-// sort: block_select_threshold (src/cuda/radix_select.cuh) and the fused indexer's candidate
-// compaction (cuda/running_topk.cuh): the fused score kernel's compaction (128 threads /
+// sort: block_select_threshold (src/kernels/topk/radix_select.cuh) and the fused indexer's candidate
+// compaction (kernels/topk/running_topk.cuh): the fused score kernel's compaction (128 threads /
 // 10-bit digits / 256-entry lists), a 1024-thread compaction (1024 / 11 / 1024, where the
 // block_min_max bug showed), and the select exactly as the top-k kernel instantiates it
 // (topk_kernel.cuh's constants, both histogram counts). Each problem is one CTA; the launches
@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "cuda/running_topk.cuh"
-#include "cuda/topk_kernel.cuh"
-#include "cuda/topk_launch.hpp"
+#include "kernels/topk/running_topk.cuh"
+#include "kernels/topk/topk_kernel.cuh"
+#include "kernels/topk/topk_launch.hpp"
 #include "gpu_test_util.hpp"
 
 namespace latte::testing {

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-#include "backends/cuda_indexer/indexer_launch.hpp"
+#include "kernels/indexer/smxx/indexer_launch.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/device.hpp"
 #include "latte/formats.hpp"
@@ -25,8 +25,8 @@ constexpr int kHeads = 32, kDim = 128, kBlock = 64, kTopk = 256;
 struct SliceProblem {
   int tokens = 0, batch = 0, max_blocks = 0, num_blocks = 0;
   DeviceBuffer q, qs, w, kc, bt, tr, vl;
-  cuda_indexer::IndexerProblem raw(bool with_tr) const {
-    cuda_indexer::IndexerProblem p;
+  cuda_indexer::IndexerParams raw(bool with_tr) const {
+    cuda_indexer::IndexerParams p;
     p.q = q.get();
     p.q_fp8 = true;
     p.q_st = kHeads * kDim;
@@ -108,7 +108,7 @@ cuda_indexer::DeviceTraits gpu_traits() {
   return cuda_indexer::DeviceTraits{d.arch(), d.sm_count, false};
 }
 
-std::vector<int32_t> run(const cuda_indexer::IndexerProblem& p, const cuda_indexer::DeviceTraits& dev,
+std::vector<int32_t> run(const cuda_indexer::IndexerParams& p, const cuda_indexer::DeviceTraits& dev,
                          std::size_t ws_bytes, bool physical) {
   DeviceBuffer ws(std::max<std::size_t>(ws_bytes, 16)), out(static_cast<std::size_t>(p.tokens) * kTopk * 4);
   LATTE_CUDA_CHECK(cudaMemset(out.get(), 0x6B, out.bytes()));
@@ -135,7 +135,7 @@ TEST_F(TokenSlices, SlicedEqualsOnePass) {
   for (const bool with_tr : {true, false}) {
     SliceProblem sp;
     fill(sp, rng, 13, with_tr ? 4 : 13);
-    const cuda_indexer::IndexerProblem p = sp.raw(with_tr);
+    const cuda_indexer::IndexerParams p = sp.raw(with_tr);
     const std::size_t all = cuda_indexer::topk_workspace_bytes(p, kTopk, cuda_indexer::TopkPath::unfused, dev);
     const std::size_t per_token = all / 13;  // keys of one token (rounded up in `all`)
     for (const bool physical : {false, true}) {

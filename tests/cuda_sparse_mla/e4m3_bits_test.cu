@@ -1,7 +1,7 @@
 // The exact e4m3 widenings of the fp8_ds_mla kernels, every code in every byte position: the
-// bf16 bit moves (src/cuda/e4m3_bf16_bits.cuh, the sm_80 / sm_86 path and the row-tile kernel's
+// bf16 bit moves (src/kernels/common/e4m3_bf16_bits.cuh, the sm_80 / sm_86 path and the row-tile kernel's
 // PV) give the e4m3 value x 2^-120, on the host (CI) and on the device; on sm_89+ the f16
-// conversion instruction (cuda/fp8_mma.cuh) gives the value exactly.
+// conversion instruction (kernels/common/mma_sync.cuh) gives the value exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "cuda/e4m3_bf16_bits.cuh"
-#include "cuda/fp8_mma.cuh"
+#include "kernels/common/e4m3_bf16_bits.cuh"
+#include "kernels/common/mma_sync.cuh"
 #include "gpu_test_util.hpp"
 
 namespace latte::testing {

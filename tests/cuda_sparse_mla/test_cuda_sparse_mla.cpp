@@ -17,8 +17,8 @@
 #include <tuple>
 #include <vector>
 
-#include "backends/cuda_sparse_mla/mla_fwd_dispatch.hpp"
-#include "backends/cuda_sparse_mla/mla_params.hpp"
+#include "kernels/sparse_mla/smxx/mla_fwd_dispatch.hpp"
+#include "kernels/sparse_mla/mla_params.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/api.hpp"
 #include "latte/backend.hpp"

@@ -299,7 +299,7 @@ Fields fields_of(latte::OpArgs& args) {
 }
 
 void validate_or_error(const latte::OpArgs& args) {
-  latte::validate_any(args);
+  (void)latte::make_problem(args);
   (void)latte::common_device(args);
 }
 

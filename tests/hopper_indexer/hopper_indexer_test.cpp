@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "cuda_indexer/indexer_problem.hpp"
+#include "cuda_indexer/indexer_test_problem.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/context.hpp"
 #include "latte/error.hpp"
 #include "latte/selector.hpp"
 #if LATTE_HOPPER_INDEXER_BUILT
-#include "backends/hopper_indexer/topk_launch.hpp"
+#include "kernels/indexer/sm90a/indexer_topk_sm90a.hpp"
 #endif
 
 namespace latte::testing {
@@ -387,7 +387,7 @@ TEST_F(HopperIndexer, TopkFusedRepairEqualsUnfused) {
   }
 }
 
-// The repair pass's running buffers (cuda/running_topk.cuh) at every buffer size: topk 1 and
+// The repair pass's running buffers (kernels/topk/running_topk.cuh) at every buffer size: topk 1 and
 // 100 compact many times per CTA (chunks of thousands of positions against buffers of 1056 and
 // 1248), 4096 takes the largest shared-memory buffer (run after the smaller ones: the kernel's
 // limit must cover it); ties (K rows from 5 distinct vectors) make the compactions break them by
@@ -419,11 +419,11 @@ TEST_F(HopperIndexer, TopkFusedLongRowsEqualsUnfused) {
 }
 
 // The fused path's admission pass is launched dependent on its sample pass except where the
-// sample pass has more than three one-stage CTAs per SM (measured rule, topk_launch.cpp): on
+// sample pass has more than three one-stage CTAs per SM (measured rule, indexer_topk_sm90a.cpp): on
 // 132 SMs, 32 and 48 tokens sample in 512 and 768 one-stage CTAs, 24 tokens in 384, 64 tokens in
 // two-stage CTAs. (Sample CTAs per SM come from the occupancy of the device's kernel: GPU test.)
 TEST_F(HopperIndexer, AdmissionLaunchRule) {
-  IndexerProblem p;
+  IndexerParams p;
   p.heads = 64;
   p.block_size = 64;
   p.max_blocks = 131072 / 64;
@@ -554,8 +554,8 @@ TEST(HopperIndexerSelection, FirstForE4m3IndexerOpsOnSm90Only) {
 #if LATTE_HOPPER_INDEXER_BUILT
 // A decode problem of `tokens` query tokens over `len` positions (64 index heads), for the host
 // path and workspace rules.
-IndexerProblem host_problem(int tokens, int64_t len, int block_size = 64) {
-  IndexerProblem p;
+IndexerParams host_problem(int tokens, int64_t len, int block_size = 64) {
+  IndexerParams p;
   p.tokens = tokens;
   p.heads = 64;
   p.block_size = block_size;
@@ -574,7 +574,7 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
 #else
   using hopper_indexer::TopkPath;
   const auto path = [&](int tokens, int64_t len, int block_size = 64) {
-    const IndexerProblem p = host_problem(tokens, len, block_size);
+    const IndexerParams p = host_problem(tokens, len, block_size);
     return hopper_indexer::choose_topk_path(p, 2048, hopper_indexer::topk_workspace_bound(tokens, 2048, 132), 132);
   };
   EXPECT_EQ(path(1, 8192), TopkPath::unfused);
@@ -588,7 +588,7 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
   EXPECT_EQ(path(128, 32768), TopkPath::unfused);
   EXPECT_EQ(path(128, 131072), TopkPath::fused);
   EXPECT_EQ(path(1, 131072, 48), TopkPath::unfused);  // block size 48: no TMA kernel, no admission pass
-  const IndexerProblem one = host_problem(1, 131072);
+  const IndexerParams one = host_problem(1, 131072);
   EXPECT_EQ(hopper_indexer::choose_topk_path(one, 2048, 530000, 132), TopkPath::unfused);  // one row of keys only
   EXPECT_GE(hopper_indexer::topk_workspace_bound(1, 2048, 132),
             hopper_indexer::topk_workspace_bytes(one, 2048, TopkPath::automatic, 132));

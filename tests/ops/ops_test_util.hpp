@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "latte/api.hpp"
 #include "latte/backend.hpp"
 #include "latte/error.hpp"
 #include "latte/formats.hpp"
@@ -63,9 +64,7 @@ inline double bf16_at(const HostTensor& t, int64_t flat) {
 // Runs `args` on cpu.reference, found in the global registry as an engine would.
 inline void run_reference(const OpArgs& args, bool check_indices = false) {
   const auto backend = Registry::global().get("cpu.reference");
-  AttentionSpec spec;
-  spec.op = op_of(args);
-  const std::unique_ptr<Kernel> kernel = backend->make(spec, DeviceInfo{});
+  const std::unique_ptr<Kernel> kernel = backend->make(spec_from_args(args), DeviceInfo{});
   RunContext ctx;
   ctx.check_indices = check_indices;
   kernel->run(args, ctx);

@@ -1,10 +1,12 @@
 // cpu.reference as the registry and the selector see it: registered, honest capabilities,
 // and a Kernel that refuses what it cannot run with a clear message.
 #include <gmock/gmock.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
+#include "latte/api.hpp"
 #include "latte/backend.hpp"
 #include "latte/error.hpp"
 #include "latte/registry.hpp"
@@ -84,9 +86,9 @@ TEST(CpuReference, DeclaresWhatItRefuses) {
 
 TEST(CpuReference, KernelNeedsNoWorkspaceAndRefusesArgsOfAnotherOp) {
   const auto backend = Registry::global().get("cpu.reference");
-  const auto kernel = backend->make(glm5_spec(Op::sparse_mla), DeviceInfo{});
-  EXPECT_EQ(kernel->workspace_bytes(), 0u);
   ValidCalls calls;
+  const auto kernel = backend->make(spec_from_args(calls.sparse_mla()), DeviceInfo{});
+  EXPECT_EQ(kernel->workspace_bytes(), 0u);
   try {
     kernel->run(calls.kv_store(), RunContext{});
     ADD_FAILURE() << "no error";
@@ -95,6 +97,39 @@ TEST(CpuReference, KernelNeedsNoWorkspaceAndRefusesArgsOfAnotherOp) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("made for sparse_mla but was given kv_store"));
   }
   EXPECT_NO_THROW(kernel->run(calls.sparse_mla(), RunContext{}));
+}
+
+// A kernel computes only problems that fit the spec it was made for: a call whose cache format,
+// heads or topk differ is refused naming both values, before the backend sees it.
+TEST(CpuReference, KernelRefusesACallOfAnotherSpecNamingBoth) {
+  const auto backend = Registry::global().get("cpu.reference");
+  ValidCalls calls;
+  const SparseMlaArgs call = calls.sparse_mla();
+  const AttentionSpec fits = spec_from_args(call);
+  const auto expect_refused = [&](AttentionSpec spec, const std::string& fragment) {
+    const auto kernel = backend->make(spec, DeviceInfo{});
+    try {
+      kernel->run(call, RunContext{});
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(fragment));
+    }
+  };
+  AttentionSpec other = fits;
+  other.kv_cache = fits.kv_cache == CacheFormat::bf16 ? CacheFormat::fp8_ds_mla : CacheFormat::bf16;
+  expect_refused(other, fmt::format("made for cache format {} but the call has cache format {}",
+                                    to_string(other.kv_cache), to_string(fits.kv_cache)));
+  other = fits;
+  other.num_heads = fits.num_heads + 1;
+  expect_refused(other, fmt::format("made for heads {} but the call has heads {}", other.num_heads,
+                                    fits.num_heads));
+  other = fits;
+  other.topk = fits.topk - 1;
+  expect_refused(other, fmt::format("made for topk up to {} but the call has topk {}", other.topk,
+                                    fits.topk));
+  other.topk = fits.topk + 1;  // fewer columns than the kernel was made for: fine
+  EXPECT_NO_THROW(backend->make(other, DeviceInfo{})->run(call, RunContext{}));
 }
 
 }  // namespace

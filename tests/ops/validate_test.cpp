@@ -193,7 +193,7 @@ std::vector<BadCase> bad_cases() {
          for (TensorView* t : {&a.q, &a.kv_cache, &a.indices, &a.out, &a.lse}) *t = on_cuda(*t);
          return OpArgs(a);
        },
-       {"cpu.reference", "tensors on cuda:0", "Copy the tensors to the CPU"}},
+       {"runs on cpu", "the tensors are on cuda:0", "Copy the tensors to the kernel's device"}},
       // An output that shares memory with an input or with the other output.
       {"out_aliases_kv_cache", Stage::validate,
        [](C c) { auto a = c.sparse_mla(); a.out = over(a.out, c.bf16_cache); return OpArgs(a); },
@@ -406,13 +406,13 @@ TEST_P(BadInput, IsRefusedWithItsMessage) {
   const OpArgs args = bad.make(calls);
   switch (bad.stage) {
     case Stage::validate:
-      expect_error([&] { (void)common_device(args); validate_any(args); }, bad.fragments);
+      expect_error([&] { (void)common_device(args); (void)make_problem(args); }, bad.fragments);
       break;
     case Stage::kernel:
-      EXPECT_NO_THROW(validate_any(args));
+      EXPECT_NO_THROW((void)make_problem(args));
       break;
     case Stage::check_mode:
-      EXPECT_NO_THROW(validate_any(args));
+      EXPECT_NO_THROW((void)make_problem(args));
       // Without check mode the bad value is treated as -1 / clamped: the call runs.
       EXPECT_NO_THROW(run_reference(args, false));
       break;
@@ -572,7 +572,7 @@ TEST(Validate, EveryOpTakesZeroTokensWithAnyStrides) {
                                             c.k_cache.data<unsigned char>() + c.k_cache.view().nbytes());
   for (const OpArgs& args : {OpArgs(sm), OpArgs(split), OpArgs(md), OpArgs(topk), OpArgs(logits),
                              OpArgs(store), OpArgs(kstore), OpArgs(l2s)}) {
-    EXPECT_NO_THROW(validate_any(args)) << to_string(op_of(args));
+    EXPECT_NO_THROW((void)make_problem(args)) << to_string(op_of(args));
     EXPECT_NO_THROW(run_reference(args, true)) << to_string(op_of(args));
   }
   EXPECT_EQ(validate(sm).tokens, 0);

@@ -242,8 +242,8 @@ TEST_F(PluginTest, ExampleKernelReportsBadArgumentsAndBadIndices) {
     EXPECT_THAT(e.what(), HasSubstr("q"));
     EXPECT_THAT(e.what(), Not(HasSubstr("example.cpu_sparse_mla")));
   }
-  // ...and the plugin's own errors come back through the C ABI: this kernel was made for 8
-  // heads per rank, the call has 16.
+  // A call that does not fit the kernel's spec (made for 8 heads per rank, the call has 16) is
+  // refused by latte, naming both, before the plugin sees it...
   SparseCase wide(5);
   wide.heads = 16;
   wide.q.resize(wide.tokens * 16 * 576);
@@ -254,10 +254,23 @@ TEST_F(PluginTest, ExampleKernelReportsBadArgumentsAndBadIndices) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
-    EXPECT_THAT(e.what(), HasSubstr("example.cpu_sparse_mla: sparse_mla: q dim 1 must be 8, got 16"));
+    EXPECT_THAT(e.what(), HasSubstr("made for heads 8 but the call has heads 16"));
+  }
+  // ...and the plugin's own errors come back through the C ABI: a kernel made without a head
+  // count (any, as far as latte is concerned) is the plugin's to refuse.
+  AttentionSpec any_heads = s.spec;
+  any_heads.num_heads = 0;
+  const auto loose = s.backend->make(any_heads, s.device);
+  try {
+    loose->run(wide.args(), RunContext{});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("example.cpu_sparse_mla: sparse_mla: q dim 1 must be 0, got 16"));
   }
 
-  // An out-of-range slot: an error naming it in check mode, skipped (treated as -1) otherwise.
+  // An out-of-range slot: an error naming it in check mode (latte checks every backend's
+  // indices alike, before the kernel runs), skipped (treated as -1) otherwise.
   c.indices[2] = 100000;
   RunContext checked;
   checked.check_indices = true;
@@ -265,7 +278,7 @@ TEST_F(PluginTest, ExampleKernelReportsBadArgumentsAndBadIndices) {
     kernel->run(c.args(), checked);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_THAT(e.what(), HasSubstr("indices[0, 2] = 100000 is outside -1 or 0..63"));
+    EXPECT_THAT(e.what(), HasSubstr("sparse_mla: indices[0, 2] = 100000 is out of range; allowed -1 (none) or 0..63"));
   }
   kernel->run(c.args(), RunContext{});
   c.expect_matches_float64();

@@ -1,0 +1,72 @@
+// cuda.kv_store: kv_store (bf16 and fp8_ds_mla caches, amax or power-of-two scales),
+// indexer_k_store and logical_to_slots on CUDA GPUs from sm_80. Bytes written are identical to
+// latte/formats.hpp's host packing.
+
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+#include "kernels/kv_store/kv_store_run.hpp"
+#include "latte/backend.hpp"
+#include "latte/registry.hpp"
+#include "latte/spec.hpp"
+
+namespace latte::cuda_kv_store {
+namespace {
+
+Capabilities kv_store_capabilities() {
+  Capabilities caps;
+  caps.ops = {Op::kv_store, Op::indexer_k_store, Op::logical_to_slots};
+  caps.devices = {DeviceKind::cuda};
+  caps.arch = IntRule::at_least(80);
+  caps.kv_caches = {CacheFormat::bf16, CacheFormat::fp8_ds_mla};
+  caps.head_dim = IntRule::list({kQkDim, kIndexDim});
+  caps.block_size = IntRule::at_least(1);
+  caps.workspace = "none";
+  caps.notes = "cache writes through slot_mapping (-1 skips), bit-identical to formats.hpp; "
+               "logical -> physical slots";
+  return caps;
+}
+
+class KvStoreKernel final : public Kernel {
+ public:
+  using Kernel::Kernel;
+  [[nodiscard]] std::size_t workspace_bytes() const override { return 0; }
+  [[nodiscard]] std::string describe() const override {
+    return describe_cache_write(spec().op, spec().kv_cache);
+  }
+
+ protected:
+  void compute(const Problem& problem, const RunContext& ctx) override {
+    std::visit(
+        [&](const auto& p) {
+          using P = std::decay_t<decltype(p)>;
+          if constexpr (std::is_same_v<P, KvStoreProblem> || std::is_same_v<P, IndexerKStoreProblem> ||
+                        std::is_same_v<P, LogicalToSlotsProblem>) {
+            launch(p, ctx.stream);
+          }
+        },
+        problem);
+  }
+};
+
+class CudaKvStoreBackend final : public Backend {
+ public:
+  CudaKvStoreBackend()
+      : info_{"cuda.kv_store",
+              "KV-cache and indexer-K-cache writes and slot mapping on CUDA (sm_80+)",
+              kv_store_capabilities(), "built-in"} {}
+  [[nodiscard]] const BackendInfo& info() const override { return info_; }
+  [[nodiscard]] std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    return std::make_unique<KvStoreKernel>(spec, device.handle());
+  }
+
+ private:
+  BackendInfo info_;
+};
+
+LATTE_REGISTER_BACKEND(CudaKvStoreBackend);
+
+}  // namespace
+}  // namespace latte::cuda_kv_store

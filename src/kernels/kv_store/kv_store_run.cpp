@@ -1,0 +1,99 @@
+// The cache-write kernels' host side: latte's validated problems to raw parameters, and the
+// one-line description of each kernel.
+#include <cstdint>
+
+#include "kernels/kv_store/kv_store_run.hpp"
+
+namespace latte::cuda_kv_store {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+}  // namespace
+
+void launch(const KvStoreProblem& s, void* stream) {
+  const KvStoreArgs& a = *s.args;
+  KvStoreParams p;
+  p.latent = a.latent.data;
+  p.lat_st = a.latent.stride(0);
+  p.rope = a.rope.data;
+  p.rope_st = a.rope.stride(0);
+  p.slot_mapping = a.slot_mapping.ptr<const int32_t>();
+  p.sm_s = a.slot_mapping.stride(0);
+  p.cache = a.kv_cache.data;
+  p.cache_sb = a.kv_cache.stride(0);
+  p.cache_st = a.kv_cache.stride(1);
+  p.num_blocks = static_cast<int>(s.num_blocks);
+  p.block_size = static_cast<int>(s.block_size);
+  p.tokens = s.tokens;
+  p.fp8 = s.format == CacheFormat::fp8_ds_mla;
+  p.pow2 = a.scale_kind == Fp8ScaleKind::pow2 ? 1 : 0;
+  const int64_t esz = p.fp8 ? 1 : 2;
+  p.vec = aligned16(p.latent) && aligned16(p.rope) && aligned16(p.cache) && (p.lat_st * 2) % 16 == 0 &&
+          (p.rope_st * 2) % 16 == 0 && (p.cache_sb * esz) % 16 == 0 && (p.cache_st * esz) % 16 == 0;
+  launch_kv_store(p, stream);
+}
+
+void launch(const IndexerKStoreProblem& s, void* stream) {
+  const IndexerKStoreArgs& k = *s.args;
+  IndexerKStoreParams p;
+  p.k = k.k.data;
+  p.k_st = k.k.stride(0);
+  p.slot_mapping = k.slot_mapping.ptr<const int32_t>();
+  p.sm_s = k.slot_mapping.stride(0);
+  p.k_cache = k.k_cache.ptr<uint8_t>();
+  p.page_stride = k.k_cache.stride(0);
+  p.num_blocks = static_cast<int>(s.num_blocks);
+  p.block_size = static_cast<int>(s.block_size);
+  p.tokens = s.tokens;
+  p.pow2 = k.scale_kind == Fp8ScaleKind::pow2 ? 1 : 0;
+  launch_indexer_k_store(p, stream);
+}
+
+void launch(const LogicalToSlotsProblem& s, void* stream) {
+  const LogicalToSlotsArgs& l = *s.args;
+  LogicalToSlotsParams p;
+  p.positions = l.positions.ptr<const int32_t>();
+  p.pos_st = l.positions.stride(0);
+  p.pos_sc = l.positions.stride(1);
+  p.block_table = l.block_table.ptr<const int32_t>();
+  p.bt_sr = l.block_table.stride(0);
+  p.bt_sc = l.block_table.stride(1);
+  p.batch = static_cast<int>(s.batch);
+  p.max_blocks = static_cast<int>(s.max_blocks);
+  if (l.token_request.defined()) {
+    p.token_request = l.token_request.ptr<const int32_t>();
+    p.tr_s = l.token_request.stride(0);
+  }
+  p.slots = l.slots.ptr<int32_t>();
+  p.out_st = l.slots.stride(0);
+  p.out_sc = l.slots.stride(1);
+  p.tokens = s.tokens;
+  p.width = s.width;
+  p.block_size = l.block_size;
+  launch_logical_to_slots(p, stream);
+}
+
+std::string describe_cache_write(Op op, CacheFormat format) {
+  switch (op) {
+    case Op::kv_store:
+      return format == CacheFormat::fp8_ds_mla
+                 ? "one warp per token: 4 groups of 128 latent values to e4m3 with an f32 scale each (amax / "
+                   "448, or the power of two at or above it when the call asks for pow2 scales), the 64 rope "
+                   "values kept bf16: one 656-byte row per slot, bit-identical to formats.hpp; slot -1 or outside "
+                   "the cache skips the token"
+                 : "one warp per token: the 576 bf16 values copied into the slot's row (16-byte stores when every "
+                   "row is 16-byte aligned); slot -1 or outside the cache skips the token";
+    case Op::indexer_k_store:
+      return "one warp per token: 128 values to e4m3 with one f32 scale (amax / 448, or the power of two at or "
+             "above it when the call asks for pow2 scales) in the page's scale area, bit-identical to formats.hpp; "
+             "slot -1 or outside the cache skips the token";
+    case Op::logical_to_slots:
+      return "one thread per (token, position): the block table's entry times block_size plus the offset; -1 for "
+             "negative positions, positions past the table, negative blocks and slots past int32";
+    default:
+      return {};
+  }
+}
+
+}  // namespace latte::cuda_kv_store
