@@ -22,7 +22,7 @@ struct PolicySource {
 class ScopedContext {
  public:
   explicit ScopedContext(const PolicySource& policy);
-  [[nodiscard]] const Context& get() const { return own_ ? *own_ : Context::global(); }
+  [[nodiscard]] Context& get() const { return own_ ? *own_ : Context::global(); }
 
  private:
   std::unique_ptr<Context> own_;

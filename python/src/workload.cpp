@@ -1,5 +1,5 @@
 // latte.run_dsa_step: one DSA decode step of a model's shape on random data through the selected
-// backends, verified (the library function behind `latte run`).
+// backends, verified (tools/workload, the code behind `latte run`; not part of liblatte).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -12,13 +12,16 @@
 
 #include "context_scope.hpp"
 #include "latte/error.hpp"
-#include "latte/workload.hpp"
+#include "latte_workload/dsa_step.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
 namespace latte::python {
 namespace {
+
+using workload::DsaStepConfig;
+using workload::DsaStepReport;
 
 DsaStepReport run_step(const std::string& model, int tp, const std::string& kv_cache, int block_size,
                        int batch, int context, const std::string& device, uint64_t seed, int repeats,
@@ -57,7 +60,7 @@ DsaStepReport run_step(const std::string& model, int tp, const std::string& kv_c
     };
   }
   nb::gil_scoped_release release;
-  return run_dsa_step(config, report_line, &scope.get());
+  return workload::run_dsa_step(config, report_line, &scope.get());
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -12,11 +13,11 @@
 #include <random>
 
 #include "core/test_backends.hpp"
-#include "core/workload_buffers.hpp"
 #include "latte/context.hpp"
 #include "latte/error.hpp"
 #include "latte/registry.hpp"
-#include "latte/workload.hpp"
+#include "latte_workload/buffers.hpp"
+#include "latte_workload/dsa_step.hpp"
 
 namespace latte {
 namespace {
@@ -436,6 +437,7 @@ TEST_F(PluginTest, LoadingTheSameFileTwiceIsANoOp) {
 // latte run with a stage on a plugin backend: its check copies the output for the oracle, and
 // the memory estimate counts that copy (the tally of what the step allocated stays within it).
 TEST(PluginWorkload, TheMemoryEstimateCountsTheOracleCopyOfAPluginStage) {
+  using namespace workload;
   Registry registry;
   registry.add(Registry::global().get("cpu.reference"));
   Context context(registry);
@@ -448,7 +450,7 @@ TEST(PluginWorkload, TheMemoryEstimateCountsTheOracleCopyOfAPluginStage) {
   c.select.use_environment = false;
   c.select.force = {"sparse_mla=example.*"};
   const DsaStepMemory with_plugin = estimate_dsa_step_memory(c, &context);
-  detail::MemoryTally tally;
+  MemoryTally tally;
   const DsaStepReport report = run_dsa_step(c, {}, &context);
   ASSERT_EQ(report.stages.back().backend, "example.cpu_sparse_mla");
   EXPECT_EQ(report.stages.back().check, "cpu.reference");
@@ -460,6 +462,44 @@ TEST(PluginWorkload, TheMemoryEstimateCountsTheOracleCopyOfAPluginStage) {
   c.select.exclude = {"sparse_mla=example.*"};  // all on cpu.reference: no copy for the oracle
   const uint64_t out_bytes = uint64_t(c.batch) * 64 * 512 * 2;
   EXPECT_EQ(estimate_dsa_step_memory(c, &context).host_bytes + out_bytes, with_plugin.host_bytes);
+}
+
+// The checks run cpu.reference through latte::run, to which LATTE_BACKEND adds its entries: a
+// force there that would rank the plugin above cpu.reference for the check itself (its shipped
+// rule does) is refused before the check runs, rather than the plugin checked against itself;
+// the error names the way that works (--force).
+TEST(PluginWorkload, ALatteBackendForceThatWouldTakeOverTheCheckIsRefused) {
+  using namespace workload;
+  Registry registry;
+  registry.add(Registry::global().get("cpu.reference"));
+  Context context(registry);
+  context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  DsaStepConfig c;
+  c.model = "glm-5";
+  c.tp = 8;
+  c.batch = 1;
+  c.context = 100;
+  c.block_size = 16;
+  c.select.force = {"sparse_mla=example.*"};
+  c.select.use_environment = false;
+  const DsaStepReport forced = run_dsa_step(c, {}, &context);
+  EXPECT_TRUE(forced.passed) << forced.to_text();
+  EXPECT_EQ(forced.stages.back().backend, "example.cpu_sparse_mla");
+  EXPECT_EQ(forced.stages.back().check, "cpu.reference + dense MLA oracle");
+
+  c.select.force.clear();
+  c.select.use_environment = true;
+  ASSERT_EQ(setenv("LATTE_BACKEND", "sparse_mla=example.*", 1), 0);
+  try {
+    (void)run_dsa_step(c, {}, &context);
+    ADD_FAILURE() << "a step whose check would run on the plugin ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("the check of sparse_mla must run on cpu.reference, but latte::run "
+                                    "would run example.cpu_sparse_mla (forced: "));
+    EXPECT_THAT(e.what(), HasSubstr("with --force"));
+  }
+  unsetenv("LATTE_BACKEND");
 }
 
 TEST(PluginPath, LoadsWhatItCanAndReportsTheRest) {

@@ -4,11 +4,14 @@
 
 #include "commands.hpp"
 #include "latte/error.hpp"
-#include "latte/workload.hpp"
+#include "latte_workload/dsa_step.hpp"
 #include "options.hpp"
 
 namespace latte::cli {
 namespace {
+
+using workload::DsaStepConfig;
+using workload::DsaStepReport;
 
 struct RunArgs {
   ModelOptions model;
@@ -43,7 +46,7 @@ void add_run(CLI::App& app) {
     config.block_size = d.block_size;
     config.select = apply_choice_options(a->choice);
     const bool show_progress = !a->quiet;
-    const DsaStepReport report = run_dsa_step(config, [show_progress](std::string_view line) {
+    const DsaStepReport report = workload::run_dsa_step(config, [show_progress](std::string_view line) {
       if (show_progress) std::fprintf(stderr, "... %.*s\n", static_cast<int>(line.size()), line.data());
     });
     fmt::print("{}\n", a->json ? report.to_json() : report.to_text());

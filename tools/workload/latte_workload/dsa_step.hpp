@@ -1,6 +1,9 @@
 // One DSA decode step of a real model's shape on random data, end to end through the
 // selected backends, verified against cpu.reference (and the dense-MLA equality oracle when
-// the context fits in topk). This is what `latte run` prints.
+// the context fits in topk). This is what `latte run` and latte.run_dsa_step print.
+//
+// A tool over liblatte's public API, not part of liblatte: each stage's backend is chosen with
+// Context::select, and every op (the stages and the reference checks) runs through latte::run.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +17,7 @@
 #include "latte/selector.hpp"
 #include "latte/spec.hpp"
 
-namespace latte {
+namespace latte::workload {
 
 struct DsaStepConfig {
   std::string model = "glm-5";   // preset name or config.json path
@@ -34,7 +37,7 @@ struct StageReport {
   Op op = Op::sparse_mla;
   std::string backend;       // the backend that ran
   std::string rule;          // the policy rule that ranked it first
-  std::string kernel;        // Kernel::describe(): the variant and splits it ran (may be empty)
+  std::string kernel;        // Kernel::describe() of what latte::run ran (may be empty)
   double ms = 0;             // median time per run
   double rate = 0;           // throughput in `rate_unit`
   std::string rate_unit;     // "TFLOP/s", "GB/s"
@@ -57,10 +60,11 @@ struct DsaStepReport {
 // Throws latte::Error for bad configuration (unknown model, TP not dividing the heads, no
 // valid backend for a stage, ...), and out_of_memory, before allocating anything, when the step
 // needs more host or device memory than there is (naming the estimate and the largest batch
-// and context that fit). `progress` receives one line per step for long runs.
+// and context that fit). `progress` receives one line per step for long runs. `context`: the
+// one to select and run in (null: Context::global()).
 [[nodiscard]] DsaStepReport run_dsa_step(const DsaStepConfig& config,
                                          const std::function<void(std::string_view)>& progress = {},
-                                         const Context* context = nullptr);
+                                         Context* context = nullptr);
 
 // The peak memory of run_dsa_step(config), from the shapes it allocates and the workspaces of
 // the kernels it would run: host bytes, and device bytes (0 on the CPU).
@@ -71,4 +75,4 @@ struct DsaStepMemory {
 [[nodiscard]] DsaStepMemory estimate_dsa_step_memory(const DsaStepConfig& config,
                                                      const Context* context = nullptr);
 
-}  // namespace latte
+}  // namespace latte::workload

@@ -1,4 +1,4 @@
-#include "workload_buffers.hpp"
+#include "latte_workload/buffers.hpp"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace latte::detail {
+namespace latte::workload {
 namespace {
 
 #ifdef LATTE_WITH_CUDA
@@ -236,4 +236,4 @@ void StageTimer::synchronize(Device device) {
 #endif
 }
 
-}  // namespace latte::detail
+}  // namespace latte::workload

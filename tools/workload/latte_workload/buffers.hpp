@@ -1,4 +1,5 @@
-// Buffers for workloads: host bytes with an optional device copy, viewed as TensorViews.
+// The workload's memory: host bytes with an optional device copy (cudaMalloc'd here, not by
+// liblatte), viewed as TensorViews; what memory there is; a tally of what is alive; a timer.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +12,7 @@
 #include "latte/device.hpp"
 #include "latte/tensor.hpp"
 
-namespace latte::detail {
+namespace latte::workload {
 
 // "1.50 GiB", "12.0 MiB", "512 B".
 [[nodiscard]] std::string format_bytes(uint64_t bytes);
@@ -97,4 +98,4 @@ class StageTimer {
   double host_start_ = 0;
 };
 
-}  // namespace latte::detail
+}  // namespace latte::workload

@@ -3,9 +3,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "latte/workload.hpp"
+#include "latte_workload/dsa_step.hpp"
 
-namespace latte {
+namespace latte::workload {
 namespace {
 
 std::string fmt_time(double ms) {
@@ -92,4 +92,4 @@ std::string DsaStepReport::to_json() const {
   return j.dump(2);
 }
 
-}  // namespace latte
+}  // namespace latte::workload

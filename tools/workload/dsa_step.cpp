@@ -1,5 +1,9 @@
 // `latte run`: one DSA decode step (kv_store -> indexer_k_store -> indexer_topk -> sparse_mla)
 // of a model's shape on random data through the selected backends, each stage checked.
+// liblatte's public API only: Context::select chooses each stage's backend (with the model's
+// spec, as `latte select --model` does), latte::run runs every op on the backend chosen.
+#include "latte_workload/dsa_step.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -9,16 +13,14 @@
 #include <numeric>
 #include <random>
 
+#include "latte/api.hpp"
+#include "latte/backend.hpp"
 #include "latte/error.hpp"
 #include "latte/formats.hpp"
-#include "latte/workload.hpp"
-#include "workload_buffers.hpp"
+#include "latte_workload/buffers.hpp"
 
-namespace latte {
+namespace latte::workload {
 namespace {
-
-using detail::StageTimer;
-using detail::WorkBuffer;
 
 constexpr const char* kOracleId = "cpu.reference";
 
@@ -106,13 +108,13 @@ struct StepShapes {
   [[nodiscard]] std::size_t topk_row() const { return n(L * 8 + K * 8 + (L + 7) / 8); }
 };
 
-// One stage: its spec, the backend chosen for it and the kernel made, all before any buffer
-// (the memory estimate needs the kernels' workspaces and which checks copy a cache).
+// One stage: its spec, the backend chosen for it and that backend's workspace, all before any
+// buffer (the memory estimate needs the workspaces and which checks copy a cache).
 struct Stage {
   std::string name;
   AttentionSpec spec;
   Selection selection;
-  std::unique_ptr<Kernel> kernel;
+  std::size_t workspace_bytes = 0;
   [[nodiscard]] bool is_oracle() const { return selection.chosen == kOracleId; }
 };
 
@@ -132,29 +134,36 @@ struct StepPlan {
     // The top-k inputs and output (host and run copy), alive from stage 3 on.
     const std::size_t topk = s.index_q() + 2 * s.per_index_head() + s.per_request() + s.indices();
     const std::size_t attention = s.q() + s.out() + s.lse();
-    // A stage's workspace lives while its kernel runs, its check's buffers after that; a
-    // WorkBuffer holds host bytes for a workspace too, beside the device copy on CUDA.
-    const auto workspace = [](const Stage& stage) { return stage.kernel->workspace_bytes(); };
-    const std::size_t stage1 = std::max(workspace(kv_store), kv_store.is_oracle() ? 0 : s.kv_cache());
-    const std::size_t stage2 = std::max(workspace(indexer_k_store), indexer_k_store.is_oracle() ? 0 : s.k_cache());
-    const std::size_t stage3 = topk + std::max(workspace(indexer_topk), s.logits() + s.topk_row());
+    // Workspaces are latte::run's. On the CPU a stage's lives in host memory while its kernel
+    // runs, its check's buffers after that. On CUDA it is device memory that latte::run keeps
+    // per stream and only grows, so a stage holds the largest workspace of the stages so far.
+    const auto host_workspace = [cuda](const Stage& stage) { return cuda ? 0 : stage.workspace_bytes; };
+    const std::size_t stage1 = std::max(host_workspace(kv_store), kv_store.is_oracle() ? 0 : s.kv_cache());
+    const std::size_t stage2 =
+        std::max(host_workspace(indexer_k_store), indexer_k_store.is_oracle() ? 0 : s.k_cache());
+    const std::size_t stage3 = topk + std::max(host_workspace(indexer_topk), s.logits() + s.topk_row());
     const std::size_t stage4 = topk + attention +
-                               std::max({workspace(sparse_mla), sparse_mla.is_oracle() ? 0 : s.out(),
+                               std::max({host_workspace(sparse_mla), sparse_mla.is_oracle() ? 0 : s.out(),
                                          s.L <= s.K ? s.out() + s.per_request() : 0});  // the dense oracle
     DsaStepMemory m;
     m.host_bytes = step + s.token_of_slot() + std::max({stage1, stage2, stage3, stage4});
     if (cuda) {
-      m.device_bytes = step + std::max({workspace(kv_store), workspace(indexer_k_store),
-                                        topk + workspace(indexer_topk), topk + attention + workspace(sparse_mla)});
+      const std::size_t w1 = kv_store.workspace_bytes;
+      const std::size_t w2 = std::max(w1, indexer_k_store.workspace_bytes);
+      const std::size_t w3 = std::max(w2, indexer_topk.workspace_bytes);
+      const std::size_t w4 = std::max(w3, sparse_mla.workspace_bytes);
+      m.device_bytes = step + std::max({w1, w2, topk + w3, topk + attention + w4});
     }
     return m;
   }
 };
 
+// The kernel made here is only asked for its workspace and dropped: the stage runs through
+// latte::run, which makes and keeps its own.
 Stage make_stage(const Context& context, const DsaStepConfig& config, const DeviceInfo& device,
                  std::string name, const AttentionSpec& spec) {
-  Stage stage{std::move(name), spec, context.select(spec, device, config.select), nullptr};
-  stage.kernel = stage.selection.backend->make(spec, device);
+  Stage stage{std::move(name), spec, context.select(spec, device, config.select), 0};
+  stage.workspace_bytes = stage.selection.backend->make(spec, device)->workspace_bytes();
   return stage;
 }
 
@@ -215,8 +224,8 @@ int64_t largest_fitting(int64_t hi, const std::function<bool(int64_t)>& fits) {
 // estimate and the largest batch and context that fit.
 void check_memory(const StepPlan& plan, const DsaStepConfig& config) {
   const bool cuda = plan.device.kind == DeviceKind::cuda;
-  const detail::AvailableMemory host = detail::available_memory(Device{});
-  const detail::AvailableMemory dev = cuda ? detail::available_memory(plan.device.handle()) : detail::AvailableMemory{};
+  const AvailableMemory host = available_memory(Device{});
+  const AvailableMemory dev = cuda ? available_memory(plan.device.handle()) : AvailableMemory{};
   const auto fits = [&](int64_t batch, int64_t context) {
     const DsaStepMemory m =
         plan.memory(StepShapes(plan.model, batch, context, config.block_size, config.kv_cache));
@@ -225,11 +234,11 @@ void check_memory(const StepPlan& plan, const DsaStepConfig& config) {
   const int64_t B = config.batch, L = config.context;
   if (fits(B, L)) return;
   const DsaStepMemory need = plan.memory(plan.shapes);
-  std::string needs = fmt::format("{} of host memory", detail::format_bytes(need.host_bytes));
-  std::string there = fmt::format("{} ({})", detail::format_bytes(host.bytes), host.source);
+  std::string needs = fmt::format("{} of host memory", format_bytes(need.host_bytes));
+  std::string there = fmt::format("{} ({})", format_bytes(host.bytes), host.source);
   if (cuda) {
-    needs += fmt::format(" and {} on cuda:{}", detail::format_bytes(need.device_bytes), plan.device.index);
-    there += fmt::format(", {} ({})", detail::format_bytes(dev.bytes), dev.source);
+    needs += fmt::format(" and {} on cuda:{}", format_bytes(need.device_bytes), plan.device.index);
+    there += fmt::format(", {} ({})", format_bytes(dev.bytes), dev.source);
   }
   const int64_t batch = largest_fitting(B - 1, [&](int64_t b) { return fits(b, L); });
   const int64_t context = largest_fitting(L - 1, [&](int64_t l) { return fits(B, l); });
@@ -243,47 +252,74 @@ void check_memory(const StepPlan& plan, const DsaStepConfig& config) {
                           B, L, plan.model.name, needs, there, at_context, at_batch));
 }
 
-// Runs a planned stage: a warm-up on CUDA, then `repeats` timed runs (median).
+// The decision latte::run(args) takes when told to force `id`: its own select() (the same
+// spec, device and options, so the same cached decision). latte::run adds LATTE_BACKEND's
+// entries to the forced id and those may rank another backend first: a stage or a check that
+// would then not run on `id` is refused before it runs.
+Selection forced_call_selection(const Context& context, const OpArgs& args, const DeviceInfo& device,
+                                const std::string& id, std::string_view what) {
+  SelectOptions options;
+  options.force.push_back(id);
+  Selection selection = context.select(spec_from_args(args), device, options);
+  if (selection.chosen != id) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{} must run on {}, but latte::run would run {} (forced: {}): force `latte run`'s "
+                            "backends with --force (force= in run_dsa_step), not LATTE_BACKEND, which "
+                            "applies to every call, the checks' cpu.reference calls included",
+                            what, id, selection.chosen, fmt::join(selection.forced, ", ")));
+  }
+  return selection;
+}
+
+CallOptions forced_call(Context& context, const std::string& id) {
+  CallOptions options;
+  options.backend = id;
+  options.context = &context;
+  return options;
+}
+
+// Runs a planned stage through latte::run on the backend chosen for it: a warm-up on CUDA,
+// then `repeats` timed runs (median).
 class StageRunner {
  public:
-  StageRunner(const DeviceInfo& device, int repeats) : device_(device), repeats_(repeats) {}
+  StageRunner(Context& context, const DeviceInfo& device, int repeats)
+      : context_(context), device_(device), repeats_(repeats) {}
 
   StageReport run(const Stage& stage, const OpArgs& args, const std::function<void(std::string_view)>& progress) {
     StageReport report;
     report.name = stage.name;
     report.op = stage.spec.op;
-    report.backend = stage.selection.chosen;
     report.rule = stage.selection.valid.empty() ? std::string() : stage.selection.valid.front().rule;
-    if (progress) progress(fmt::format("{} on {} ({})", stage.name, report.backend, report.rule));
-    report.kernel = stage.kernel->describe();
-    WorkBuffer workspace(stage.kernel->workspace_bytes(), device_.handle());
-    RunContext ctx;
-    ctx.workspace = workspace.bytes() ? workspace.view(DType::u8, {static_cast<int64_t>(workspace.bytes())}).data : nullptr;
-    ctx.workspace_bytes = workspace.bytes();
+    if (progress) progress(fmt::format("{} on {} ({})", stage.name, stage.selection.chosen, report.rule));
+    const Selection call =
+        forced_call_selection(context_, args, device_, stage.selection.chosen, "stage " + stage.name);
+    const CallOptions options = forced_call(context_, stage.selection.chosen);
     StageTimer timer(device_.handle());
     std::vector<double> times;
     const int warmups = device_.kind == DeviceKind::cuda ? 2 : 0;
     for (int i = 0; i < warmups + repeats_; ++i) {
       timer.start();
-      stage.kernel->run(args, ctx);
+      report.backend = latte::run(args, options);
       const double ms = timer.stop_ms();
       if (i >= warmups) times.push_back(ms);
     }
     std::sort(times.begin(), times.end());
     report.ms = times[times.size() / 2];
+    report.kernel = call.describe_kernel();  // a kernel made for the call's spec, as latte::run's
     return report;
   }
 
  private:
+  Context& context_;
   const DeviceInfo& device_;
   int repeats_;
 };
 
-// Runs an op on host tensors with the oracle.
-void run_oracle(const Context& context, const AttentionSpec& spec, const OpArgs& args) {
+// Runs an op on host tensors on the oracle, through latte::run like the stages.
+void run_oracle(Context& context, const OpArgs& args, std::string_view what) {
   const DeviceInfo cpu = describe_device("cpu");
-  const auto oracle = context.registry().get(kOracleId);
-  oracle->make(spec, cpu)->run(args, RunContext{});
+  (void)forced_call_selection(context, args, cpu, kOracleId, what);
+  (void)latte::run(args, forced_call(context, kOracleId));
 }
 
 }  // namespace
@@ -295,8 +331,8 @@ DsaStepMemory estimate_dsa_step_memory(const DsaStepConfig& config, const Contex
 
 DsaStepReport run_dsa_step(const DsaStepConfig& config,
                            const std::function<void(std::string_view)>& progress,
-                           const Context* context_ptr) {
-  const Context& context = context_ptr ? *context_ptr : Context::global();
+                           Context* context_ptr) {
+  Context& context = context_ptr ? *context_ptr : Context::global();
   const StepPlan plan = plan_step(config, context);
   check_memory(plan, config);
   const ModelSpec& model = plan.model;
@@ -348,7 +384,7 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
   for (WorkBuffer* b : {&block_table, &slot_mapping, &latent, &rope, &index_k, &kv_cache, &k_cache})
     b->upload();
 
-  StageRunner runner(device, repeats);
+  StageRunner runner(context, device, repeats);
   const DType cache_dtype = format == CacheFormat::bf16 ? DType::bf16 : DType::u8;
   const int64_t cache_last = format == CacheFormat::bf16 ? kQkDim : token_bytes;
 
@@ -370,7 +406,7 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
       host.rope = rope.host_view(DType::bf16, {T, kRopeDim});
       host.slot_mapping = slot_mapping.host_view(DType::i32, {T});
       host.kv_cache = ref.host_view(cache_dtype, {num_blocks, bs, cache_last});
-      run_oracle(context, plan.kv_store.spec, host);
+      run_oracle(context, host, "the check of kv_store");
       for (int64_t s = 0; s < z.slots; ++s) {
         decode_mla_token(kv_cache, format, s, got);
         decode_mla_token(ref, format, s, want);
@@ -416,7 +452,7 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
       host.k = index_k.host_view(DType::bf16, {T, kIndexDim});
       host.slot_mapping = slot_mapping.host_view(DType::i32, {T});
       host.k_cache = ref.host_view(DType::u8, {num_blocks, bs, kIndexBytesPerToken});
-      run_oracle(context, plan.indexer_k_store.spec, host);
+      run_oracle(context, host, "the check of indexer_k_store");
       for (int64_t s = 0; s < z.slots; ++s) {
         decode_index_token(k_cache, static_cast<int>(bs), s, got);
         decode_index_token(ref, static_cast<int>(bs), s, want);
@@ -488,10 +524,7 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     ref.in.block_table = block_table.host_view(DType::i32, {B, blocks_per_request});
     ref.in.visible_lens = visible.host_view(DType::i32, {B});
     ref.logits = logits.host_view(DType::f32, {B, L});
-    AttentionSpec logits_spec = plan.indexer_topk.spec;
-    logits_spec.op = Op::indexer_logits;
-    logits_spec.topk = 0;
-    run_oracle(context, logits_spec, ref);
+    run_oracle(context, ref, "the check of indexer_topk");
     double worst = 0;
     int64_t bad_entries = 0;
     std::string first_bad;  // what went wrong first, for the report
@@ -569,7 +602,7 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
       host.indices = indices.host_view(DType::i32, {B, K});
       host.out = ref_out.host_view(DType::bf16, {B, H, kLatentDim});
       host.lse = TensorView{};
-      run_oracle(context, plan.sparse_mla.spec, host);
+      run_oracle(context, host, "the check of sparse_mla");
       worst = std::max(worst, bf16_relative_error(out, ref_out));
       checks.emplace_back("cpu.reference");
     }
@@ -587,9 +620,7 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
       dense.seq_lens = seq_lens.host_view(DType::i32, {B});
       dense.out = dense_out.host_view(DType::bf16, {B, 1, H, kLatentDim});
       dense.scale = args.scale;
-      AttentionOptions per_request;
-      per_request.max_tokens = B;
-      run_oracle(context, attention_spec(model, Op::mla_decode, per_request), dense);
+      run_oracle(context, dense, "the dense oracle of sparse_mla");
       worst = std::max(worst, bf16_relative_error(out, dense_out));
       checks.emplace_back("dense MLA oracle");
     }
@@ -613,4 +644,4 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
   return report;
 }
 
-}  // namespace latte
+}  // namespace latte::workload

@@ -1,17 +1,23 @@
-// DsaStepReport's text and JSON: the per-stage kernel descriptions (Kernel::describe()) appear
-// under the stage table, and only for the stages whose backend described its kernel. The step's
-// memory: estimated from the shapes it allocates, checked before allocating, and every failed
-// allocation a latte error naming the bytes.
+// The DSA-step workload (tools/workload). Every op of the step, the stages and the reference
+// checks, runs through the functional API. DsaStepReport's text and JSON: the per-stage kernel
+// descriptions (Kernel::describe()) appear under the stage table, and only for the stages whose
+// backend described its kernel. The step's memory: estimated from the shapes it allocates,
+// checked before allocating, and every failed allocation a latte error naming the bytes.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <vector>
 
-#include "core/workload_buffers.hpp"
+#include "latte/api.hpp"
 #include "latte/error.hpp"
-#include "latte/workload.hpp"
+#include "latte/registry.hpp"
+#include "latte_workload/buffers.hpp"
+#include "latte_workload/dsa_step.hpp"
 
-namespace latte {
+namespace latte::workload {
 namespace {
 
 DsaStepReport report_with_kernels(const std::string& attention_kernel) {
@@ -55,12 +61,92 @@ DsaStepConfig small_step(int batch, int context) {
   return c;
 }
 
+// What ran: the op, whether the kernel was made for the spec the call's own tensors describe
+// (what latte::run makes its kernels for), and the kernel's description.
+struct RecordedRun {
+  Op op;
+  bool made_for_the_call = false;
+  std::string kernel;
+};
+
+struct RunLog {
+  std::mutex mutex;
+  std::vector<RecordedRun> runs;
+};
+
+class RecordingKernel final : public Kernel {
+ public:
+  RecordingKernel(AttentionSpec spec, std::unique_ptr<Kernel> inner, RunLog* log)
+      : spec_(std::move(spec)), inner_(std::move(inner)), log_(log) {}
+  std::size_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+  std::string describe() const override { return "made for " + spec_.summary(); }
+  void run(const OpArgs& args, const RunContext& ctx) override {
+    {
+      std::lock_guard lock(log_->mutex);
+      log_->runs.push_back({spec_.op, spec_ == spec_from_args(args), describe()});
+    }
+    inner_->run(args, ctx);
+  }
+
+ private:
+  AttentionSpec spec_;
+  std::unique_ptr<Kernel> inner_;
+  RunLog* log_;
+};
+
+// cpu.reference under its own id (so that the stages and the checks all reach it), recording
+// every run.
+class RecordingReference final : public Backend {
+ public:
+  explicit RecordingReference(std::shared_ptr<const Backend> inner) : inner_(std::move(inner)) {}
+  const BackendInfo& info() const override { return inner_->info(); }
+  std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    return inner_->custom_checks(spec, device);
+  }
+  std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    return std::make_unique<RecordingKernel>(spec, inner_->make(spec, device), &log);
+  }
+  mutable RunLog log;
+
+ private:
+  std::shared_ptr<const Backend> inner_;
+};
+
+// The workload is no second way to execute: each op, the stages' and the checks', runs on a
+// kernel that latte::run made for that call, and the report describes the kernel that ran.
+TEST(DsaStep, EveryOpRunsThroughTheFunctionalApi) {
+  Registry registry;
+  const auto reference = std::make_shared<RecordingReference>(Registry::global().get("cpu.reference"));
+  registry.add(reference);
+  Context context(registry);
+  DsaStepConfig c = small_step(3, 300);  // 900 tokens written, 3 decoded: neither a power of two
+  c.select.use_environment = false;
+  const DsaStepReport report = run_dsa_step(c, {}, &context);
+  ASSERT_TRUE(report.passed) << report.to_text();
+
+  const std::vector<RecordedRun>& runs = reference->log.runs;
+  std::vector<Op> ops;
+  for (const RecordedRun& r : runs) ops.push_back(r.op);
+  // The four stages, the top-k check's logits and the dense oracle (the context fits in topk);
+  // every stage on cpu.reference, so no stage has a reference run of its own.
+  EXPECT_THAT(ops, ::testing::ElementsAre(Op::kv_store, Op::indexer_k_store, Op::indexer_topk,
+                                          Op::indexer_logits, Op::sparse_mla, Op::mla_decode));
+  for (const RecordedRun& r : runs)
+    EXPECT_TRUE(r.made_for_the_call) << to_string(r.op) << ": " << r.kernel;
+  ASSERT_EQ(report.stages.size(), 4u);
+  const std::vector<std::string> stage_kernels = {runs[0].kernel, runs[1].kernel, runs[2].kernel, runs[4].kernel};
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(report.stages[i].backend, "cpu.reference");
+    EXPECT_EQ(report.stages[i].kernel, stage_kernels[i]) << report.stages[i].name;
+  }
+}
+
 // The estimate adds up the buffers the step allocates: at least their peak, and above it by no
 // more than the top-k check's per-row vectors (std::vectors, which the tally does not see).
 TEST(DsaStepMemory, TheEstimateIsWhatTheStepAllocatesAtItsPeak) {
   for (const DsaStepConfig& c : {small_step(3, 300), small_step(2, 3000), small_step(5, 2048)}) {
     const DsaStepMemory estimate = estimate_dsa_step_memory(c);
-    detail::MemoryTally tally;
+    MemoryTally tally;
     const DsaStepReport report = run_dsa_step(c);
     ASSERT_TRUE(report.passed) << report.to_text();
     const uint64_t row_vectors = uint64_t(c.context) * 8 + 2048 * 8 + (c.context + 7) / 8;
@@ -85,7 +171,7 @@ TEST(DsaStepMemory, AStepLargerThanTheMemoryIsRefusedBeforeAllocating) {
   c.tp = 1;
   const DsaStepMemory estimate = estimate_dsa_step_memory(c);
   EXPECT_GT(estimate.host_bytes, uint64_t{1} << 40);  // about 2 TiB: no test machine has it
-  detail::MemoryTally tally;
+  MemoryTally tally;
   try {
     (void)run_dsa_step(c);
     FAIL() << "a step of " << estimate.host_bytes << " bytes ran";
@@ -93,7 +179,7 @@ TEST(DsaStepMemory, AStepLargerThanTheMemoryIsRefusedBeforeAllocating) {
     EXPECT_EQ(e.code(), ErrorCode::out_of_memory);
     using ::testing::HasSubstr;
     EXPECT_THAT(e.what(), HasSubstr("--batch 4096 --context 200000 of glm-5 needs about " +
-                                    detail::format_bytes(estimate.host_bytes) + " of host memory; available: "));
+                                    format_bytes(estimate.host_bytes) + " of host memory; available: "));
     EXPECT_THAT(e.what(), HasSubstr("at --context 200000 at most --batch "));
     EXPECT_THAT(e.what(), HasSubstr("at --batch 4096 at most --context "));
     EXPECT_THAT(e.what(), HasSubstr("lower --batch or --context"));
@@ -104,7 +190,7 @@ TEST(DsaStepMemory, AStepLargerThanTheMemoryIsRefusedBeforeAllocating) {
 TEST(DsaStepMemory, AFailedAllocationIsAnOutOfMemoryErrorNamingTheBytes) {
   const std::size_t huge = std::size_t{1} << 52;  // 4 PiB
   try {
-    detail::WorkBuffer buffer(huge, Device{});
+    WorkBuffer buffer(huge, Device{});
     FAIL() << "allocated " << huge << " bytes";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::out_of_memory);
@@ -114,10 +200,10 @@ TEST(DsaStepMemory, AFailedAllocationIsAnOutOfMemoryErrorNamingTheBytes) {
 }
 
 TEST(DsaStepMemory, AvailableHostMemoryIsReadFromTheSystem) {
-  const detail::AvailableMemory host = detail::available_memory(Device{});
+  const AvailableMemory host = available_memory(Device{});
   EXPECT_GT(host.bytes, 0u);
   EXPECT_FALSE(host.source.empty());
 }
 
 }  // namespace
-}  // namespace latte
+}  // namespace latte::workload
