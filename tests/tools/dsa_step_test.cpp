@@ -76,20 +76,22 @@ struct RunLog {
 
 class RecordingKernel final : public Kernel {
  public:
-  RecordingKernel(AttentionSpec spec, std::unique_ptr<Kernel> inner, RunLog* log)
-      : spec_(std::move(spec)), inner_(std::move(inner)), log_(log) {}
+  RecordingKernel(const AttentionSpec& spec, Device device, std::unique_ptr<Kernel> inner, RunLog* log)
+      : Kernel(spec, device), inner_(std::move(inner)), log_(log) {}
   std::size_t workspace_bytes() const override { return inner_->workspace_bytes(); }
-  std::string describe() const override { return "made for " + spec_.summary(); }
-  void run(const OpArgs& args, const RunContext& ctx) override {
+  std::string describe() const override { return "made for " + spec().summary(); }
+
+ protected:
+  void compute(const Problem& problem, const RunContext& ctx) override {
     {
       std::lock_guard lock(log_->mutex);
-      log_->runs.push_back({spec_.op, spec_ == spec_from_args(args), describe()});
+      const OpArgs args = std::visit([](const auto& p) { return OpArgs(*p.args); }, problem);
+      log_->runs.push_back({spec().op, spec() == spec_from_args(args), describe()});
     }
-    inner_->run(args, ctx);
+    inner_->run(problem, ctx);
   }
 
  private:
-  AttentionSpec spec_;
   std::unique_ptr<Kernel> inner_;
   RunLog* log_;
 };
@@ -104,7 +106,7 @@ class RecordingReference final : public Backend {
     return inner_->custom_checks(spec, device);
   }
   std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
-    return std::make_unique<RecordingKernel>(spec, inner_->make(spec, device), &log);
+    return std::make_unique<RecordingKernel>(spec, device.handle(), inner_->make(spec, device), &log);
   }
   mutable RunLog log;
 
