@@ -48,8 +48,8 @@ struct IntRule {
 };
 
 // Fields that do not apply to an op are not checked (no topk for mla_decode, no cache format
-// for the indexer, no heads for kv_store; src/core/op_traits.hpp). `ops` and `devices` must be
-// listed: a backend that declares none of them accepts nothing.
+// for the indexer, no heads for kv_store; src/core/spec_fields.cpp, op_traits.hpp). `ops` and
+// `devices` must be listed: a backend that declares none of them accepts nothing.
 struct Capabilities {
   std::vector<Op> ops;
   std::vector<DeviceKind> devices;       // cpu, cuda

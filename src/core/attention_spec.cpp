@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "core/op_traits.hpp"
+#include "core/spec_fields.hpp"
 #include "latte/error.hpp"
 #include "latte/spec.hpp"
 
@@ -81,20 +82,21 @@ AttentionSpec attention_spec(const ModelSpec& model, Op op, const AttentionOptio
 }
 
 std::string AttentionSpec::summary() const {
+  const auto applies = [this](int AttentionSpec::*m) { return detail::spec_int_field(m).applies(op); };
   std::string out(to_string(op));
-  if (detail::op_has_heads(op)) {
+  if (applies(&AttentionSpec::num_heads)) {
     out += fmt::format(" H={}", num_heads);
     if (tp > 1) out += fmt::format(" (tp {})", tp);
   }
-  if (detail::op_has_head_dim(op)) {
+  if (applies(&AttentionSpec::head_dim)) {
     out += head_dim_v > 0 && head_dim_v != head_dim ? fmt::format(" d={}/{}", head_dim, head_dim_v)
                                                     : fmt::format(" d={}", head_dim);
   }
   if (detail::op_has_query(op)) out += fmt::format(" q={}{}", to_string(q_dtype), split_q ? "+rope" : "");
   if (detail::op_uses_mla_cache(op)) out += fmt::format(" cache={}", to_string(kv_cache));
   out += fmt::format(" block={}", block_size);
-  if (detail::op_has_topk(op)) out += fmt::format(" topk={}", topk);
-  if (detail::op_has_s_q(op)) out += fmt::format(" s_q={}", s_q);
+  if (applies(&AttentionSpec::topk)) out += fmt::format(" topk={}", topk);
+  if (applies(&AttentionSpec::s_q)) out += fmt::format(" s_q={}", s_q);
   if (max_tokens > 0) out += fmt::format(" tokens<={}", max_tokens);
   if (op == Op::sparse_mla || op == Op::mla_decode) out += fmt::format(" scale={:.6g}", scale);
   if (!model.empty()) out += fmt::format(" model={}", model);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_text.hpp"
+#include "core/spec_fields.hpp"
 #include "latte/capabilities.hpp"
 #include "latte/error.hpp"
 
@@ -123,12 +124,9 @@ std::string capabilities_to_json(const Capabilities& caps) {
   out["arch"] = rule_json(caps.arch);
   out["q_dtypes"] = names_json(caps.q_dtypes);
   out["kv_caches"] = names_json(caps.kv_caches);
-  out["heads"] = rule_json(caps.heads);
-  out["head_dim"] = rule_json(caps.head_dim);
-  out["block_size"] = rule_json(caps.block_size);
-  out["topk"] = rule_json(caps.topk);
-  out["s_q"] = rule_json(caps.s_q);
-  out["max_tokens"] = rule_json(caps.max_tokens);
+  for (const detail::SpecIntField& f : detail::spec_int_fields()) {
+    if (f.rule) out[std::string(f.caps_key)] = rule_json(caps.*f.rule);
+  }
   out["workspace"] = caps.workspace;
   out["notes"] = caps.notes;
   return out.dump();
@@ -155,25 +153,15 @@ Capabilities capabilities_from_json(const std::string& json_text, const std::str
       caps.kv_caches = parse_names<CacheFormat>(source, key, value, parse_cache_format, "bf16, fp8_ds_mla");
     } else if (key == "arch") {
       caps.arch = parse_rule(source, key, value);
-    } else if (key == "heads") {
-      caps.heads = parse_rule(source, key, value);
-    } else if (key == "head_dim") {
-      caps.head_dim = parse_rule(source, key, value);
-    } else if (key == "block_size") {
-      caps.block_size = parse_rule(source, key, value);
-    } else if (key == "topk") {
-      caps.topk = parse_rule(source, key, value);
-    } else if (key == "s_q") {
-      caps.s_q = parse_rule(source, key, value);
-    } else if (key == "max_tokens") {
-      caps.max_tokens = parse_rule(source, key, value);
+    } else if (const detail::SpecIntField* f = detail::caps_int_field(key)) {
+      caps.*f->rule = parse_rule(source, key, value);
     } else if (key == "workspace" || key == "notes") {
       if (!value.is_string()) fail(source, key, value, "must be a string");
       (key == "workspace" ? caps.workspace : caps.notes) = value.get<std::string>();
     } else {
       fail(source, key, value,
-           "unknown key; capabilities have ops, devices, arch, q_dtypes, kv_caches, heads, "
-           "head_dim, block_size, topk, s_q, max_tokens, workspace, notes");
+           "unknown key; capabilities have ops, devices, arch, q_dtypes, kv_caches, " + detail::caps_int_keys() +
+               ", workspace, notes");
     }
   }
   if (!has_ops || caps.ops.empty()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/op_traits.hpp"
+#include "core/spec_fields.hpp"
 #include "core/text.hpp"
 #include "latte/capabilities.hpp"
 #include "latte/spec.hpp"
@@ -37,11 +38,12 @@ std::string describe_arch(const IntRule& rule) {
 }
 
 // A reason for an integer field refused by `rule`.
-Reason int_reason(const char* code, const char* field, const char* what, const IntRule& rule, int64_t value,
-                  const std::string& got_detail = {}) {
+Reason int_reason(const detail::SpecIntField& f, Op op, const IntRule& rule, const AttentionSpec& spec) {
   const std::string wanted = rule.describe();
-  const std::string got = std::to_string(value);
-  return Reason{code, field, wanted, got, fmt::format("needs {} {}; this spec has {}{}", what, wanted, got, got_detail)};
+  const std::string got = std::to_string(f.spec.get(spec));
+  return Reason{std::string(f.reason_code), std::string(f.name), wanted, got,
+                fmt::format("needs {} {}; this spec has {}{}", f.words_for(op), wanted, got,
+                            f.got_detail ? f.got_detail(spec) : std::string())};
 }
 
 // Walks the declared rules and calls refuse(make) for each refusal, where make() builds the
@@ -100,39 +102,12 @@ void walk_declared(const Capabilities& caps, const AttentionSpec& spec, const De
     }
   }
 
-  if (detail::op_has_heads(op) && !caps.heads.accepts(spec.num_heads)) {
-    if (!refuse([&] {
-          std::string split;
-          if (detail::op_heads_split_by_tp(op) && spec.tp > 1) {
-            split = fmt::format(" ({} heads / tp {})", int64_t{spec.num_heads} * spec.tp, spec.tp);
-          }
-          return int_reason("heads", "num_heads", detail::op_is_indexer(op) ? "index heads" : "heads per rank",
-                            caps.heads, spec.num_heads, split);
-        })) {
-      return;
-    }
-  }
-  if (detail::op_has_head_dim(op) && !caps.head_dim.accepts(spec.head_dim)) {
-    if (!refuse([&] { return int_reason("head_dim", "head_dim", "head_dim", caps.head_dim, spec.head_dim); })) return;
-  }
-  if (!caps.block_size.accepts(spec.block_size)) {
-    if (!refuse([&] {
-          return int_reason("block_size", "block_size", "cache block size", caps.block_size, spec.block_size);
-        })) {
-      return;
-    }
-  }
-  if (detail::op_has_topk(op) && !caps.topk.accepts(spec.topk)) {
-    if (!refuse([&] { return int_reason("topk", "topk", "topk", caps.topk, spec.topk); })) return;
-  }
-  if (detail::op_has_s_q(op) && !caps.s_q.accepts(spec.s_q)) {
-    if (!refuse([&] { return int_reason("s_q", "s_q", "query tokens per request (s_q)", caps.s_q, spec.s_q); })) {
-      return;
-    }
-  }
-  // 0 = not known yet (a spec derived from a model before the engine fixes its batch size).
-  if (spec.max_tokens > 0 && !caps.max_tokens.accepts(spec.max_tokens)) {
-    refuse([&] { return int_reason("tokens", "max_tokens", "tokens per call", caps.max_tokens, spec.max_tokens); });
+  for (const detail::SpecIntField& f : detail::spec_int_fields()) {
+    if (!f.rule || !f.applies(op)) continue;
+    const int64_t value = f.spec.get(spec);
+    const IntRule& rule = caps.*f.rule;
+    if (!f.known(value) || rule.accepts(value)) continue;
+    if (!refuse([&] { return int_reason(f, op, rule, spec); })) return;
   }
 }
 

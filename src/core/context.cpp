@@ -6,11 +6,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 
 #include "core/plugin_loader.hpp"
 #include "core/selector_impl.hpp"
+#include "core/spec_fields.hpp"
 #include "core/text.hpp"
 #include "latte/error.hpp"
 
@@ -24,13 +24,9 @@ std::string env(const char* name) { return detail::selection_env(name); }
 // registry versions, the options and the environment they pull in.
 std::string cache_key(const AttentionSpec& s, const DeviceInfo& d, uint64_t policy_fp, uint64_t generation,
                       const SelectOptions& o, const std::string& env_force, const std::string& env_exclude) {
-  uint32_t scale_bits = 0;
-  std::memcpy(&scale_bits, &s.scale, sizeof scale_bits);
   std::string key;
   key.reserve(256);
-  fmt::format_to(std::back_inserter(key), "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|", static_cast<int>(s.op), s.model,
-                 s.num_heads, s.head_dim, s.head_dim_v, static_cast<int>(s.q_dtype), static_cast<int>(s.kv_cache),
-                 s.block_size, s.topk, s.s_q, s.max_tokens, scale_bits, s.tp, s.split_q);
+  detail::append_spec_key(key, s);
   fmt::format_to(std::back_inserter(key), "{}|{}|{}|{}|{}|{}|{}|{}|{}|", static_cast<int>(d.kind), d.index, d.name,
                  d.arch_major, d.arch_minor, d.sm_count, d.max_smem_per_block, d.memory_bytes, d.probed);
   fmt::format_to(std::back_inserter(key), "{}|{}|", policy_fp, generation);

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "core/plugin_loader.hpp"
+#include "core/spec_fields.hpp"
 #include "latte/error.hpp"
 
 namespace latte::detail {
@@ -23,24 +24,6 @@ static_assert(static_cast<int>(CacheFormat::fp8_ds_mla) == LATTE_CACHE_FP8_DS_ML
 std::string message_of(const char* buffer, std::size_t size) {
   const std::size_t len = strnlen(buffer, size);
   return len ? std::string(buffer, len) : std::string("(no message)");
-}
-
-latte_spec_v1 to_c(const AttentionSpec& spec) {
-  latte_spec_v1 c{};
-  c.struct_size = sizeof c;
-  c.op = static_cast<int32_t>(spec.op);
-  c.num_heads = spec.num_heads;
-  c.head_dim = spec.head_dim;
-  c.head_dim_v = spec.head_dim_v;
-  c.q_dtype = static_cast<int32_t>(spec.q_dtype);
-  c.kv_cache = static_cast<int32_t>(spec.kv_cache);
-  c.block_size = spec.block_size;
-  c.topk = spec.topk;
-  c.s_q = spec.s_q;
-  c.max_tokens = spec.max_tokens;
-  c.scale = spec.scale;
-  c.model = spec.model.c_str();
-  return c;
 }
 
 latte_device_v1 to_c(const DeviceInfo& device) {
@@ -217,7 +200,7 @@ class PluginBackend final : public Backend {
                      "q_rope for this backend"}};
     }
     if (!desc_->check) return {};
-    const latte_spec_v1 c_spec = to_c(spec);
+    const latte_spec_v1 c_spec = spec_to_c(spec);
     const latte_device_v1 c_device = to_c(device);
     std::vector<Reason> reasons;
     int rc = 0;
@@ -235,7 +218,7 @@ class PluginBackend final : public Backend {
   }
 
   std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
-    const latte_spec_v1 c_spec = to_c(spec);
+    const latte_spec_v1 c_spec = spec_to_c(spec);
     const latte_device_v1 c_device = to_c(device);
     void* kernel = nullptr;
     char error[1024] = {};
@@ -271,6 +254,20 @@ class PluginBackend final : public Backend {
 };
 
 }  // namespace
+
+latte_spec_v1 spec_to_c(const AttentionSpec& spec) {
+  latte_spec_v1 c{};
+  c.struct_size = sizeof c;
+  c.op = static_cast<int32_t>(spec.op);
+  c.q_dtype = static_cast<int32_t>(spec.q_dtype);
+  c.kv_cache = static_cast<int32_t>(spec.kv_cache);
+  c.scale = spec.scale;
+  c.model = spec.model.c_str();
+  for (const SpecIntField& f : spec_int_fields()) {
+    if (f.c_abi.present()) f.c_abi.set(c, f.spec.get(spec));
+  }
+  return c;
+}
 
 std::shared_ptr<const Backend> make_plugin_backend(std::shared_ptr<PluginLibrary> library,
                                                    const latte_backend_v1* desc, BackendInfo info) {

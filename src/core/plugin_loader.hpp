@@ -36,6 +36,11 @@ struct OpenedPlugin {
 // `path` should be absolute (Context::load_plugin makes it so).
 [[nodiscard]] OpenedPlugin open_plugin(const std::string& path);
 
+// The spec as ABI v1 hands it to a plugin's check() and make() (plugin_backend.cpp). It points
+// into `spec` (model). Integer fields the ABI lacks are not passed: the plugin's declared
+// capabilities still check them.
+[[nodiscard]] latte_spec_v1 spec_to_c(const AttentionSpec& spec);
+
 // Adapts one latte_backend_v1 to latte::Backend (plugin_backend.cpp).
 [[nodiscard]] std::shared_ptr<const Backend> make_plugin_backend(std::shared_ptr<PluginLibrary> library,
                                                                  const latte_backend_v1* desc,

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/spec_fields.hpp"
 #include "latte/policy.hpp"
 #include "latte/registry.hpp"
 
@@ -34,14 +35,12 @@ bool PolicyCondition::matches(const AttentionSpec& spec, const DeviceInfo& devic
   if (key == "op") return has_word(words, to_string(spec.op));
   if (key == "kv_cache") return has_word(words, to_string(spec.kv_cache));
   if (key == "q_dtype") return has_word(words, to_string(spec.q_dtype));
-  if (key == "heads") return any_accepts(numbers, spec.num_heads);
-  if (key == "head_dim") return any_accepts(numbers, spec.head_dim);
-  if (key == "block_size") return any_accepts(numbers, spec.block_size);
-  if (key == "topk") return any_accepts(numbers, spec.topk);
-  if (key == "s_q") return any_accepts(numbers, spec.s_q);
-  // Unknown token counts (0) match no tokens condition: a rule for small batches should not
+  // An unknown value (max_tokens 0) matches no condition: a rule for small batches should not
   // fire when the batch size is not known.
-  if (key == "tokens") return spec.max_tokens > 0 && any_accepts(numbers, spec.max_tokens);
+  if (const detail::SpecIntField* f = detail::policy_int_field(key)) {
+    const int64_t value = f->spec.get(spec);
+    return f->known(value) && any_accepts(numbers, value);
+  }
   if (key == "model") {
     return std::any_of(words.begin(), words.end(),
                        [&](const std::string& pattern) { return glob_match(pattern, spec.model); });

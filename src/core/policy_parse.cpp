@@ -8,6 +8,7 @@
 #include <set>
 
 #include "core/json_text.hpp"
+#include "core/spec_fields.hpp"
 #include "core/text.hpp"
 #include "latte/error.hpp"
 #include "latte/policy.hpp"
@@ -23,7 +24,6 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 
 constexpr const char* kWordKeys[] = {"device", "op", "kv_cache", "q_dtype", "model"};
-constexpr const char* kNumberKeys[] = {"arch", "heads", "head_dim", "block_size", "topk", "s_q", "tokens"};
 
 
 // How every error about a policy starts.
@@ -134,11 +134,11 @@ class PolicyParser {
 
   PolicyCondition parse_condition(const std::string& key, const json& value, const std::string& path) {
     const bool words = std::find(std::begin(kWordKeys), std::end(kWordKeys), key) != std::end(kWordKeys);
-    const bool numbers = std::find(std::begin(kNumberKeys), std::end(kNumberKeys), key) != std::end(kNumberKeys);
+    const bool numbers = key == "arch" || detail::policy_int_field(key) != nullptr;
     if (!words && !numbers) {
       fail(path, &value,
-           "unknown condition; conditions are device, arch, op, kv_cache, q_dtype, heads, "
-           "head_dim, block_size, topk, s_q, tokens, model");
+           "unknown condition; conditions are device, arch, op, kv_cache, q_dtype, " + detail::policy_int_keys() +
+               ", model");
     }
     PolicyCondition cond;
     cond.key = key;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/spec_fields.hpp"
 #include "latte/device.hpp"
 #include "latte/error.hpp"
 #include "latte/selector.hpp"
@@ -81,16 +82,9 @@ std::string Selection::to_json() const {
   ordered_json s;
   s["op"] = std::string(to_string(spec.op));
   s["model"] = spec.model;
-  s["num_heads"] = spec.num_heads;
-  s["tp"] = spec.tp;
-  s["head_dim"] = spec.head_dim;
-  s["head_dim_v"] = spec.head_dim_v;
   s["q_dtype"] = std::string(to_string(spec.q_dtype));
   s["kv_cache"] = std::string(to_string(spec.kv_cache));
-  s["block_size"] = spec.block_size;
-  s["topk"] = spec.topk;
-  s["s_q"] = spec.s_q;
-  s["max_tokens"] = spec.max_tokens;
+  for (const detail::SpecIntField& f : detail::spec_int_fields()) s[std::string(f.name)] = f.spec.get(spec);
   s["scale"] = spec.scale;
   s["summary"] = spec.summary();
   root["spec"] = s;

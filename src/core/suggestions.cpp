@@ -7,6 +7,7 @@
 
 #include "core/op_traits.hpp"
 #include "core/selector_impl.hpp"
+#include "core/spec_fields.hpp"
 #include "core/text.hpp"
 
 namespace latte::detail {
@@ -48,24 +49,21 @@ std::vector<Variation> variations(const std::vector<std::shared_ptr<const Backen
       add("q_dtype", std::string(to_string(d)), fmt::format("q_dtype={}", to_string(d)), "q_dtype", s, device);
     }
   }
-  {
-    std::set<int64_t> sizes = {1, 16, 64};
-    for (const auto& b : candidates) {
-      for (int64_t v : b->info().caps.block_size.one_of) sizes.insert(v);
+  for (const SpecIntField& f : spec_int_fields()) {
+    if (f.alternatives.empty() || !f.applies(op)) continue;
+    std::set<int64_t> values(f.alternatives.begin(), f.alternatives.end());
+    if (f.alternatives_from_caps) {
+      for (const auto& b : candidates) {
+        for (int64_t v : (b->info().caps.*f.rule).one_of) values.insert(v);
+      }
     }
-    for (int64_t size : sizes) {
-      if (size == spec.block_size || size <= 0) continue;
+    const int64_t current = f.spec.get(spec);
+    for (int64_t value : values) {
+      if (value == current || value <= 0) continue;
       AttentionSpec s = spec;
-      s.block_size = static_cast<int>(size);
-      add("block_size", std::to_string(size), fmt::format("block_size={}", size), "block_size", s, device);
-    }
-  }
-  if (op_has_s_q(op)) {
-    for (int sq = 1; sq <= 4; ++sq) {  // mla_decode takes s_q 1..4 (ops.hpp)
-      if (sq == spec.s_q) continue;
-      AttentionSpec s = spec;
-      s.s_q = sq;
-      add("s_q", std::to_string(sq), fmt::format("s_q={}", sq), "s_q", s, device);
+      f.spec.set(s, value);
+      add(std::string(f.name), std::to_string(value), fmt::format("{}={}", f.name, value), std::string(f.reason_code),
+          s, device);
     }
   }
   if (op_heads_split_by_tp(op) && spec.tp >= 1 && spec.num_heads > 0) {
