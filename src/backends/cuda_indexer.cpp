@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "kernels/common/cuda_check.cuh"
+#include "kernels/common/env_knob.hpp"
 #include "kernels/indexer/indexer_params_from_args.hpp"
 #include "kernels/indexer/smxx/indexer_launch.hpp"
 #include "latte/backend.hpp"
@@ -90,11 +91,13 @@ class IndexerKernel final : public Kernel {
   // The matrix path of the architecture the launchers will use (a probed device: the lower of
   // its arch and the kernels' compiled one; a described one: its arch), the top-k, the path rule.
   [[nodiscard]] std::string describe() const override {
+    const cuda::ScopedTuning tuning(tuning_);
     return describe_indexer(op_ == Op::indexer_topk, q_fp8_, probed_ ? path_arch(traits_) : traits_.arch, topk_);
   }
 
  protected:
   void compute(const Problem& problem, const RunContext& ctx) override {
+    const cuda::ScopedTuning tuning(tuning_);
     if (const auto* a = std::get_if<IndexerTopkProblem>(&problem)) {
       launch_indexer_topk(cuda::indexer_params(a->args->in, *a), cuda::topk_output(*a), TopkPath::automatic,
                           ctx.workspace, ctx.workspace_bytes, traits_, ctx.stream);
@@ -112,6 +115,7 @@ class IndexerKernel final : public Kernel {
   int topk_;
   bool probed_;
   std::size_t workspace_ = 0;
+  cuda::TuningEnv tuning_ = cuda::TuningEnv::capture();  // the tuning variables at make()
 };
 
 class CudaIndexerBackend final : public Backend {

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "kernels/common/cuda_check.cuh"
+#include "kernels/common/env_knob.hpp"
 #include "kernels/indexer/indexer_params_from_args.hpp"
 #include "latte/backend.hpp"
 #include "latte/error.hpp"
@@ -71,12 +72,14 @@ class IndexerKernel final : public Kernel {
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
   [[nodiscard]] std::string describe() const override {
+    const cuda::ScopedTuning tuning(tuning_);
     return op_ == Op::indexer_topk ? describe_topk(heads_, block_size_, topk_)
                                    : describe_scores(heads_, block_size_, false);
   }
 
  protected:
   void compute(const Problem& problem, const RunContext& ctx) override {
+    const cuda::ScopedTuning tuning(tuning_);
     if (sm_count_ <= 0) sm_count_ = current_sm_count();
     if (const auto* a = std::get_if<IndexerTopkProblem>(&problem)) {
       launch_topk_sm90a(cuda::indexer_params(a->args->in, *a), cuda::topk_output(*a), TopkPath::automatic,
@@ -95,6 +98,7 @@ class IndexerKernel final : public Kernel {
   int topk_;
   int sm_count_;
   std::size_t workspace_ = 0;
+  cuda::TuningEnv tuning_ = cuda::TuningEnv::capture();  // the tuning variables at make()
 };
 
 class HopperIndexerBackend final : public Backend {

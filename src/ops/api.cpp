@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/selector_impl.hpp"
+#include "kernels/common/env_knob.hpp"
 #include "ops/device_guard.hpp"
 #include "ops/problem.hpp"
 #include "latte/error.hpp"
@@ -44,25 +45,27 @@ const DeviceInfo& device_info_for(Device device) {
   return it->second;
 }
 
-// Kernels made so far, per (context, backend, device); specs compared with their own ==, so
-// a field added to AttentionSpec can never make two specs share a kernel.
+// Kernels made so far, per (context, backend, device, tuning variables); specs compared with
+// their own ==, so a field added to AttentionSpec can never make two specs share a kernel.
 struct KernelSlot {
   const Context* context;
   std::string backend;
   Device device;
   AttentionSpec spec;
+  std::string tuning;  // the tuning variables the kernel read at make()
   std::shared_ptr<Kernel> kernel;
 };
 
 // The kernel of the backend `selection` chose, made once per (context, backend, spec, device).
 std::shared_ptr<Kernel> kernel_of(const Context& context, const Selection& selection,
-                                  const AttentionSpec& spec, const DeviceInfo& device) {
+                                  const AttentionSpec& spec, const DeviceInfo& device,
+                                  const std::string& tuning) {
   static std::mutex mutex;
   static std::vector<KernelSlot> cache;
   auto find = [&]() -> std::shared_ptr<Kernel> {
     for (const KernelSlot& slot : cache) {
       if (slot.context == &context && slot.backend == selection.chosen &&
-          slot.device == device.handle() && slot.spec == spec)
+          slot.device == device.handle() && slot.spec == spec && slot.tuning == tuning)
         return slot.kernel;
     }
     return nullptr;
@@ -74,13 +77,14 @@ std::shared_ptr<Kernel> kernel_of(const Context& context, const Selection& selec
   std::shared_ptr<Kernel> kernel = selection.backend->make(spec, device);
   std::lock_guard lock(mutex);
   if (auto existing = find()) return existing;  // another thread made it meanwhile
-  cache.push_back(KernelSlot{&context, selection.chosen, device.handle(), spec, kernel});
+  cache.push_back(KernelSlot{&context, selection.chosen, device.handle(), spec, tuning, kernel});
   return kernel;
 }
 
 // The per-call cache in front of Context::select. A call's decision depends on the spec, the
-// device, the forced id, LATTE_BACKEND / LATTE_EXCLUDE and the context's state (its epoch and
-// the registry's generation, both counters that never return to an old value); an entry keyed
+// device, the forced id, LATTE_BACKEND / LATTE_EXCLUDE, the tuning variables (kernels read
+// them at make()) and the context's state (its epoch and the registry's generation, both
+// counters that never return to an old value); an entry keyed
 // by all of them maps to what select() chose and the kernel, so a repeated call copies no
 // Selection and builds no key string, and any change of policy, plugins or environment misses
 // and goes through select() again: select() stays the one source of decisions.
@@ -93,6 +97,7 @@ struct CallKey {
   std::string forced;
   std::string env_force;
   std::string env_exclude;
+  std::string tuning;
 };
 
 struct CallEntry {
@@ -127,14 +132,14 @@ class CallCache {
   // The kernel and backend id for a call, or false when this exact key has not been seen.
   bool find(std::size_t hash, const Context* context, uint64_t epoch, uint64_t generation,
             Device device, const AttentionSpec& spec, const std::string& forced,
-            const char* env_force, const char* env_exclude, std::shared_ptr<Kernel>* kernel,
-            std::string* backend_id) const {
+            const char* env_force, const char* env_exclude, const std::string& tuning,
+            std::shared_ptr<Kernel>* kernel, std::string* backend_id) const {
     std::shared_lock lock(mutex_);
     for (const CallEntry& e : entries_) {
       const CallKey& k = e.key;
       if (e.hash == hash && k.context == context && k.epoch == epoch && k.generation == generation &&
           k.device == device && k.forced == forced && k.env_force == env_force &&
-          k.env_exclude == env_exclude && k.spec == spec) {
+          k.env_exclude == env_exclude && k.tuning == tuning && k.spec == spec) {
         *kernel = e.kernel;
         *backend_id = e.backend_id;
         return true;
@@ -174,19 +179,20 @@ std::shared_ptr<Kernel> kernel_for(const Context& context, const std::string& fo
   const uint64_t generation = context.registry().generation();
   const char* env_force = detail::selection_env("LATTE_BACKEND");
   const char* env_exclude = detail::selection_env("LATTE_EXCLUDE");
+  const std::string tuning = cuda::tuning_env_key();  // usually empty: no allocation
   const Device handle = device.handle();
   const std::size_t hash = call_hash(&context, epoch, generation, handle, spec);
   std::shared_ptr<Kernel> kernel;
   if (call_cache().find(hash, &context, epoch, generation, handle, spec, forced, env_force,
-                        env_exclude, &kernel, backend_id)) {
+                        env_exclude, tuning, &kernel, backend_id)) {
     return kernel;
   }
   SelectOptions options;
   if (!forced.empty()) options.force.push_back(forced);
   const Selection selection = context.select(spec, device, options);
-  kernel = kernel_of(context, selection, spec, device);
+  kernel = kernel_of(context, selection, spec, device, tuning);
   *backend_id = selection.chosen;
-  call_cache().insert(CallEntry{hash, CallKey{&context, epoch, generation, handle, spec, forced, env_force, env_exclude},
+  call_cache().insert(CallEntry{hash, CallKey{&context, epoch, generation, handle, spec, forced, env_force, env_exclude, tuning},
                                 kernel, selection.chosen});
   return kernel;
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "kernels/common/env_knob.hpp"
+#include "latte/error.hpp"
 
 namespace {
 
@@ -71,6 +72,39 @@ TEST(EnvKnob, IntegerRules) {
           << e.what();
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+// Kernels read the tuning variables at make(): inside a ScopedTuning of a capture, reads return
+// the captured values whatever the environment says now; outside, the environment. The kernel
+// cache's key changes with any tuning variable, so a changed variable makes a new kernel.
+TEST(EnvKnob, AScopeReadsTheCaptureAndTheKeyFollowsTheEnvironment) {
+  constexpr const char* kTuning = "LATTE_CUDA_TEST_KNOB";
+  unsetenv(kTuning);
+  const std::string unset_key = latte::cuda::tuning_env_key();
+  setenv(kTuning, "b", 1);
+  const latte::cuda::TuningEnv at_make = latte::cuda::TuningEnv::capture();
+  const std::string set_key = latte::cuda::tuning_env_key();
+  EXPECT_NE(set_key, unset_key);
+  EXPECT_NE(set_key.find("LATTE_CUDA_TEST_KNOB=b"), std::string::npos);
+  setenv(kTuning, "a", 1);
+  EXPECT_NE(latte::cuda::tuning_env_key(), set_key);
+  EXPECT_EQ(env_knob_choice("owner", kTuning, {"a", "b"}), 0);  // no scope: the environment
+  {
+    const latte::cuda::ScopedTuning scope(at_make);
+    EXPECT_EQ(env_knob_choice("owner", kTuning, {"a", "b"}), 1);  // the value at make()
+    unsetenv(kTuning);
+    EXPECT_EQ(env_knob_choice("owner", kTuning, {"a", "b"}), 1);
+  }
+  EXPECT_EQ(env_knob_choice("owner", kTuning, {"a", "b"}), -1);
+  EXPECT_EQ(latte::cuda::tuning_env_key(), unset_key);
+  // Variables of other prefixes are not tuning variables.
+  setenv("LATTE_BACKEND_TEST_NOT_TUNING", "x", 1);
+  EXPECT_EQ(latte::cuda::tuning_env_key(), unset_key);
+  unsetenv("LATTE_BACKEND_TEST_NOT_TUNING");
 }
 
 }  // namespace

@@ -86,48 +86,24 @@ bool few_heads_kernel(bool decode, CacheFormat format, int rows, const Tuning& t
 // most kMediumCallGroups (and kernels of unknown size, max_groups 0), for more (at <= 16 rows:
 // fewer than kPrefillCallGroups, and prefill chunks); dense decode with at most 16 rows: not
 // measured, one size.
+// The split size by rows, kernel size and kernel variant. The table and the measurements behind
+// every threshold: docs/kernels/sparse_mla.md, "Splits, determinism, batch invariance" (the
+// row-group and few-heads kernels: their own sections there).
 int chunk_tokens(bool decode, CacheFormat format, int rows, int64_t max_groups, const Tuning& tuning,
                  const PlanDevice& device) {
   if (tuning.chunk > 0) return tuning.chunk;
   const bool small_calls = max_groups > 0 && max_groups <= kSmallCallGroups;
   const bool prefill_calls = max_groups >= kPrefillCallGroups;
-  // Dense decode at > 16 rows: 4096-token splits for more than 8 requests (DeepSeek-V3
-  // B=32 2048 / 4096: bf16 1715 / 1667 us, fp8 1632 / 1612; B=128: 6773 / 6644).
-  // Up to 8 requests keep 1024 (DeepSeek-V3 32K, chunk 1024 / 512 / 256, bf16 B=1:
-  // 108 / 156 / 326 us, B=8: 485 / 559 / 767; fp8 B=1: 99 / 140 / 217: the combine of more
-  // partials outweighs the shorter CTAs; 16-row tiles: the same at B=1, slower at B=2-8).
-  // The row-group kernel (one CTA per SM, a request's rows in whole CTAs) takes 2048 for more than
-  // 8 requests: at 4096 a lone request in a kernel for 128 ran 344 us against the row-tile
-  // kernel's 214; at 2048 it is faster than the row-tile kernel at every batch
-  // (DeepSeek-V3 32K, kernel for 128 requests, B = 1 / 8 / 32 / 128: 197 / 371 / 1405 / 5467 us
-  // against 214 / 434 / 1682 / 6586; 4096: 344 / 348 / 1339 / 5212).
   const bool row_groups = row_groups_kernel(format, rows, max_groups, tuning);
+  // Dense decode: few requests keep short splits (latency); more take long ones (fewer partials).
   if (decode) return rows <= 16 || small_calls ? 1024 : row_groups ? 2048 : 4096;
-  // The few-heads kernel for more than 64 groups: 1024-token splits (about one wave of 2 CTAs
-  // per SM at T = 128; GLM-5 TP8 fp8 T=128 chunk 256 / 512 / 1024: 82.8 / 74.5 /
-  // 67.7 us; T = 32 keeps 256: 26.9 against 28.3 / 42.8).
   if (few_heads_kernel(decode, format, rows, tuning, device) && max_groups > kMediumCallGroups) return 1024;
   if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
-  // More than 64 groups (decode batches such as T = 128, and prefill chunks): 2048-token splits,
-  // one per topk-2048 list, so no partials to write and combine (T=128, 1024 / 2048:
-  // GLM-5 TP1 fp8 239.8 / 222.1 us, bf16 224.2 / 198.5; DeepSeek-V3.2 fp8 467.6 / 438.6, bf16
-  // 430.8 / 386.2; prefill T=4096, 1024 / 2048: GLM-5 TP1 bf16 6530 / 6117).
-  // The row-group kernel keeps 2048 for prefill chunks but takes 1024 for decode batches: with
-  // 2048 a call of a few tokens in a kernel for 128 has one CTA per 64 rows working through the
-  // whole list (GLM-5 TP1 bf16 T = 1 / 32: 158 us against the row-tile kernel's 100 / 115), with
-  // 1024 it is faster than the row-tile kernel at every T (93 / 95 us; T = 128 190 against 198,
-  // 164 at 2048; DeepSeek-V3.2 T = 32 / 128 99 / 366 against 150 / 388). Prefill T = 4096 at
-  // 1024: 5510 against 4937 us. Since a CTA runs consecutive splits when a call's
-  // split CTAs overflow one wave (chunks_per_cta), T = 128 no longer pays a second wave: GLM-5
-  // T = 1 / 8 / 32 / 128 at 1024 88.6 / 89.3 / 90.6 / 169.5 us, at 512 55.6 / 57.0 / 62.7 / 188.1
-  // (DeepSeek-V3.2 T = 32 / 128: 94.6 / 329.6 at 1024, 104.8 / 366.1 at 512); prefill T = 4096
-  // at 1024 with two splits per CTA 5222 against 4602 at 2048 (the partials' traffic).
+  // Large calls: a topk-2048 list in one split (no partials), except row-group decode batches.
   if (max_groups > kMediumCallGroups) return row_groups && !prefill_calls ? 1024 : 2048;
   if (max_groups == 1) return 128;
   if (small_calls) return 256;
-  // 9-64 groups: 128 heads fill about one wave of 2 CTAs per SM with 1024-token splits (T=32:
-  // 32 x 4 row tiles x 2), 64 heads with 512 (bf16 T=32: DeepSeek-V3.2 136.3 -> 115.7
-  // us at 1024, GLM-5 TP1 71.5 at 512 against 86.3 at 1024).
+  // 9-64 groups: about one wave of 2 CTAs per SM.
   return max_groups > 0 && rows > 64 ? 1024 : 512;
 }
 

@@ -36,8 +36,7 @@ void allow_smem(Kernel kernel, std::atomic<uint64_t>& done_mask) {
 // Histograms of the top-k selects: without match.any (default) or with it
 // (LATTE_CUDA_TOPK_HIST=match, measurements).
 bool topk_direct_hist() {
-  static const bool v = env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_HIST", {"direct", "match"}) != 1;
-  return v;
+  return env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_HIST", {"direct", "match"}) != 1;
 }
 
 // Few long rows: each row split over S CTAs (topk_kernel.cuh, "Rows split over several CTAs").
@@ -54,9 +53,11 @@ constexpr int kProfWords = kTopkProfSpans + 5 * kSpanSlots;
 }  // namespace
 
 unsigned long long* topk_prof_buffer() {
+  if (env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_PROF", {"0", "1"}) != 1) return nullptr;
+  // Allocated the first time a call asks for the marks, kept for the process (measurements only).
   static unsigned long long* buf = [] {
     unsigned long long* b = nullptr;
-    if (env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_PROF", {"0", "1"}) == 1 && cudaMalloc(&b, kProfWords * sizeof(unsigned long long)) != cudaSuccess) b = nullptr;
+    if (cudaMalloc(&b, kProfWords * sizeof(unsigned long long)) != cudaSuccess) b = nullptr;
     return b;
   }();
   return buf;
@@ -162,8 +163,7 @@ constexpr int kSplitRowsPerSm = 8;  // split when rows * 8 <= SMs
 constexpr int kSplitMaxSlices = 32;
 
 bool split_enabled() {
-  static const bool v = env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_SPLIT", {"0", "1"}) != 0;
-  return v;
+  return env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_SPLIT", {"0", "1"}) != 0;
 }
 
 // rows of up to n positions; list_cap = the final kernel's candidate capacity.
@@ -194,8 +194,7 @@ SplitPlan plan_split(int64_t rows, int64_t n, int list_cap, int sm_count) {
 }  // namespace
 
 bool topk_pdl_enabled() {
-  static const bool v = env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_PDL", {"0", "1"}) != 0;
-  return v;
+  return env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_PDL", {"0", "1"}) != 0;
 }
 
 namespace {
