@@ -18,7 +18,7 @@
 #include "core/selector_impl.hpp"
 #include "kernels/common/env_knob.hpp"
 #include "ops/device_guard.hpp"
-#include "ops/problem.hpp"
+#include "ops/problem_fit.hpp"
 #include "latte/error.hpp"
 #include "latte/validate.hpp"
 

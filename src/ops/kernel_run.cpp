@@ -3,7 +3,7 @@
 #include "latte/backend.hpp"
 #include "ops/check_mode.hpp"
 #include "ops/device_guard.hpp"
-#include "ops/problem.hpp"
+#include "ops/problem_fit.hpp"
 
 #ifdef LATTE_WITH_CUDA
 #include "kernels/common/cuda_check.cuh"

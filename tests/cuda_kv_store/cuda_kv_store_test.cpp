@@ -10,6 +10,7 @@
 
 #include "cuda_indexer/mirror_tensor.hpp"
 #include "gpu_test_util.hpp"
+#include "latte/api.hpp"
 #include "latte/backend.hpp"
 #include "latte/device.hpp"
 #include "latte/error.hpp"
@@ -30,11 +31,13 @@ std::unique_ptr<Kernel> make(const char* id, Op op, const DeviceInfo& dev,
   return Registry::global().get(id)->make(spec, dev);
 }
 
+// Each backend's kernel made for the call's own spec (its cache format among it), as latte::run does.
 void run_both(const OpArgs& host, const OpArgs& device, Op op, bool check = false) {
-  make("cpu.reference", op, DeviceInfo{})->run(host, RunContext{});
+  ASSERT_EQ(op_of(host), op);
+  Registry::global().get("cpu.reference")->make(spec_from_args(host), DeviceInfo{})->run(host, RunContext{});
   RunContext ctx;
   ctx.check_indices = check;
-  make("cuda.kv_store", op, describe_device("cuda:0"))->run(device, ctx);
+  Registry::global().get("cuda.kv_store")->make(spec_from_args(device), describe_device("cuda:0"))->run(device, ctx);
   LATTE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 

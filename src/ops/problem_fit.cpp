@@ -1,6 +1,6 @@
 // What the call pipeline derives from a validated problem: its op, device and cache format, the
 // AttentionSpec selection sees, and whether it fits a kernel made for some spec.
-#include "ops/problem.hpp"
+#include "ops/problem_fit.hpp"
 
 #include <fmt/format.h>
 
