@@ -4,28 +4,34 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "latte/validate.hpp"
 
 namespace {
 
-// 256-byte aligned fake memory that the views describe (validation reads no data).
-void* arena() {
-  static std::vector<uint8_t> bytes(std::size_t{1} << 24);
-  return reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(bytes.data()) + 255) & ~std::uintptr_t{255});
+// 256-byte aligned memory that the views describe, one region per tensor (validation reads no
+// data, but refuses an output that shares bytes with another tensor).
+latte::TensorView carve(latte::DType dtype, std::initializer_list<int64_t> shape) {
+  static std::vector<uint8_t> bytes(std::size_t{48} << 20);
+  static std::size_t used = 0;
+  latte::TensorView t = latte::TensorView::contiguous(nullptr, dtype, shape, latte::Device{});
+  const auto base = (reinterpret_cast<std::uintptr_t>(bytes.data()) + used + 255) & ~std::uintptr_t{255};
+  used = base - reinterpret_cast<std::uintptr_t>(bytes.data()) + static_cast<std::size_t>(t.nbytes());
+  t.data = reinterpret_cast<void*>(base);
+  return t;
 }
 
 void BM_ValidateSparseMla(benchmark::State& state) {
   using latte::DType;
   using latte::TensorView;
-  const latte::Device d{};
   latte::SparseMlaArgs a;
-  a.q = TensorView::contiguous(arena(), DType::bf16, {1, 64, 576}, d);
-  a.kv_cache = TensorView::contiguous(arena(), DType::u8, {512, 64, 656}, d);
-  a.indices = TensorView::contiguous(arena(), DType::i32, {1, 2048}, d);
-  a.out = TensorView::contiguous(arena(), DType::bf16, {1, 64, 512}, d);
-  a.lse = TensorView::contiguous(arena(), DType::f32, {1, 64}, d);
+  a.q = carve(DType::bf16, {1, 64, 576});
+  a.kv_cache = carve(DType::u8, {512, 64, 656});
+  a.indices = carve(DType::i32, {1, 2048});
+  a.out = carve(DType::bf16, {1, 64, 512});
+  a.lse = carve(DType::f32, {1, 64});
   a.scale = 0.0625f;
   for (auto _ : state) benchmark::DoNotOptimize(latte::validate(a));
 }
@@ -34,15 +40,14 @@ BENCHMARK(BM_ValidateSparseMla);
 void BM_ValidateIndexerTopk(benchmark::State& state) {
   using latte::DType;
   using latte::TensorView;
-  const latte::Device d{};
   latte::IndexerTopkArgs a;
-  a.in.q = TensorView::contiguous(arena(), DType::e4m3, {32, 32, 128}, d);
-  a.in.q_scale = TensorView::contiguous(arena(), DType::f32, {32, 32}, d);
-  a.in.weights = TensorView::contiguous(arena(), DType::f32, {32, 32}, d);
-  a.in.k_cache = TensorView::contiguous(arena(), DType::u8, {512, 64, 132}, d);
-  a.in.block_table = TensorView::contiguous(arena(), DType::i32, {32, 512}, d);
-  a.in.visible_lens = TensorView::contiguous(arena(), DType::i32, {32}, d);
-  a.indices = TensorView::contiguous(arena(), DType::i32, {32, 2048}, d);
+  a.in.q = carve(DType::e4m3, {32, 32, 128});
+  a.in.q_scale = carve(DType::f32, {32, 32});
+  a.in.weights = carve(DType::f32, {32, 32});
+  a.in.k_cache = carve(DType::u8, {512, 64, 132});
+  a.in.block_table = carve(DType::i32, {32, 512});
+  a.in.visible_lens = carve(DType::i32, {32});
+  a.indices = carve(DType::i32, {32, 2048});
   for (auto _ : state) benchmark::DoNotOptimize(latte::validate(a));
 }
 BENCHMARK(BM_ValidateIndexerTopk);

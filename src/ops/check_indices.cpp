@@ -2,9 +2,10 @@
 // data, and the one-device rule. Each error names the first bad entry and the allowed range.
 #include <fmt/format.h>
 
+#include <array>
+#include <initializer_list>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "ops/arg_check.hpp"
 #include "latte/error.hpp"
@@ -26,13 +27,22 @@ std::string device_label(Device d) {
 }
 
 // The named tensors of a call, in the field order of its Args struct.
+// A fixed-capacity list (every call is validated: no heap allocation on that path).
 struct NamedTensors {
-  using List = std::vector<std::pair<const char*, const TensorView*>>;
-  static void add_indexer(List& l, const IndexerInputs& in) {
-    l.insert(l.end(), {{"q", &in.q}, {"q_scale", &in.q_scale}, {"weights", &in.weights},
-                       {"k_cache", &in.k_cache}, {"block_table", &in.block_table},
-                       {"token_request", &in.token_request},
-                       {"visible_lens", &in.visible_lens}});
+  struct List {
+    std::array<std::pair<const char*, const TensorView*>, 8> items{};
+    std::size_t size = 0;
+    List(std::initializer_list<std::pair<const char*, const TensorView*>> named) {
+      for (const auto& n : named) items[size++] = n;
+    }
+    void add(const char* name, const TensorView* t) { items[size++] = {name, t}; }
+    [[nodiscard]] auto begin() const { return items.begin(); }
+    [[nodiscard]] auto end() const { return items.begin() + static_cast<std::ptrdiff_t>(size); }
+  };
+  static List indexer(const IndexerInputs& in) {
+    return {{"q", &in.q}, {"q_scale", &in.q_scale}, {"weights", &in.weights},
+            {"k_cache", &in.k_cache}, {"block_table", &in.block_table},
+            {"token_request", &in.token_request}, {"visible_lens", &in.visible_lens}};
   }
   List operator()(const SparseMlaArgs& a) const {
     return {{"q", &a.q}, {"q_rope", &a.q_rope}, {"kv_cache", &a.kv_cache}, {"indices", &a.indices},
@@ -43,15 +53,13 @@ struct NamedTensors {
             {"seq_lens", &a.seq_lens}, {"out", &a.out}, {"lse", &a.lse}};
   }
   List operator()(const IndexerTopkArgs& a) const {
-    List l;
-    add_indexer(l, a.in);
-    l.emplace_back("indices", &a.indices);
+    List l = indexer(a.in);
+    l.add("indices", &a.indices);
     return l;
   }
   List operator()(const IndexerLogitsArgs& a) const {
-    List l;
-    add_indexer(l, a.in);
-    l.emplace_back("logits", &a.logits);
+    List l = indexer(a.in);
+    l.add("logits", &a.logits);
     return l;
   }
   List operator()(const KvStoreArgs& a) const {
