@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <memory>
 #include <variant>
+#include <vector>
 
 #include "kernels/sparse_mla/mla_run.hpp"
 #include "latte/backend.hpp"
@@ -13,7 +14,6 @@
 
 namespace latte::cuda_sparse_mla {
 namespace {
-
 
 Capabilities declared() {
   Capabilities caps;
@@ -26,7 +26,7 @@ Capabilities declared() {
   caps.head_dim = IntRule::list({kQkDim});
   caps.block_size = IntRule::at_least(1);
   caps.topk = IntRule::range(1, kMaxTopk);
-  caps.s_q = IntRule::range(1, 4);
+  caps.s_q = IntRule::range(1, kMaxDecodeSq);
   caps.max_tokens = IntRule::range(1, kMaxTokens);
   caps.workspace =
       "split partials: tokens x heads x ceil(topk/chunk) x 1028 B (chunk 128 ... 2048 tokens by "
