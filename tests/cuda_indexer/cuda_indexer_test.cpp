@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "kernels/indexer/smxx/indexer_launch.hpp"
+#include "kernels/topk/topk_launch.hpp"
 #include "cuda_indexer/indexer_test_problem.hpp"
 #include "cuda_indexer/mirror_tensor.hpp"
 #include "gpu_test_util.hpp"
@@ -758,6 +759,28 @@ TEST(CudaIndexerDescribe, NamesTheMatrixPathAndThePathRule) {
   spec.q_dtype = DType::bf16;
   spec.op = Op::indexer_logits;
   EXPECT_EQ(text("sm_120"), "scores by bf16 mma.sync (K widened exactly from e4m3) on sm_120; logits [T, L] written");
+}
+
+// Host-only: the top-k kernel's longest rows. A row one 32-position step past the limit is
+// refused with the limit in the message (what a soak found: the message had named a limit the
+// plan did not reach), and the kernel's documented rows of 262144 positions fit at topk 2048.
+TEST(TopkPlan, RefusesRowsPastTheLimitItNames) {
+  for (const int topk : {1, 512, 2048, 4096}) {
+    SCOPED_TRACE(topk);
+    const int64_t most = cuda::topk_max_positions(topk);
+    EXPECT_GE(most, 262144);
+    EXPECT_GT(cuda::plan_topk(most, topk).cap, 0);
+    try {
+      (void)cuda::plan_topk(most + 32, topk);
+      ADD_FAILURE() << "rows of " << most + 32 << " planned";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::unsupported);
+      EXPECT_NE(std::string(e.what()).find("at most " + std::to_string(most) + " positions at topk " +
+                                           std::to_string(topk)),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -265,21 +265,50 @@ void launch_topk_split(const TopkArgs& a, const TopkPlan& t, const SplitPlan& sp
 
 }  // namespace
 
-TopkPlan plan_topk(int64_t max_positions, int topk) {
+namespace {
+
+// The plan of rows of up to `max_positions`, or cap 0 when the shared memory cannot hold it: the
+// candidate buffer must hold the samples and topk, and, as the second bitmap of the exact select,
+// the row's bitmap words twice over.
+TopkPlan try_plan_topk(int64_t max_positions, int topk) {
   TopkPlan t;
   t.bitmap_words = static_cast<int>(std::max<int64_t>(1, ceil_div(max_positions, 32)));
   const int fixed = static_cast<int>(align_up(sizeof(TopkShared), 16)) +
                     static_cast<int>(align_up(static_cast<std::size_t>(t.bitmap_words), 4)) * 4;
   int cap = (kPortableSmemBytes - fixed) / 8 / 256 * 256;
   cap = std::min(cap, 8192);
-  if (cap < std::max(kSamples, topk) || 2 * cap < t.bitmap_words) {
-    throw Error(ErrorCode::unsupported,
-                "top-k: rows of " + std::to_string(max_positions) +
-                    " positions need more shared memory than the top-k kernel has (at most about "
-                    "524288 positions, i.e. max_blocks * block_size); use a narrower block_table");
-  }
+  if (cap < std::max(kSamples, topk) || 2 * cap < t.bitmap_words) return t;
   t.cap = cap;
   t.smem = fixed + cap * 8;
+  return t;
+}
+
+}  // namespace
+
+int64_t topk_max_positions(int topk) {
+  // The plan shrinks as rows grow (the bitmap takes the candidates' room): the longest row, in
+  // units of 32 positions, that still has one.
+  int64_t lo = 0, hi = int64_t{kPortableSmemBytes} * 8 / 32;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (try_plan_topk(mid * 32, topk).cap > 0) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo * 32;
+}
+
+TopkPlan plan_topk(int64_t max_positions, int topk) {
+  const TopkPlan t = try_plan_topk(max_positions, topk);
+  if (t.cap == 0) {
+    const int64_t most = topk_max_positions(topk);
+    throw Error(ErrorCode::unsupported,
+                "top-k: rows of " + std::to_string(max_positions) +
+                    " positions (max_blocks * block_size) need more shared memory than the top-k "
+                    "kernel has: it takes rows of at most " + std::to_string(most) +
+                    " positions at topk " + std::to_string(topk) +
+                    "; pass a block_table of at most that many positions per row (split the "
+                    "longest requests' tables), or select cpu.reference");
+  }
   return t;
 }
 

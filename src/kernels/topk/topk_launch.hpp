@@ -30,12 +30,14 @@ struct TopkOutput {
 };
 
 // Shared memory of the one-CTA-per-row kernel for rows of up to `max_positions` positions: its
-// candidate buffer (cap entries) and position bitmap. Throws latte::Error (unsupported) when
-// the rows are too long (more than about 524288 positions).
+// candidate buffer (cap entries) and position bitmap. Throws latte::Error (unsupported), naming
+// topk_max_positions(topk), when the rows are too long.
 struct TopkPlan {
   int cap = 0, bitmap_words = 0, smem = 0;
 };
 [[nodiscard]] TopkPlan plan_topk(int64_t max_positions, int topk);
+// The longest rows (max_blocks * block_size, a multiple of 32) plan_topk takes at `topk`.
+[[nodiscard]] int64_t topk_max_positions(int topk);
 
 // The top-k arguments of an indexer problem's rows (one per query token: visible lengths,
 // block_table rows for physical output); the caller sets the source.
