@@ -367,7 +367,7 @@ TEST_F(CudaIndexer, UnfusedKeysAndSelectionAgree) {
   for (int topk : {2048, 128}) {
     const std::size_t ws_bytes = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, dev);
     DeviceBuffer ws(ws_bytes);
-    const int64_t ld = ws_bytes / 4 / p.T;
+    const int64_t ld = (raw.max_len() + 127) / 128 * 128;  // the keys' rows: whole 128-position stages
     std::vector<uint32_t> first_keys;
     int bad_keys = 0, bad_sel = 0, bad_det = 0;
     for (int rep = 0; rep < 30; ++rep) {
@@ -571,6 +571,7 @@ TEST_F(CudaIndexer, RowTopkTiesNanZerosAndAdversarial) {
 // narrow distributions (more candidates than the list holds: the whole-row fallback), NaN,
 // -inf, signed zeros, topk 1 and 4096.
 TEST_F(CudaIndexer, RowTopkSplitExact) {
+  const ScopedEnv split_not_spread("LATTE_CUDA_TOPK_SPREAD", "0");
   std::mt19937 rng(23);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   for (auto [rows, n, k] : {std::tuple{8, int64_t{131072}, 2048}, std::tuple{3, int64_t{70001}, 2048},
@@ -607,14 +608,21 @@ TEST_F(CudaIndexer, RowTopkSplitExact) {
 // physical, on long and short rows (shorter than topk, nothing visible), with and without ties.
 TEST_F(CudaIndexer, UnfusedSplitRowsEqualOneCtaPerRow) {
   const DeviceTraits dev = traits_of(gpu());
+  for (const char* spread : {"0", "1"})
   for (int dup : {0, 5}) {
+    const ScopedEnv env("LATTE_CUDA_TOPK_SPREAD", spread);
+    SCOPED_TRACE(std::string("LATTE_CUDA_TOPK_SPREAD=") + spread);
     std::mt19937 rng(31 + dup);
     Options o;
     o.heads = 32;
     o.dup_pool = dup;
-    const std::vector<std::pair<int, int>> tokens = {{0, 70000}, {1, 17001}, {2, 1500}, {0, 0}, {3, 66666}, {1, 9000}};
+    // Spread: at most 262144 keys per call (6 rows of up to 40000 positions).
+    const std::vector<std::pair<int, int>> tokens =
+        spread[0] == '0' ? std::vector<std::pair<int, int>>{{0, 70000}, {1, 17001}, {2, 1500}, {0, 0}, {3, 66666}, {1, 9000}}
+                         : std::vector<std::pair<int, int>>{{0, 40000}, {1, 17001}, {2, 1500}, {0, 0}, {3, 36666}, {1, 9000}};
     const Problem p = make_problem(rng, tokens, 4, o);
     const IndexerParams raw = p.raw();
+    if (spread[0] == '1') ASSERT_TRUE(cuda::topk_spreads(p.T, raw.max_len(), dev.sm_count));
     for (int topk : {2048, 1, 4096}) {
       const std::size_t full = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, dev);
       const std::size_t keys_only = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, [&] {
@@ -665,6 +673,9 @@ TEST_F(CudaIndexer, UnfusedSplitRowsEqualOneCtaPerRow) {
 // two top-k calls share one workspace and the second rows take the whole-row fallback; every
 // replay equals the host.
 TEST_F(CudaIndexer, RowTopkSplitGraphCapture) {
+  for (const char* spread : {"0", "1"}) {
+  const ScopedEnv env("LATTE_CUDA_TOPK_SPREAD", spread);
+  SCOPED_TRACE(std::string("LATTE_CUDA_TOPK_SPREAD=") + spread);
   std::mt19937 rng(25);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> narrow(3.0f, 3.0625f);  // above nearly every normal value
@@ -720,6 +731,54 @@ TEST_F(CudaIndexer, RowTopkSplitGraphCapture) {
   LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
   LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
   LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+}
+
+// Rows spread over many CTAs that meet at grid barriers (launch_rows_topk with a workspace, up
+// to 8 rows): exact against the host, deterministic, with a stale workspace, on distinct values
+// at lengths around topk and past the one-CTA kernel's limit, 1 to 8 rows, topk 1 / 2048 / 4096,
+// and on ties (16 levels, all equal, signed zeros), ascending rows, NaN and -inf, few large
+// values, one narrow 11-bit bin, half -inf, fewer valid numbers than topk.
+TEST_F(CudaIndexer, RowTopkSpreadExact) {
+  const DeviceTraits dev = traits_of(gpu());
+  std::mt19937 rng(26);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto [rows, n, k] : {std::tuple{1, int64_t{32768}, 2048}, std::tuple{1, int64_t{131072}, 2048},
+                           std::tuple{8, int64_t{32768}, 2048}, std::tuple{2, int64_t{2048}, 2048},
+                           std::tuple{3, int64_t{2049}, 2048}, std::tuple{4, int64_t{2047}, 2048},
+                           std::tuple{5, int64_t{9001}, 1}, std::tuple{5, int64_t{50000}, 4096},
+                           std::tuple{1, int64_t{500000}, 2048}, std::tuple{7, int64_t{700}, 4096}}) {
+    ASSERT_TRUE(cuda::topk_spreads(rows, n, dev.sm_count)) << rows << " x " << n;
+    std::vector<float> d(static_cast<std::size_t>(rows * n));
+    for (float& x : d) x = normal(rng);
+    check_rows(d, rows, n, k, "spread distinct", true);
+  }
+  const int64_t n = 32749;
+  const int rows = 8, k = 2048;
+  std::vector<float> d(static_cast<std::size_t>(rows * n));
+  std::uniform_int_distribution<int> level(0, 15);
+  std::uniform_real_distribution<float> narrow(1.0f, 1.0625f);
+  for (int64_t i = 0; i < n; ++i) {
+    d[static_cast<std::size_t>(i)] = static_cast<float>(level(rng));                   // 16 levels: ties
+    d[static_cast<std::size_t>(n + i)] = 1.0f;                                          // all equal
+    d[static_cast<std::size_t>(2 * n + i)] = static_cast<float>(i);                     // ascending
+    d[static_cast<std::size_t>(3 * n + i)] = (i % 3 == 0) ? -0.0f : 0.0f;               // signed zeros
+    d[static_cast<std::size_t>(4 * n + i)] = (i % 7 == 0) ? NAN : (i % 5 == 0 ? -INFINITY : static_cast<float>(-(i % 11)));
+    d[static_cast<std::size_t>(5 * n + i)] = (i < 100) ? 5.0f : static_cast<float>(level(rng)) * 1e-3f;  // few big
+    d[static_cast<std::size_t>(6 * n + i)] = narrow(rng);                              // one 11-bit bin
+    d[static_cast<std::size_t>(7 * n + i)] = (i % 2 == 0) ? normal(rng) : -INFINITY;    // half -inf
+  }
+  ASSERT_TRUE(cuda::topk_spreads(rows, n, dev.sm_count));
+  check_rows(d, rows, n, k, "spread ties", true);
+  // 2050 values in 2 levels around the boundary: the list route and the equal-key route.
+  std::vector<float> t(static_cast<std::size_t>(2 * n), -1.0f);
+  for (int64_t i = 0; i < 2050; ++i) t[static_cast<std::size_t>(i * 19)] = i < 1000 ? 2.0f : 1.0f;
+  for (int64_t i = 0; i < 2100; ++i) t[static_cast<std::size_t>(n + i * 17)] = i < 2000 ? 3.0f : static_cast<float>(i);
+  check_rows(t, 2, n, k, "spread boundary ties", true);
+  std::vector<float> e(static_cast<std::size_t>(2 * n), NAN);  // mostly NaN: fewer than k numbers
+  for (int i = 0; i < 10; ++i) e[static_cast<std::size_t>(i * 997)] = static_cast<float>(i);
+  for (int i = 0; i < 3000; ++i) e[static_cast<std::size_t>(n + i * 13)] = static_cast<float>(i % 50);
+  check_rows(e, 2, n, k, "spread nan", true);
 }
 
 // A small split problem for compute-sanitizer runs (memcheck, racecheck).
@@ -733,6 +792,8 @@ TEST_F(CudaIndexer, RowTopkSplitSmall) {
     d[static_cast<std::size_t>(i)] = normal(rng);
     d[static_cast<std::size_t>(n + i)] = static_cast<float>(level(rng));
   }
+  check_rows(d, 2, n, 2048, "spread small", true);
+  const ScopedEnv split_not_spread("LATTE_CUDA_TOPK_SPREAD", "0");
   check_rows(d, 2, n, 2048, "split small", true);
 }
 
@@ -750,9 +811,10 @@ TEST(CudaIndexerDescribe, NamesTheMatrixPathAndThePathRule) {
   spec.max_tokens = 32;
   const auto text = [&](const char* arch) { return be->make(spec, describe_device(arch))->describe(); };
   EXPECT_EQ(text("sm_90"),
-            "scores by f16 mma.sync (q and K widened from e4m3) on sm_90; exact radix top-2048; per call: fused "
-            "(no [T, L] scores) for 1 query token, or up to 32 at contexts of 128K+, or when the workspace "
-            "holds no row of scores; else unfused");
+            "scores by f16 mma.sync (q and K widened from e4m3) on sm_90; exact radix top-2048; per call: unfused "
+            "with the top-k spread over the GPU for up to 8 query tokens and 131072 keys; else fused (no [T, L] "
+            "scores) for 1 query token, or up to 32 at contexts of 128K+, or when the workspace holds no row of "
+            "scores; else unfused");
   EXPECT_EQ(text("sm_89").rfind("scores by mma.sync e4m3 on sm_89; exact radix top-2048", 0), 0u) << text("sm_89");
   EXPECT_EQ(text("sm_80").rfind("scores by bf16 mma.sync (q and K widened exactly from e4m3) on sm_80", 0), 0u)
       << text("sm_80");

@@ -565,9 +565,10 @@ IndexerParams host_problem(int tokens, int64_t len, int block_size = 64) {
 }
 #endif
 
-// Host only (runs in CI): the automatic top-k path follows the H200 measurements (fused at >= 128K,
-// at >= 64K for up to 24 tokens, at >= 32K for up to 8), needs the workspace and a TMA block
-// size, and yields to LATTE_HOPPER_INDEXER_PATH.
+// Host only (runs in CI): the automatic top-k path follows the H200 measurements (unfused with the
+// spread top-k up to 8 tokens and 131072 keys; else fused at >= 128K, at >= 64K for up to 24
+// tokens, at >= 32K for up to 8), needs the workspace and a TMA block size, and yields to
+// LATTE_HOPPER_INDEXER_PATH.
 TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
 #if !LATTE_HOPPER_INDEXER_BUILT
   GTEST_SKIP() << "skipped: hopper.indexer not built (CUDA architectures without 90)";
@@ -578,23 +579,26 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
     return hopper_indexer::choose_topk_path(p, 2048, hopper_indexer::topk_workspace_bound(tokens, 2048, 132), 132);
   };
   EXPECT_EQ(path(1, 8192), TopkPath::unfused);
-  EXPECT_EQ(path(1, 32768), TopkPath::fused);
+  EXPECT_EQ(path(1, 32768), TopkPath::unfused);  // the spread top-k
+  EXPECT_EQ(path(4, 32768), TopkPath::unfused);
   EXPECT_EQ(path(8, 32768), TopkPath::fused);
+  EXPECT_EQ(path(2, 131072), TopkPath::fused);
   EXPECT_EQ(path(16, 32768), TopkPath::unfused);
   EXPECT_EQ(path(24, 65536), TopkPath::fused);
   EXPECT_EQ(path(32, 65536), TopkPath::unfused);
-  EXPECT_EQ(path(1, 131072), TopkPath::fused);
+  EXPECT_EQ(path(1, 131072), TopkPath::unfused);  // the spread top-k
+  EXPECT_EQ(path(1, 262144), TopkPath::fused);
   EXPECT_EQ(path(32, 131072), TopkPath::fused);
   EXPECT_EQ(path(128, 32768), TopkPath::unfused);
   EXPECT_EQ(path(128, 131072), TopkPath::fused);
   EXPECT_EQ(path(1, 131072, 48), TopkPath::unfused);  // block size 48: no TMA kernel, no admission pass
-  const IndexerParams one = host_problem(1, 131072);
-  EXPECT_EQ(hopper_indexer::choose_topk_path(one, 2048, 530000, 132), TopkPath::unfused);  // one row of keys only
+  const IndexerParams one = host_problem(1, 262144);
+  EXPECT_EQ(hopper_indexer::choose_topk_path(one, 2048, 1100000, 132), TopkPath::unfused);  // one row of keys only
   EXPECT_GE(hopper_indexer::topk_workspace_bound(1, 2048, 132),
             hopper_indexer::topk_workspace_bytes(one, 2048, TopkPath::automatic, 132));
   {
     const ForcePath force("unfused");
-    EXPECT_EQ(path(1, 131072), TopkPath::unfused);
+    EXPECT_EQ(path(1, 262144), TopkPath::unfused);
   }
   {
     const ForcePath force("fastest");
@@ -622,7 +626,7 @@ TEST(HopperIndexerTopkPath, FusedWorkspaceIsIndependentOfTheContext) {
         << tokens << " tokens: O(T * topk) plus the repair pass's O(SMs * topk)";
   }
   EXPECT_LE(bytes(1, 262144, TopkPath::fused), std::size_t{5} << 20);
-  EXPECT_LT(bytes(1, 262144, TopkPath::fused), bytes(1, 262144, TopkPath::unfused));
+  EXPECT_LT(bytes(4, 262144, TopkPath::fused), bytes(4, 262144, TopkPath::unfused));
 #endif
 }
 

@@ -61,4 +61,26 @@ constexpr int kSplitChunk = 4 * kTopkThreads;     // keys per CTA per vector loa
 constexpr int kSplitMaxVec = 4;
 constexpr int kSplitMaxLen = kSplitMaxVec * kSplitChunk;
 
+// Few rows each spread over many CTAs with grid barriers (topk_spread_grid_barrier.cuh).
+constexpr int kSpreadThreads = 512;
+constexpr int kSpreadBins = 2048;     // the first two passes' 11-bit digits; the third has 10
+constexpr int kSpreadPasses = 3;
+constexpr int kSpreadListCap = 128;   // the bin keys every CTA ranks directly
+constexpr int kSpreadStateWords = 8;  // per row: [0] barrier arrivals, [1] list entries
+constexpr int kSpreadMaxSlice = 16384;  // keys per CTA (64 KB of shared memory)
+constexpr int kSpreadFirstShift = 21;   // the first pass's digit: key >> 21 (top 11 bits)
+
+struct SpreadArgs {
+  int slices;          // S CTAs per row
+  int slice_len;       // L positions per CTA, a multiple of 4
+  int rows;
+  int first_ready;     // 1: the first pass's histograms come counted (the keys' pass counted them)
+  unsigned* state;     // [rows][kSpreadStateWords], zero at the start
+  int* hist;           // [kSpreadPasses][rows][kSpreadBins], right after state: the first two
+                       // passes' zero at the start (or the first pass counted), the last cleared
+                       // by the kernel
+  int* counts;         // [rows][S][2]
+  uint64_t* list;      // [rows][kSpreadListCap]
+};
+
 }  // namespace latte::cuda

@@ -15,6 +15,7 @@
 #include "kernels/common/launch.hpp"
 #include "kernels/common/smem_limit.hpp"
 #include "kernels/topk/topk_kernel.cuh"
+#include "kernels/topk/topk_spread_grid_barrier.cuh"
 #include "latte/error.hpp"
 
 namespace latte::cuda {
@@ -44,6 +45,15 @@ struct SplitPlan {
   int slices = 0, slice_len = 0, list_cap = 0;
   std::size_t hist = 0, keys = 0, pos = 0, count = 0, total = 0;
   [[nodiscard]] bool on() const { return slices > 1; }
+};
+
+// Few rows, each spread over S CTAs with grid barriers (topk_spread_grid_barrier.cuh). The
+// workspace starts with what must be zero when the kernel starts (`clear` bytes: the first
+// pass's histograms and the counters).
+struct SpreadPlan {
+  int slices = 0, slice_len = 0;
+  std::size_t state = 0, hist = 0, clear = 0, counts = 0, list = 0, total = 0;
+  [[nodiscard]] bool on() const { return slices > 0; }
 };
 
 // LATTE_CUDA_TOPK_PROF=1 (measurements only: synchronizes): phase marks of row 0 (32 entries)
@@ -77,6 +87,7 @@ void topk_prof_begin(cudaStream_t stream) {
   if (!topk_prof_buffer() || prof_depth++ > 0) return;
   LATTE_CUDA_TRY(cudaMemsetAsync(topk_prof_buffer(), 0, kProfWords * sizeof(unsigned long long), stream));
   LATTE_CUDA_TRY(cudaMemsetAsync(topk_prof_spans(), 0xFF, kSpanSlots * sizeof(unsigned long long), stream));
+  LATTE_CUDA_TRY(cudaMemsetAsync(topk_prof_buffer() + 14, 0xFF, sizeof(unsigned long long), stream));  // spread: min arrival
 }
 
 void topk_prof_end(const char* what, cudaStream_t stream) {
@@ -103,6 +114,12 @@ void topk_prof_end(const char* what, cudaStream_t stream) {
           break;
         }
     }
+  }
+  if (h[15] != 0) {  // the spread kernel's barriers and final mode (slots 6, 7)
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), " [barriers %llu, mode %llu, first barrier arrivals %.2f-%.2f]", h[12], h[13],
+                  h[15] && h[14] != ~0ull ? (h[14] - t0) / 1000.0 : -1.0, h[15] ? (h[15] - t0) / 1000.0 : -1.0);
+    line += buf;
   }
   // The candidate select of row 0 (block_select_threshold's marks): cycles per phase.
   if (h[24] && h[25]) {
@@ -161,6 +178,56 @@ void launch_topk_rows(const TopkArgs& a, const TopkPlan& t, cudaStream_t stream)
 constexpr int64_t kSplitMinLen = 65536;
 constexpr int kSplitRowsPerSm = 8;  // split when rows * 8 <= SMs
 constexpr int kSplitMaxSlices = 32;
+
+// The spread path (measured on the H200: docs/kernels/indexer.md, "Batch 1"): up to
+// kSpreadMaxRows rows and kSpreadMaxKeys keys per call (8 x 128K ran slower than the split
+// kernels), at least kSpreadMinSlice positions per CTA, S CTAs per row with rows * S <= SMs
+// (one wave: the CTAs wait for each other). LATTE_CUDA_TOPK_SPREAD=0 turns it off.
+constexpr int64_t kSpreadMaxRows = 8;
+constexpr int64_t kSpreadMaxKeys = 262144;
+constexpr int64_t kSpreadMinSlice = 512;
+constexpr int kMaxTopkAnyBackend = 4096;  // the largest topk the indexers take
+// The keys' pass counts the first digit for rows of up to kKeyHistMaxLen positions (longer rows
+// slowed hopper.indexer's keys kernel by the atomics on their few hot bins: 1 x 128K 29.5 against
+// 27.3 us, 8 x 128K 89.9 against 76.6).
+constexpr int64_t kKeyHistMaxLen = 32768;
+// The unfused path with the spread top-k beat both indexers' fused paths up to 131072 keys per
+// call (1 x 8K-128K, 2 and 4 x 32K: 0.80-0.93 of the fused time) and was level or slower beyond
+// (8 x 32K, 2 x 128K: 1.02-1.04).
+constexpr int64_t kSpreadBeatsFusedKeys = 131072;
+
+bool spread_enabled() {
+  return env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_SPREAD", {"0", "1"}) != 0;
+}
+
+SpreadPlan spread_layout(int64_t rows, int slices, int slice_len) {
+  SpreadPlan sp;
+  sp.slices = slices;
+  sp.slice_len = slice_len;
+  const auto R = static_cast<std::size_t>(rows);
+  sp.state = 0;
+  sp.hist = align_up(R * kSpreadStateWords * 4, 16);
+  sp.clear = sp.hist + 2 * R * kSpreadBins * 4;  // the state and the first two passes' histograms
+  std::size_t off = align_up(sp.hist + kSpreadPasses * R * kSpreadBins * 4, kAlign);
+  sp.counts = off;
+  off = align_up(off + R * static_cast<std::size_t>(slices) * 2 * 4, kAlign);
+  sp.list = off;
+  off = align_up(off + R * kSpreadListCap * 8, kAlign);
+  sp.total = off;
+  return sp;
+}
+
+SpreadPlan plan_spread(int64_t rows, int64_t n, int sm_count) {
+  if (!spread_enabled() || rows <= 0 || rows > kSpreadMaxRows || n <= 0) return {};
+  // More keys: the split or one-CTA kernels, unless the rows are too long for them.
+  if (rows * n > kSpreadMaxKeys && n <= topk_max_positions(kMaxTopkAnyBackend)) return {};
+  int64_t S = std::min<int64_t>(sm_count / rows, ceil_div(n, kSpreadMinSlice));
+  S = std::max<int64_t>(S, 1);
+  const int64_t L = ceil_div(ceil_div(n, S), 4) * 4;
+  S = ceil_div(n, L);
+  if (L > kSpreadMaxSlice || rows * S > sm_count) return {};
+  return spread_layout(rows, static_cast<int>(S), static_cast<int>(L));
+}
 
 bool split_enabled() {
   return env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_SPLIT", {"0", "1"}) != 0;
@@ -267,6 +334,35 @@ void launch_topk_split(const TopkArgs& a, const TopkPlan& t, const SplitPlan& sp
 
 namespace {
 
+// The spread kernel over workspace `ws` (sp.total bytes), its first sp.clear bytes zero or, with
+// `first_ready`, the first pass counted into them (key_histogram.cuh).
+template <int SRC>
+void launch_topk_spread(const TopkArgs& a, const SpreadPlan& sp, uint8_t* ws, bool first_ready, bool pdl,
+                        cudaStream_t stream) {
+  if (a.rows <= 0) return;
+  static std::atomic<uint64_t> done{0};
+  allow_smem(topk_spread_kernel<SRC>, done);
+  SpreadArgs g{};
+  g.slices = sp.slices;
+  g.slice_len = sp.slice_len;
+  g.rows = a.rows;
+  g.first_ready = first_ready ? 1 : 0;
+  g.state = reinterpret_cast<unsigned*>(ws + sp.state);
+  g.hist = reinterpret_cast<int*>(ws + sp.hist);
+  g.counts = reinterpret_cast<int*>(ws + sp.counts);
+  g.list = reinterpret_cast<uint64_t*>(ws + sp.list);
+  TopkArgs b = a;
+  b.prof = topk_prof_buffer();
+  topk_prof_begin(stream);
+  launch_kernel(topk_spread_kernel<SRC>, static_cast<unsigned>(static_cast<int64_t>(a.rows) * sp.slices),
+                kSpreadThreads, static_cast<std::size_t>(sp.slice_len) * 4, pdl, true, stream, b, g);
+  topk_prof_end("spread", stream);
+}
+
+}  // namespace
+
+namespace {
+
 // The plan of rows of up to `max_positions`, or cap 0 when the shared memory cannot hold it: the
 // candidate buffer must hold the samples and topk, and, as the second bitmap of the exact select,
 // the row's bitmap words twice over.
@@ -338,7 +434,10 @@ TopkArgs topk_args(const IndexerParams& p, const TopkOutput& out, const TopkPlan
 }
 
 std::size_t split_workspace_bytes(int64_t rows, int64_t max_len, int topk, int sm_count) {
-  if (rows <= 0 || max_len < kSplitMinLen) return 0;
+  if (rows <= 0) return 0;
+  const SpreadPlan spread = plan_spread(rows, max_len, sm_count);
+  if (spread.on()) return spread.total;
+  if (max_len < kSplitMinLen) return 0;
   try {
     const TopkPlan tp = plan_topk(max_len, std::max(1, topk));
     return plan_split(rows, max_len, tp.cap, sm_count).total;
@@ -350,15 +449,52 @@ std::size_t split_workspace_bytes(int64_t rows, int64_t max_len, int topk, int s
 
 std::size_t split_workspace_bound(int64_t rows, int64_t max_len, int topk, int sm_count) {
   // The most any row length up to max_len needs (the slice count and list capacity vary).
-  std::size_t b = 0;
+  std::size_t b = rows <= kSpreadMaxRows ? spread_layout(rows, std::max(1, sm_count), 4).total : 0;
   for (int64_t n = kSplitMinLen; n < 2 * max_len; n *= 2) b = std::max(b, split_workspace_bytes(rows, std::min(n, max_len), topk, sm_count));
   return b;
 }
 
 
+bool topk_spreads(int64_t rows, int64_t n, int sm_count) { return plan_spread(rows, n, sm_count).on(); }
+
+bool spread_beats_fused(int64_t rows, int64_t n, int sm_count) {
+  return rows * n <= kSpreadBeatsFusedKeys && topk_spreads(rows, n, sm_count);
+}
+
+// Whether the keys' pass counts the spread path's first pass (measurements: 
+// LATTE_CUDA_TOPK_KEY_HIST=0|1 forces it off or on).
+bool keys_count_first_pass(int64_t rows, int64_t n) {
+  switch (env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_KEY_HIST", {"0", "1"})) {
+    case 0: return false;
+    case 1: return true;
+    default: break;
+  }
+  return n <= kKeyHistMaxLen;
+}
+
+int* prepare_keys_topk(const IndexerParams& p, int topk, void* workspace, std::size_t workspace_bytes, int sm_count,
+                       cudaStream_t stream) {
+  if (p.tokens <= 0 || topk <= 0) return nullptr;
+  const SpreadPlan sp = plan_spread(p.tokens, p.max_len(), sm_count);
+  if (!sp.on() || workspace == nullptr || sp.total > workspace_bytes) return nullptr;
+  LATTE_CUDA_TRY(cudaMemsetAsync(workspace, 0, sp.clear, stream));
+  if (!keys_count_first_pass(p.tokens, p.max_len())) return nullptr;
+  return reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + sp.hist);
+}
+
 void launch_keys_topk(const IndexerParams& p, const TopkOutput& out, const uint32_t* keys, int64_t keys_ld,
                       void* workspace, std::size_t workspace_bytes, int sm_count, bool pdl, cudaStream_t stream) {
   if (p.tokens <= 0 || out.topk <= 0) return;
+  const SpreadPlan spread = plan_spread(p.tokens, p.max_len(), sm_count);
+  if (spread.on() && workspace != nullptr && spread.total <= workspace_bytes) {
+    TopkArgs t = topk_args(p, out, TopkPlan{});
+    t.keys = keys;
+    t.ld = keys_ld;
+    t.vec = 1;
+    launch_topk_spread<kSrcKeys>(t, spread, static_cast<uint8_t*>(workspace),
+                                 keys_count_first_pass(p.tokens, p.max_len()), pdl, stream);
+    return;
+  }
   const TopkPlan tp = plan_topk(p.max_len(), out.topk);
   TopkArgs t = topk_args(p, out, tp);
   t.keys = keys;
@@ -374,6 +510,8 @@ void launch_keys_topk(const IndexerParams& p, const TopkOutput& out, const uint3
 
 std::size_t rows_topk_workspace_bytes(int rows, int64_t n, int topk, int sm_count) {
   if (rows <= 0 || n <= 0 || topk <= 0) return 0;
+  const SpreadPlan spread = plan_spread(rows, n, sm_count);
+  if (spread.on()) return spread.total;
   const TopkPlan tp = plan_topk(n, topk);
   return plan_split(rows, n, tp.cap, sm_count).total;
 }
@@ -387,7 +525,6 @@ void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int 
                       int64_t out_ld, void* workspace, std::size_t workspace_bytes, int sm_count, bool pdl,
                       cudaStream_t stream) {
   if (rows <= 0 || topk <= 0) return;
-  const TopkPlan tp = plan_topk(n, topk);
   TopkArgs a{};
   a.rows = rows;
   a.topk = topk;
@@ -400,6 +537,13 @@ void launch_rows_topk(const float* scores, int rows, int64_t n, int64_t ld, int 
   a.out_sr = out_ld;
   a.out_sc = 1;
   a.physical = 0;
+  const SpreadPlan spread = workspace ? plan_spread(rows, n, sm_count) : SpreadPlan{};
+  if (spread.on() && spread.total <= workspace_bytes) {
+    LATTE_CUDA_TRY(cudaMemsetAsync(workspace, 0, spread.clear, stream));
+    launch_topk_spread<kSrcF32>(a, spread, static_cast<uint8_t*>(workspace), false, pdl, stream);
+    return;
+  }
+  const TopkPlan tp = plan_topk(n, topk);
   a.cap = tp.cap;
   a.bitmap_words = tp.bitmap_words;
   const SplitPlan sp = workspace ? plan_split(rows, n, tp.cap, sm_count) : SplitPlan{};

@@ -52,10 +52,19 @@ struct TopkPlan {
 [[nodiscard]] std::size_t split_workspace_bytes(int64_t rows, int64_t max_len, int topk, int sm_count);
 [[nodiscard]] std::size_t split_workspace_bound(int64_t rows, int64_t max_len, int topk, int sm_count);
 
+// Before the pass that writes an indexer's keys: clears what launch_keys_topk with the same
+// arguments needs zero in `workspace` (the spread path's histograms and counters, a memset) and
+// returns the histograms [T][2048] that pass must count its keys into (key_histogram.cuh
+// key_hist_add, row t at t * 2048), or null when the spread path does not run. Every caller of
+// launch_keys_topk calls it first, on the same stream.
+[[nodiscard]] int* prepare_keys_topk(const IndexerParams& p, int topk, void* workspace, std::size_t workspace_bytes,
+                                     int sm_count, cudaStream_t stream);
+
 // An indexer's unfused selection: keys [T, keys_ld] (u32 score keys, kernels/topk/radix_select.cuh
 // score_key; 0 = excluded; row t read up to its visible length) into out. keys 16-byte aligned,
 // keys_ld % 4 == 0. Few long rows are split over several CTAs when `workspace` holds
-// split_workspace_bytes.
+// split_workspace_bytes; up to 8 rows are each spread over many CTAs that meet at grid barriers
+// (topk_spread_grid_barrier.cuh; prepare_keys_topk cleared their state).
 void launch_keys_topk(const IndexerParams& p, const TopkOutput& out, const uint32_t* keys, int64_t keys_ld,
                       void* workspace, std::size_t workspace_bytes, int sm_count, bool pdl, cudaStream_t stream);
 
@@ -63,6 +72,14 @@ void launch_keys_topk(const IndexerParams& p, const TopkOutput& out, const uint3
 // whose admission failed, its repair candidates (`repair`).
 void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const TopkPlan& t, bool pdl,
                         cudaStream_t stream);
+
+// Whether rows of up to n positions take the spread path (up to 8 rows, each over many CTAs
+// that meet at grid barriers; LATTE_CUDA_TOPK_SPREAD=0 turns it off) when the workspace holds it.
+[[nodiscard]] bool topk_spreads(int64_t rows, int64_t n, int sm_count);
+// Whether an indexer's unfused path with the spread top-k is faster than its fused path for
+// `rows` query tokens over rows of up to n positions (measured on the H200; both indexers' path
+// rules ask it first).
+[[nodiscard]] bool spread_beats_fused(int64_t rows, int64_t n, int sm_count);
 
 // Plain exact top-k of f32 rows (scores [rows, n] with row stride ld): out[r, 0..topk) gets the
 // positions of the topk largest (ties to the smaller position, NaN last), ascending, -1 padded.

@@ -127,6 +127,11 @@ TopkPath choose_topk_path(const cuda::IndexerParams& p, int topk, std::size_t wo
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
   if (!fused_block_size(p.block_size)) return TopkPath::unfused;
+  // Up to 8 tokens and 131072 keys, the unfused path with the spread top-k measured faster
+  // (cuda::spread_beats_fused) when the workspace holds it.
+  if (cuda::spread_beats_fused(p.tokens, p.max_len(), sm_count) &&
+      topk_workspace_bytes(p, topk, TopkPath::unfused, sm_count) <= workspace_bytes)
+    return TopkPath::unfused;
   // The fused path where it measured faster on the H200 (docs/kernels/indexer.md, hopper.indexer,
   // "Which path": 1-128 tokens x 32K / 64K / 128K, H_i 32 and 64, both paths alternating): at 128K
   // every token count (0.79-0.97 of the unfused time); at 64K up to 24 tokens (0.85-0.96; 32-128
@@ -156,7 +161,8 @@ void launch_unfused(const cuda::IndexerParams& p, const cuda::TopkOutput& out, u
     o.indices = out.indices + static_cast<int64_t>(t0) * out.st;
     auto* keys = reinterpret_cast<uint32_t*>(ws);
     const std::size_t kb = std::min(ws_bytes, align_up(static_cast<std::size_t>(n) * row_bytes));
-    launch_keys_sm90a(slice, keys, ld, sm_count, s);
+    int* key_hist = cuda::prepare_keys_topk(slice, out.topk, ws + kb, ws_bytes - kb, sm_count, s);
+    launch_keys_sm90a(slice, keys, ld, key_hist, sm_count, s);
     cuda::launch_keys_topk(slice, o, keys, ld, ws + kb, ws_bytes - kb, sm_count, pdl, s);
   }
 }
@@ -241,8 +247,10 @@ void launch_topk_sm90a(const cuda::IndexerParams& p, const cuda::TopkOutput& out
 
 std::string describe_topk(int heads, int block_size, int topk) {
   return describe_scores(heads, block_size, true) + "; then the exact top-" + std::to_string(std::max(1, topk)) +
-         " of each row (radix select, one CTA per row; few long rows split over CTAs), the top-k kernels shared "
-         "with cuda.indexer; tokens in slices when their keys exceed the workspace. Fused at 128K+ positions, "
+         " of each row (radix select: up to 8 rows each spread over the GPU's CTAs, which meet at grid barriers; "
+         "else one CTA per row, few long rows split over CTAs), the top-k kernels shared with cuda.indexer; tokens "
+         "in slices when their keys exceed the workspace. Unfused up to 8 tokens and 131072 keys; else fused at "
+         "128K+ positions, "
          "at 64K+ for up to 24 query tokens and at 32K+ for up to 8, when the block size takes the TMA kernel "
          "and the workspace holds it: a sample pass, an admission pass "
          "keeping each token's scores at or above a threshold from its samples, a repair pass where that failed "

@@ -24,8 +24,10 @@ void launch_logits_sm90a(const cuda::IndexerParams& p, float* logits, int64_t ld
 
 // Score keys [T, keys_ld] (kernels/topk/radix_select.cuh score_key of the logit; 0 where not visible)
 // for positions below the token's visible length; entries past it are not written. keys_ld >=
-// p.max_len(). The exact top-k's input (topk_launch.hpp).
-void launch_keys_sm90a(const cuda::IndexerParams& p, uint32_t* keys, int64_t keys_ld, int sm_count, void* stream);
+// p.max_len(). The exact top-k's input (topk_launch.hpp); `key_hist` (non-null: what
+// cuda::prepare_keys_topk returned) gets each token's first-digit counts.
+void launch_keys_sm90a(const cuda::IndexerParams& p, uint32_t* keys, int64_t keys_ld, int* key_hist, int sm_count,
+                       void* stream);
 
 // The most sampled positions per token of the fused path (cuda::kFusedSamples).
 constexpr int kMaxSamples = 2048;

@@ -284,7 +284,8 @@ void launch_logits_sm90a(const cuda::IndexerParams& p, float* logits, int64_t ld
   launch_scores(p, a, kOutLogits, logits_len, sm_count, false, stream);
 }
 
-void launch_keys_sm90a(const cuda::IndexerParams& p, uint32_t* keys, int64_t keys_ld, int sm_count, void* stream) {
+void launch_keys_sm90a(const cuda::IndexerParams& p, uint32_t* keys, int64_t keys_ld, int* key_hist, int sm_count,
+                       void* stream) {
   require_problem(p, p.max_len());
   if (p.tokens == 0 || p.max_len() == 0) return;
   if (keys_ld < p.max_len()) {
@@ -294,6 +295,7 @@ void launch_keys_sm90a(const cuda::IndexerParams& p, uint32_t* keys, int64_t key
   }
   LogitsArgs a{};
   a.keys = keys;
+  a.key_hist = key_hist;
   a.lg_st = keys_ld;
   a.lg_ss = 1;
   a.spans = cuda::topk_prof_spans();

@@ -13,6 +13,7 @@
 // with one, H200.)
 #pragma once
 
+#include "kernels/topk/key_histogram.cuh"
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -51,6 +52,7 @@ struct LogitsArgs {
   cuda::IndexerParams p;
   float* logits;    // logits [T, logits_len] (strides lg_st, lg_ss); or
   uint32_t* keys;   // kOutKeys / kOutSample: score keys [T, lg_st] (0 = not visible), contiguous
+  int* key_hist;    // kOutKeys, non-null: the spread top-k's first pass per token (key_histogram.cuh)
   int64_t lg_st, lg_ss;
   int logits_len;   // < 2^31 (the launcher refuses more): positions are ints
   int vis_cap;      // min(max_len, logits_len)
@@ -245,8 +247,12 @@ __device__ __forceinline__ void write_scores(const float (&acc)[NR][NI / 2], con
   const int c = lane & 3, pos_b = pos_a + 8;
   const bool vis_a = ok_a && pos_a < w.vis, vis_b = ok_b && pos_b < w.vis;
   if constexpr (OUT == kOutKeys || OUT == kOutSample) {
-    if (c == 0 && pos_a < w.c1) w.keys[pos_a] = vis_a ? cuda::score_key(run.x * sc_a) : 0u;
-    if (c == 1 && pos_b < w.c1) w.keys[pos_b] = vis_b ? cuda::score_key(run.y * sc_b) : 0u;
+    const uint32_t key_a = vis_a ? cuda::score_key(run.x * sc_a) : 0u, key_b = vis_b ? cuda::score_key(run.y * sc_b) : 0u;
+    const bool wa = c == 0 && pos_a < w.c1, wb = c == 1 && pos_b < w.c1;
+    if (wa) w.keys[pos_a] = key_a;
+    if (wb) w.keys[pos_b] = key_b;
+    if (OUT == kOutKeys && a.key_hist != nullptr)
+      cuda::key_hist_add(a.key_hist + static_cast<int64_t>(w.t) * cuda::kSpreadBins, wa || wb, wa ? key_a : key_b);
   } else {
     if (c == 0 && pos_a < w.c1) w.out[static_cast<int64_t>(pos_a) * a.lg_ss] = vis_a ? run.x * sc_a : -INFINITY;
     if (c == 1 && pos_b < w.c1) w.out[static_cast<int64_t>(pos_b) * a.lg_ss] = vis_b ? run.y * sc_b : -INFINITY;

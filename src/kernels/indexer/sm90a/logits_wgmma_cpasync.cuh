@@ -60,6 +60,8 @@ __global__ void __launch_bounds__(kCpAsyncThreads) logits_cpasync_kernel(const L
     }
     cuda::running_topk_clear(run);  // published by the barrier after the query staging
   }
+  // The spread top-k after the keys may start at once (it reads them after its pdl_wait).
+  if constexpr (OUT == kOutKeys) cuda::pdl_launch_dependents();
   if constexpr (OUT == kOutSample) {
     // The admission pass after it may start at once (its producers copy K, its consumers wait
     // for this grid before reading the samples). The token's candidate count is cleared here.

@@ -66,6 +66,8 @@ __global__ void __launch_bounds__(kTmaThreads) logits_tma_kernel(const LogitsArg
   __shared__ cuda::SpanStart span_t0;  // thread 0's (measurements): no registers held for it
   if (a.spans != nullptr && threadIdx.x == 0) span_t0 = cuda::span_begin(a.spans, a.span);
   const TokenChunk w = token_chunk(a);
+  // The spread top-k after the keys may start at once (it reads them after its pdl_wait).
+  if constexpr (OUT == kOutKeys) cuda::pdl_launch_dependents();
   const int s_end = w.s_end, nst = w.nst;
 
   if (tid == 32) {

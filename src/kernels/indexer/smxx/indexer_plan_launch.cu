@@ -455,7 +455,8 @@ std::string describe_indexer(bool topk_op, bool q_fp8, int arch, int topk) {
     case TopkPath::automatic:
       break;
   }
-  return out + "; per call: fused (no [T, L] scores) for 1 query token, or up to 32 at contexts of 128K+, "
+  return out + "; per call: unfused with the top-k spread over the GPU for up to 8 query tokens and 131072 "
+               "keys; else fused (no [T, L] scores) for 1 query token, or up to 32 at contexts of 128K+, "
                "or when the workspace holds no row of scores; else unfused";
 }
 
@@ -517,6 +518,11 @@ TopkPath pick_topk_path(const IndexerParams& p, int topk, std::size_t workspace_
                         std::optional<FusedPlan>& fused) {
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
+  // Up to 8 tokens and 131072 keys, the unfused path with the spread top-k measured faster
+  // (cuda::spread_beats_fused) when the workspace holds it.
+  if (cuda::spread_beats_fused(p.tokens, p.max_len(), dev.sm_count) &&
+      unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count) <= workspace_bytes)
+    return TopkPath::unfused;
   // Measured on the H200 (docs/kernels/indexer.md, "Fused path"; the two paths timed interleaved):
   // fused faster for one token at 8K, 32K and 128K (2-10 %) and for 1 to 32 tokens at 128K
   // (2-7 %); unfused faster for 32 tokens at 8K-32K (1-5 %), for 128 tokens (4 % at 128K)
@@ -576,8 +582,9 @@ void launch_indexer_topk(const IndexerParams& p, const TopkOutput& out, TopkPath
     ScoreArgs a = score_args(p, pl);
     a.keys = reinterpret_cast<uint32_t*>(ws);
     a.keys_ld = keys_ld(p);
-    dispatch_score(a, pl, stream);
     const std::size_t kb = unfused_bytes(p);
+    a.key_hist = cuda::prepare_keys_topk(p, out.topk, ws + kb, workspace_bytes - kb, dev.sm_count, stream);
+    dispatch_score(a, pl, stream);
     cuda::launch_keys_topk(p, out, a.keys, a.keys_ld, ws + kb, workspace_bytes - kb, dev.sm_count, topk_pdl(dev), stream);
     cuda::topk_prof_end("unfused", stream);
     return;

@@ -28,6 +28,7 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/mma_sync.cuh"
+#include "kernels/topk/key_histogram.cuh"
 #include "kernels/topk/fused_threshold.cuh"
 #include "kernels/topk/running_topk.cuh"
 #include "kernels/common/kernel_span.cuh"
@@ -92,6 +93,7 @@ struct ScoreArgs {
   // keys mode
   uint32_t* keys;
   int64_t keys_ld;
+  int* key_hist;  // non-null: the spread top-k's first pass, counted per token (key_histogram.cuh)
   // fused mode
   int topk, capb;
   uint32_t* gbuf_keys;  // non-null: candidate buffers in global memory, capb per CTA
@@ -184,8 +186,9 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
   if (MODE == kModeFused) cuda::running_topk_clear(misc);
   if (MODE == kModeSample && chunk == 0 && tid == 0 && t0 < a.tokens) a.row_total[t0] = 0;  // for the admission pass
   // The fused path's passes follow each other with programmatic dependent launch: the next
-  // pass may start now; it reads this one's output after its pdl_wait.
-  if (MODE == kModeSample || MODE == kModeAdmit || MODE == kModeFused) cuda::pdl_launch_dependents();
+  // pass may start now; it reads this one's output after its pdl_wait. So does the spread
+  // top-k after the keys (topk_spread_grid_barrier.cuh).
+  if (MODE == kModeSample || MODE == kModeAdmit || MODE == kModeFused || MODE == kModeKeys) cuda::pdl_launch_dependents();
   __syncthreads();
   if (MODE == kModeFused && a.repair) {
     // The repair pass runs only for tokens whose admission pass failed (group == 1: uniform).
@@ -590,7 +593,9 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
             if (my_s < a.logits_len)
               a.logits[static_cast<int64_t>(t) * a.lg_st + my_s * a.lg_ss] = vis ? score : -INFINITY;
           } else if (MODE == kModeKeys) {
-            a.keys[static_cast<int64_t>(t) * a.keys_ld + my_s] = vis ? cuda::score_key(score) : 0u;
+            const uint32_t key = vis ? cuda::score_key(score) : 0u;
+            a.keys[static_cast<int64_t>(t) * a.keys_ld + my_s] = key;
+            if (a.key_hist != nullptr) cuda::key_hist_add(a.key_hist + static_cast<int64_t>(t) * cuda::kSpreadBins, vis, key);
           } else {
             cuda::running_topk_offer(misc, bkeys, bpos, vis ? cuda::score_key(score) : 0u, static_cast<int32_t>(my_s));
           }

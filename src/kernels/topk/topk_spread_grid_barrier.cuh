@@ -1,0 +1,334 @@
+// Exact top-k of few rows, each spread over many CTAs that meet at grid barriers (sm_80+): the
+// decode path of one to a few query tokens, where one CTA per row leaves the GPU idle and the
+// row's selection, not its reading, is the time (docs/kernels/indexer.md, "Batch 1").
+//
+// Grid rows x S, launched cooperatively (every CTA resident: the barriers spin). CTA (r, s)
+// holds slice s of row r (positions [s L, s L + L)) in shared memory. Then, over the keys'
+// 11 / 11 / 10-bit digits, highest first:
+//   1. each CTA counts its keys under the prefix found so far into the row's global histogram
+//      of the pass (the first pass may come counted by the kernel that wrote the keys:
+//      key_histogram.cuh); the row's CTAs meet (a row barrier);
+//   2. every CTA reads the same histogram and finds the same bin holding the row's topk-th key,
+//      so they all take the same branch;
+//   3. the passes stop once that bin holds at most kSpreadListCap keys, or exactly the keys
+//      still needed, or the key is complete.
+// Then every CTA publishes its count of keys above the bin and of the bin's keys, and appends
+// the bin's (key, position) composites to the row's list; a last row barrier; each CTA ranks the
+// list (ties to the smaller position: composites are unique), sums the counts of the slices
+// before it, and writes its winners in ascending position order at that offset (each warp a
+// contiguous run of the slice, lanes interleaved). The last slice pads with -1. No atomic
+// decides an output place, so the output is the same in every run.
+//
+// The barrier / list counters and the first two passes' global histograms must be zero when
+// the kernel starts (the launcher clears them before the pass that writes the rows, which may
+// count the first); each CTA clears its share of the last pass's before its first barrier.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/pdl.cuh"
+#include "kernels/topk/radix_select.cuh"
+#include "kernels/topk/topk_args.hpp"
+#include "kernels/topk/topk_kernel.cuh"
+
+namespace latte::cuda {
+
+constexpr int kSpreadWarps = kSpreadThreads / 32;
+
+struct SpreadShared {
+  int hist[kSpreadBins];
+  int scan[40];
+  uint64_t list[kSpreadListCap];
+  int warp_a[kSpreadWarps], warp_b[kSpreadWarps];
+  uint64_t tau;
+  int bin, above, bin_count, list_count, taken_before, sure_before, member_before;
+};
+
+// The row's CTAs meet: every CTA's earlier global writes and atomics are visible to every CTA
+// after it. `target`: S times the barriers this CTA has reached, this one included.
+__device__ __forceinline__ void spread_row_barrier(unsigned* counter, unsigned target,
+                                                   unsigned long long* prof = nullptr) {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    if (prof != nullptr) {  // measurements: the first and last arrival at this barrier (slot 7)
+      unsigned long long t;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      atomicMin(prof + 14, t);
+      atomicMax(prof + 15, t);
+    }
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    unsigned v = 0;
+    do {  // relaxed polls, one acquire fence after the last
+      asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+    } while (v < target);
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// The output value of row position p: p, or its physical slot through block_table row brow
+// (-1 where the block is missing).
+__device__ __forceinline__ int32_t spread_out_value(const TopkArgs& a, int brow, int64_t p) {
+  if (!a.physical) return static_cast<int32_t>(p);
+  if (brow < 0) return -1;
+  const int64_t bi = p / a.block_size;
+  if (bi >= a.max_blocks) return -1;
+  const int blk = a.bt[static_cast<int64_t>(brow) * a.bt_sr + bi * a.bt_sc];
+  if (blk < 0 || blk >= a.num_blocks) return -1;
+  return static_cast<int32_t>(static_cast<int64_t>(blk) * a.block_size + (p - bi * a.block_size));
+}
+
+// Sums v over the block (every thread gets the sum); sh.warp_a is the scratch.
+__device__ __forceinline__ int spread_block_sum(int v, SpreadShared& sh) {
+  v = __reduce_add_sync(0xffffffffu, v);
+  if ((threadIdx.x & 31) == 0) sh.warp_a[threadIdx.x >> 5] = v;
+  __syncthreads();
+  int t = 0;
+#pragma unroll
+  for (int w = 0; w < kSpreadWarps; ++w) t += sh.warp_a[w];
+  __syncthreads();
+  return t;
+}
+
+template <int SRC>
+__global__ void __launch_bounds__(kSpreadThreads) topk_spread_kernel(const TopkArgs a, const SpreadArgs g) {
+  static_assert(SRC == kSrcF32 || SRC == kSrcKeys, "rows of scores or keys");
+  static_assert(kSpreadBins == 4 * kSpreadThreads, "four bins per thread");
+  static_assert(kSpreadListCap <= kSpreadThreads, "one list entry per thread");
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ SpreadShared sh;
+  uint32_t* ks = reinterpret_cast<uint32_t*>(smem);
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const cuda::SpanStart span_t0 = cuda::span_begin(spans_of(a.prof), kSpanTopk);
+  const int S = g.slices;
+  const int row = blockIdx.x / S, s = blockIdx.x % S;
+  int64_t n = 0, npos = 0;
+  int brow = -1;
+  row_extent<SRC>(a, row, n, npos, brow);
+  const int64_t s0 = static_cast<int64_t>(s) * g.slice_len;
+  const int cnt = static_cast<int>(n > s0 ? (n - s0 < g.slice_len ? n - s0 : g.slice_len) : 0);
+  auto pass_hist = [&](int pass) { return g.hist + (static_cast<int64_t>(pass) * g.rows + row) * kSpreadBins; };
+  unsigned* state = g.state + static_cast<int64_t>(row) * kSpreadStateWords;
+  int* counts = g.counts + static_cast<int64_t>(row) * S * 2;
+  uint64_t* glist = g.list + static_cast<int64_t>(row) * kSpreadListCap;
+  // Warp w's contiguous run of the slice: [w0, w1), lanes interleaved.
+  const int wlen = (cnt + 32 * kSpreadWarps - 1) / (32 * kSpreadWarps) * 32;
+  const int w0 = warp * wlen, w1 = min(cnt, w0 + wlen);
+
+  pdl_wait();  // the rows and the cleared state come from the kernels before this one
+  pdl_launch_dependents();
+  prof_mark(a.prof, blockIdx.x, 0);
+  // This CTA's share of the last pass's histogram (counted into only after a barrier).
+  for (int i = s * kSpreadThreads + tid; i < kSpreadBins; i += S * kSpreadThreads) pass_hist(kSpreadPasses - 1)[i] = 0;
+  // The slice into shared memory (16-byte loads where the row allows: s0 is a multiple of 4).
+  const int64_t row_off = static_cast<int64_t>(row) * a.ld;
+  for (int i = 4 * tid; i < cnt; i += 4 * kSpreadThreads) {
+    uint32_t k[4];
+    load_key4<SRC>(a, row_off, n, s0 + i, k);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (i + e < cnt) ks[i + e] = k[e];
+  }
+  prof_mark(a.prof, blockIdx.x, 1);
+
+  // The digit passes. Modes after them: kAll (every valid key: the row has at most topk),
+  // kGe (every key whose digits >= prefix: the bin's keys are exactly the ones still needed),
+  // kList (the bin's few keys ranked from the row's list), kEq (the bin is one key value: its
+  // keys go by position).
+  enum { kAll, kGe, kList, kEq };
+  int mode = kEq, need = a.topk, shift = 32;
+  uint32_t prefix = 0;
+  unsigned arrivals = 0;
+  for (int pass = 0; pass < kSpreadPasses; ++pass) {
+    const int width = pass < kSpreadPasses - 1 ? 11 : 10;
+    shift -= width;
+    const uint32_t mask = (1u << width) - 1u;
+    int* gh = pass_hist(pass);
+    if (pass > 0 || !g.first_ready) {
+      for (int b = tid; b < kSpreadBins; b += kSpreadThreads) sh.hist[b] = 0;
+      __syncthreads();
+      for (int i = tid; i < (cnt + 31) / 32 * 32; i += kSpreadThreads) {
+        const uint32_t k = i < cnt ? ks[i] : 0u;
+        const bool hit = k != 0u && (pass == 0 || (k >> (shift + width)) == prefix);
+        cuda::warp_hist_add_direct(sh.hist, hit, (k >> shift) & mask);
+      }
+      __syncthreads();
+      for (int b = tid; b <= static_cast<int>(mask); b += kSpreadThreads)
+        if (sh.hist[b] != 0) atomicAdd(&gh[b], sh.hist[b]);
+      spread_row_barrier(state, ++arrivals * static_cast<unsigned>(S), arrivals == 1 ? a.prof : nullptr);
+    } else {
+      __syncthreads();  // the slice is in shared memory
+    }
+    // Thread t holds the four bins below nb - 4t, highest first.
+    const int nb = static_cast<int>(mask) + 1;
+    int v[4], sum = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int b = nb - 1 - 4 * tid - j;
+      v[j] = b >= 0 ? __ldcg(&gh[b]) : 0;
+      sum += v[j];
+    }
+    int total = 0;
+    const int above = cuda::block_exclusive_scan<kSpreadThreads>(sum, sh.scan, &total);
+    if (pass == 0 && total <= need) {
+      mode = kAll;
+      break;
+    }
+    if (above < need && need <= above + sum) {
+      int acc = above;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (acc + v[j] >= need) {
+          sh.bin = nb - 1 - 4 * tid - j;
+          sh.above = acc;
+          sh.bin_count = v[j];
+          break;
+        }
+        acc += v[j];
+      }
+    }
+    __syncthreads();
+    const int bin = sh.bin, bin_count = sh.bin_count;
+    need -= sh.above;
+    prefix = (prefix << width) | static_cast<uint32_t>(bin);
+    __syncthreads();  // sh is rewritten by the next pass
+    if (bin_count == need) {
+      mode = kGe;
+      break;
+    }
+    if (bin_count <= kSpreadListCap) {
+      mode = kList;
+      break;
+    }
+  }
+  prof_mark(a.prof, blockIdx.x, 2);
+  if (a.prof != nullptr && blockIdx.x == 0 && tid == 0) a.prof[12] = arrivals, a.prof[13] = mode;
+  // Key classes: `sure` keys are taken; `member` keys are the bin's (kList / kEq: some taken).
+  const bool ranks = mode == kList || mode == kEq;
+  auto sure = [&](uint32_t k) {
+    if (k == 0u) return false;
+    if (mode == kAll) return true;
+    if (mode == kGe) return (k >> shift) >= prefix;
+    return (k >> shift) > prefix;
+  };
+  auto member = [&](uint32_t k) { return ranks && k != 0u && (k >> shift) == prefix; };
+
+  // Counts of this slice, and its bin keys into the row's list (kList: at most kSpreadListCap
+  // in the row).
+  int my_sure = 0, my_member = 0;
+  for (int i = w0; i < (w1 + 31) / 32 * 32 && w0 < w1; i += 32) {
+    const int j = i + lane;
+    const uint32_t k = j < w1 ? ks[j] : 0u;
+    my_sure += sure(k) ? 1 : 0;
+    const bool m = member(k);
+    my_member += m ? 1 : 0;
+    if (mode == kList) {
+      const unsigned mb = __ballot_sync(0xffffffffu, m);
+      if (mb != 0u) {
+        unsigned at = 0;
+        if (lane == __ffs(mb) - 1) at = atomicAdd(&state[1], static_cast<unsigned>(__popc(mb)));
+        at = __shfl_sync(0xffffffffu, at, __ffs(mb) - 1);
+        if (m) glist[at + __popc(mb & lanemask_lt())] = composite_key(k, static_cast<uint32_t>(s0 + j));
+      }
+    }
+  }
+  my_sure = __reduce_add_sync(0xffffffffu, my_sure);
+  my_member = __reduce_add_sync(0xffffffffu, my_member);
+  if (lane == 0) {
+    sh.warp_a[warp] = my_sure;
+    sh.warp_b[warp] = my_member;
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int cs = 0, cm = 0;
+    for (int w = 0; w < kSpreadWarps; ++w) cs += sh.warp_a[w], cm += sh.warp_b[w];
+    __stcg(&counts[2 * s], cs);
+    __stcg(&counts[2 * s + 1], cm);
+  }
+  spread_row_barrier(state, ++arrivals * static_cast<unsigned>(S));
+  prof_mark(a.prof, blockIdx.x, 3);
+
+  // The slices before this one (their sure keys, their bin keys) and the row's list, read at once.
+  int sb = 0, mb = 0;
+  for (int j = tid; j < s; j += kSpreadThreads) {
+    sb += __ldcg(&counts[2 * j]);
+    mb += __ldcg(&counts[2 * j + 1]);
+  }
+  const int c = mode == kList ? static_cast<int>(__ldcg(&state[1])) : 0;
+  uint64_t x = 0;
+  if (mode == kList && tid < kSpreadListCap) x = __ldcg(&glist[tid]);
+  const int sure_before = spread_block_sum(sb, sh);
+  const int member_before = mode == kEq ? spread_block_sum(mb, sh) : 0;
+  // kList: tau = the need-th largest composite of the list (every CTA ranks the same list); the
+  // bin keys taken before this slice are the list's composites >= tau below s0. kEq: the first
+  // `need` bin keys by position.
+  int taken_before = 0;
+  uint64_t tau = 0;
+  if (mode == kList) {
+    if (tid < c) sh.list[tid] = x;
+    __syncthreads();
+    bool before = false;
+    if (tid < c) {
+      int rank = 0;
+      for (int j = 0; j < c; ++j) rank += sh.list[j] > x ? 1 : 0;
+      if (rank == need - 1) sh.tau = x;
+      before = rank < need && static_cast<int64_t>(~static_cast<uint32_t>(x)) < s0;
+    }
+    taken_before = spread_block_sum(before ? 1 : 0, sh);  // its barriers publish sh.tau
+    tau = sh.tau;
+  } else if (mode == kEq) {
+    taken_before = member_before < need ? member_before : need;
+  }
+  const int quota = mode == kEq ? (need - taken_before > 0 ? need - taken_before : 0) : 0;
+  auto taken = [&](uint32_t k, int64_t p) {
+    return sure(k) || (mode == kList && member(k) && composite_key(k, static_cast<uint32_t>(p)) >= tau);
+  };
+
+  // Winners per warp (taken keys; kEq: bin keys, of which the first `quota` of the slice go),
+  // the warps' prefixes, then the writes in position order.
+  int wt = 0, we = 0;
+  for (int i = w0; i < (w1 + 31) / 32 * 32 && w0 < w1; i += 32) {
+    const int j = i + lane;
+    const uint32_t k = j < w1 ? ks[j] : 0u;
+    wt += __popc(__ballot_sync(0xffffffffu, taken(k, s0 + j)));
+    if (mode == kEq) we += __popc(__ballot_sync(0xffffffffu, member(k)));
+  }
+  if (lane == 0) {
+    sh.warp_a[warp] = wt;
+    sh.warp_b[warp] = we;
+  }
+  __syncthreads();
+  int rt = 0, re = 0, ct = 0, ce = 0;
+#pragma unroll
+  for (int w = 0; w < kSpreadWarps; ++w) {
+    if (w < warp) rt += sh.warp_a[w], re += sh.warp_b[w];
+    ct += sh.warp_a[w];
+    ce += sh.warp_b[w];
+  }
+  const int base = sure_before + taken_before;
+  int32_t* out = a.out + static_cast<int64_t>(row) * a.out_sr;
+  for (int i = w0; i < (w1 + 31) / 32 * 32 && w0 < w1; i += 32) {
+    const int j = i + lane;
+    const int64_t p = s0 + j;
+    const uint32_t k = j < w1 ? ks[j] : 0u;
+    const bool t = taken(k, p), e = mode == kEq && member(k);
+    const unsigned bt = __ballot_sync(0xffffffffu, t), be = __ballot_sync(0xffffffffu, e);
+    const int t_at = rt + __popc(bt & lanemask_lt()), e_at = re + __popc(be & lanemask_lt());
+    int at = -1;
+    if (t) at = base + t_at + (e_at < quota ? e_at : quota);
+    else if (e && e_at < quota) at = base + t_at + e_at;
+    if (at >= 0 && at < a.topk) out[static_cast<int64_t>(at) * a.out_sc] = spread_out_value(a, brow, p);
+    rt += __popc(bt);
+    re += __popc(be);
+  }
+  if (s == S - 1) {
+    const int written = base + ct + (ce < quota ? ce : quota);
+    for (int i = written + tid; i < a.topk; i += kSpreadThreads) out[static_cast<int64_t>(i) * a.out_sc] = -1;
+  }
+  prof_mark(a.prof, blockIdx.x, 5);
+  cuda::span_end(spans_of(a.prof), kSpanTopk, span_t0);
+}
+
+}  // namespace latte::cuda
