@@ -36,14 +36,16 @@
 namespace latte::cuda {
 
 constexpr int kSpreadWarps = kSpreadThreads / 32;
+constexpr int kSpreadPrefetchBlocks = 256;
 
 struct SpreadShared {
   int hist[kSpreadBins];
   int scan[40];
   uint64_t list[kSpreadListCap];
   int warp_a[kSpreadWarps], warp_b[kSpreadWarps];
+  int blocks[kSpreadPrefetchBlocks];  // the slice's block_table entries (physical output)
   uint64_t tau;
-  int bin, above, bin_count, list_count, taken_before, sure_before, member_before;
+  int bin, above, bin_count;
 };
 
 // The row's CTAs meet: every CTA's earlier global writes and atomics are visible to every CTA
@@ -68,15 +70,21 @@ __device__ __forceinline__ void spread_row_barrier(unsigned* counter, unsigned t
   __syncthreads();
 }
 
-// The output value of row position p: p, or its physical slot through block_table row brow
-// (-1 where the block is missing).
-__device__ __forceinline__ int32_t spread_out_value(const TopkArgs& a, int brow, int64_t p) {
-  if (!a.physical) return static_cast<int32_t>(p);
-  if (brow < 0) return -1;
-  const int64_t bi = p / a.block_size;
-  if (bi >= a.max_blocks) return -1;
+// Block bi of block_table row brow, -1 where it is missing.
+__device__ __forceinline__ int spread_block(const TopkArgs& a, int brow, int64_t bi) {
+  if (brow < 0 || bi >= a.max_blocks) return -1;
   const int blk = a.bt[static_cast<int64_t>(brow) * a.bt_sr + bi * a.bt_sc];
-  if (blk < 0 || blk >= a.num_blocks) return -1;
+  return blk < 0 || blk >= a.num_blocks ? -1 : blk;
+}
+
+// The output value of row position p: p, or its physical slot (-1 where the block is missing)
+// through the slice's prefetched blocks (first block b0, nblk of them) or block_table row brow.
+__device__ __forceinline__ int32_t spread_out_value(const TopkArgs& a, int brow, int64_t p, const int* blocks,
+                                                    int64_t b0, int nblk) {
+  if (!a.physical) return static_cast<int32_t>(p);
+  const int64_t bi = p / a.block_size;
+  const int blk = bi - b0 < nblk ? blocks[bi - b0] : spread_block(a, brow, bi);
+  if (blk < 0) return -1;
   return static_cast<int32_t>(static_cast<int64_t>(blk) * a.block_size + (p - bi * a.block_size));
 }
 
@@ -122,6 +130,18 @@ __global__ void __launch_bounds__(kSpreadThreads) topk_spread_kernel(const TopkA
   prof_mark(a.prof, blockIdx.x, 0);
   // This CTA's share of the last pass's histogram (counted into only after a barrier).
   for (int i = s * kSpreadThreads + tid; i < kSpreadBins; i += S * kSpreadThreads) pass_hist(kSpreadPasses - 1)[i] = 0;
+  // The first pass's counts, when the keys' pass made them, load with the slice.
+  int v0[4];
+  if (g.first_ready) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v0[j] = __ldcg(&pass_hist(0)[kSpreadBins - 1 - 4 * tid - j]);
+  }
+  // The slice's blocks (physical output), read now rather than at the writes.
+  const int64_t blk0 = a.physical ? s0 / a.block_size : 0;
+  const int nblk = a.physical && cnt > 0
+                       ? static_cast<int>(min(static_cast<int64_t>(kSpreadPrefetchBlocks), (s0 + cnt - 1) / a.block_size - blk0 + 1))
+                       : 0;
+  for (int i = tid; i < nblk; i += kSpreadThreads) sh.blocks[i] = spread_block(a, brow, blk0 + i);
   // The slice into shared memory (16-byte loads where the row allows: s0 is a multiple of 4).
   const int64_t row_off = static_cast<int64_t>(row) * a.ld;
   for (int i = 4 * tid; i < cnt; i += 4 * kSpreadThreads) {
@@ -167,7 +187,7 @@ __global__ void __launch_bounds__(kSpreadThreads) topk_spread_kernel(const TopkA
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int b = nb - 1 - 4 * tid - j;
-      v[j] = b >= 0 ? __ldcg(&gh[b]) : 0;
+      v[j] = pass == 0 && g.first_ready ? v0[j] : b >= 0 ? __ldcg(&gh[b]) : 0;
       sum += v[j];
     }
     int total = 0;
@@ -319,7 +339,7 @@ __global__ void __launch_bounds__(kSpreadThreads) topk_spread_kernel(const TopkA
     int at = -1;
     if (t) at = base + t_at + (e_at < quota ? e_at : quota);
     else if (e && e_at < quota) at = base + t_at + e_at;
-    if (at >= 0 && at < a.topk) out[static_cast<int64_t>(at) * a.out_sc] = spread_out_value(a, brow, p);
+    if (at >= 0 && at < a.topk) out[static_cast<int64_t>(at) * a.out_sc] = spread_out_value(a, brow, p, sh.blocks, blk0, nblk);
     rt += __popc(bt);
     re += __popc(be);
   }
