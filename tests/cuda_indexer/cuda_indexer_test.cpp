@@ -135,6 +135,25 @@ TEST_F(CudaIndexer, DecodeGlm5ShapeFp8) {
   check_problem(p, 512, 2e-3, traits_of(gpu()));
 }
 
+// One token over a row past the one-CTA top-k's limit (361 600 positions): the automatic path
+// takes the unfused path with the spread top-k (the fused path cannot run), valid against the
+// float64 scores, logical and physical.
+TEST_F(CudaIndexer, RowPastTheOneCtaLimitTakesTheSpreadPath) {
+  std::mt19937 rng(41);
+  Options o;
+  o.heads = 8;
+  const Problem p = make_problem(rng, decode_tokens({400000}, 1), 1, o);
+  const DeviceTraits dev = traits_of(gpu());
+  const IndexerParams raw = p.raw();
+  ASSERT_GT(raw.max_len(), cuda::topk_max_positions(2048));
+  const std::size_t ws = cuda_indexer::topk_workspace_bytes(raw, 2048, TopkPath::automatic, dev);
+  ASSERT_EQ(cuda_indexer::choose_topk_path(raw, 2048, ws, dev), TopkPath::unfused);
+  const std::vector<float> ref = reference_logits(p);
+  const TopkRun r = run_path(p, 2048, TopkPath::automatic, dev);
+  expect_topk_valid(p, ref, r.logical.data(), 2048, 2e-3, "spread");
+  expect_physical_matches(p, r, 2048, "spread physical");
+}
+
 TEST_F(CudaIndexer, DecodeMtpCausalEdgeDeepseekHeads) {
   std::mt19937 rng(2);
   Options o;

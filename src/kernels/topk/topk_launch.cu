@@ -191,9 +191,9 @@ constexpr int kMaxTopkAnyBackend = 4096;  // the largest topk the indexers take
 // slowed hopper.indexer's keys kernel by the atomics on their few hot bins: 1 x 128K 29.5 against
 // 27.3 us, 8 x 128K 89.9 against 76.6).
 constexpr int64_t kKeyHistMaxLen = 32768;
-// The unfused path with the spread top-k beat both indexers' fused paths up to 131072 keys per
-// call (1 x 8K-128K, 2 and 4 x 32K: 0.80-0.93 of the fused time) and was level or slower beyond
-// (8 x 32K, 2 x 128K: 1.02-1.04).
+// The unfused path with the spread top-k against the fused paths, up to 131072 keys per call
+// (1 x 8K-128K, 2 and 4 x 32K): 0.86-0.97 of the fused time in hopper.indexer, 0.80-1.03 in
+// cuda.indexer; beyond (8 x 32K, 2 x 128K) hopper.indexer's fused path was 4-6 % faster.
 constexpr int64_t kSpreadBeatsFusedKeys = 131072;
 
 bool spread_enabled() {
@@ -458,7 +458,10 @@ std::size_t split_workspace_bound(int64_t rows, int64_t max_len, int topk, int s
 bool topk_spreads(int64_t rows, int64_t n, int sm_count) { return plan_spread(rows, n, sm_count).on(); }
 
 bool spread_beats_fused(int64_t rows, int64_t n, int sm_count) {
-  return rows * n <= kSpreadBeatsFusedKeys && topk_spreads(rows, n, sm_count);
+  if (!topk_spreads(rows, n, sm_count)) return false;
+  // Rows too long for the one-CTA top-k: the fused path (whose final select is that kernel)
+  // cannot run at all.
+  return rows * n <= kSpreadBeatsFusedKeys || n > topk_max_positions(kMaxTopkAnyBackend);
 }
 
 // Whether the keys' pass counts the spread path's first pass (measurements: 

@@ -77,8 +77,8 @@ void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const Topk
 // that meet at grid barriers; LATTE_CUDA_TOPK_SPREAD=0 turns it off) when the workspace holds it.
 [[nodiscard]] bool topk_spreads(int64_t rows, int64_t n, int sm_count);
 // Whether an indexer's unfused path with the spread top-k is faster than its fused path for
-// `rows` query tokens over rows of up to n positions (measured on the H200; both indexers' path
-// rules ask it first).
+// `rows` query tokens over rows of up to n positions (measured on the H200), or the only one
+// that takes rows that long (past topk_max_positions); both indexers' path rules ask it first.
 [[nodiscard]] bool spread_beats_fused(int64_t rows, int64_t n, int sm_count);
 
 // Plain exact top-k of f32 rows (scores [rows, n] with row stride ld): out[r, 0..topk) gets the

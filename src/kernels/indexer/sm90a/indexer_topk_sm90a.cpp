@@ -118,7 +118,8 @@ std::size_t topk_workspace_bytes(const cuda::IndexerParams& p, int topk, TopkPat
   if (p.tokens <= 0) return 0;
   const std::size_t unfused = align_up(static_cast<std::size_t>(p.tokens) * keys_ld(p) * 4) +
                               cuda::split_workspace_bytes(p.tokens, p.max_len(), std::max(1, topk), sm_count);
-  if (path == TopkPath::unfused) return unfused;
+  if (path == TopkPath::unfused || (path == TopkPath::automatic && cuda::spread_beats_fused(p.tokens, p.max_len(), sm_count)))
+    return unfused;
   const std::size_t fused = fused_layout_of(p, std::max(1, topk), sm_count).total;
   return path == TopkPath::fused ? fused : std::max(unfused, fused);
 }

@@ -507,6 +507,8 @@ std::size_t topk_workspace_bytes(const IndexerParams& p, int topk, TopkPath path
   if (p.tokens <= 0) return 0;
   if (path == TopkPath::unfused) return unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count);
   if (path == TopkPath::fused) return fused_bytes(p, topk, dev);
+  if (cuda::spread_beats_fused(p.tokens, p.max_len(), dev.sm_count))
+    return unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count);
   return std::min(unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count), fused_bytes(p, topk, dev));
 }
 
