@@ -585,6 +585,27 @@ TEST_F(CudaIndexer, RowTopkTiesNanZerosAndAdversarial) {
 }
 
 
+// Eight rows of n that stress a selection: 16 levels (ties), all equal, ascending, signed zeros,
+// NaN and -inf, few large values, one narrow 11-bit bin, half -inf.
+constexpr int kAdversarialRows = 8;
+std::vector<float> adversarial_rows(int64_t n, std::mt19937& rng) {
+  std::vector<float> d(static_cast<std::size_t>(kAdversarialRows * n));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> level(0, 15);
+  std::uniform_real_distribution<float> narrow(1.0f, 1.0625f);
+  for (int64_t i = 0; i < n; ++i) {
+    d[static_cast<std::size_t>(i)] = static_cast<float>(level(rng));
+    d[static_cast<std::size_t>(n + i)] = 1.0f;
+    d[static_cast<std::size_t>(2 * n + i)] = static_cast<float>(i);
+    d[static_cast<std::size_t>(3 * n + i)] = (i % 3 == 0) ? -0.0f : 0.0f;
+    d[static_cast<std::size_t>(4 * n + i)] = (i % 7 == 0) ? NAN : (i % 5 == 0 ? -INFINITY : static_cast<float>(-(i % 11)));
+    d[static_cast<std::size_t>(5 * n + i)] = (i < 100) ? 5.0f : static_cast<float>(level(rng)) * 1e-3f;
+    d[static_cast<std::size_t>(6 * n + i)] = narrow(rng);
+    d[static_cast<std::size_t>(7 * n + i)] = (i % 2 == 0) ? normal(rng) : -INFINITY;
+  }
+  return d;
+}
+
 // Rows split over several CTAs (launch_rows_topk with a workspace): exact against the host on
 // distinct values, rows whose length is not a multiple of the slice, ties, all-equal rows and
 // narrow distributions (more candidates than the list holds: the whole-row fallback), NaN,
@@ -601,21 +622,8 @@ TEST_F(CudaIndexer, RowTopkSplitExact) {
     check_rows(d, rows, n, k, "split distinct", true);
   }
   const int64_t n = 70001;
-  const int rows = 8, k = 2048;
-  std::vector<float> d(static_cast<std::size_t>(rows * n));
-  std::uniform_int_distribution<int> level(0, 15);
-  std::uniform_real_distribution<float> narrow(1.0f, 1.0625f);
-  for (int64_t i = 0; i < n; ++i) {
-    d[static_cast<std::size_t>(i)] = static_cast<float>(level(rng));                   // 16 levels: ties
-    d[static_cast<std::size_t>(n + i)] = 1.0f;                                          // all equal
-    d[static_cast<std::size_t>(2 * n + i)] = static_cast<float>(i);                     // ascending
-    d[static_cast<std::size_t>(3 * n + i)] = (i % 3 == 0) ? -0.0f : 0.0f;               // signed zeros
-    d[static_cast<std::size_t>(4 * n + i)] = (i % 7 == 0) ? NAN : (i % 5 == 0 ? -INFINITY : static_cast<float>(-(i % 11)));
-    d[static_cast<std::size_t>(5 * n + i)] = (i < 100) ? 5.0f : static_cast<float>(level(rng)) * 1e-3f;  // few big
-    d[static_cast<std::size_t>(6 * n + i)] = narrow(rng);                              // one 11-bit bin
-    d[static_cast<std::size_t>(7 * n + i)] = (i % 2 == 0) ? normal(rng) : -INFINITY;    // half -inf
-  }
-  check_rows(d, rows, n, k, "split ties", true);
+  const int k = 2048;
+  check_rows(adversarial_rows(n, rng), kAdversarialRows, n, k, "split ties", true);
   std::vector<float> e(static_cast<std::size_t>(2 * n), NAN);  // mostly NaN: fewer than k numbers
   for (int i = 0; i < 10; ++i) e[static_cast<std::size_t>(i * 997)] = static_cast<float>(i);
   for (int i = 0; i < 3000; ++i) e[static_cast<std::size_t>(n + i * 23)] = static_cast<float>(i % 50);
@@ -773,22 +781,9 @@ TEST_F(CudaIndexer, RowTopkSpreadExact) {
     check_rows(d, rows, n, k, "spread distinct", true);
   }
   const int64_t n = 32749;
-  const int rows = 8, k = 2048;
-  std::vector<float> d(static_cast<std::size_t>(rows * n));
-  std::uniform_int_distribution<int> level(0, 15);
-  std::uniform_real_distribution<float> narrow(1.0f, 1.0625f);
-  for (int64_t i = 0; i < n; ++i) {
-    d[static_cast<std::size_t>(i)] = static_cast<float>(level(rng));                   // 16 levels: ties
-    d[static_cast<std::size_t>(n + i)] = 1.0f;                                          // all equal
-    d[static_cast<std::size_t>(2 * n + i)] = static_cast<float>(i);                     // ascending
-    d[static_cast<std::size_t>(3 * n + i)] = (i % 3 == 0) ? -0.0f : 0.0f;               // signed zeros
-    d[static_cast<std::size_t>(4 * n + i)] = (i % 7 == 0) ? NAN : (i % 5 == 0 ? -INFINITY : static_cast<float>(-(i % 11)));
-    d[static_cast<std::size_t>(5 * n + i)] = (i < 100) ? 5.0f : static_cast<float>(level(rng)) * 1e-3f;  // few big
-    d[static_cast<std::size_t>(6 * n + i)] = narrow(rng);                              // one 11-bit bin
-    d[static_cast<std::size_t>(7 * n + i)] = (i % 2 == 0) ? normal(rng) : -INFINITY;    // half -inf
-  }
-  ASSERT_TRUE(cuda::topk_spreads(rows, n, dev.sm_count));
-  check_rows(d, rows, n, k, "spread ties", true);
+  const int k = 2048;
+  ASSERT_TRUE(cuda::topk_spreads(kAdversarialRows, n, dev.sm_count));
+  check_rows(adversarial_rows(n, rng), kAdversarialRows, n, k, "spread ties", true);
   // 2050 values in 2 levels around the boundary: the list route and the equal-key route.
   std::vector<float> t(static_cast<std::size_t>(2 * n), -1.0f);
   for (int64_t i = 0; i < 2050; ++i) t[static_cast<std::size_t>(i * 19)] = i < 1000 ? 2.0f : 1.0f;
