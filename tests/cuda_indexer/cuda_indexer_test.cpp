@@ -695,7 +695,8 @@ TEST_F(CudaIndexer, UnfusedSplitRowsEqualOneCtaPerRow) {
 }
 
 
-// The split path captured into a CUDA graph on a stream (its collect and final kernels are
+// The split path (and, with LATTE_CUDA_TOPK_SPREAD=1, the spread kernel: cooperative and
+// programmatic) captured into a CUDA graph on a stream (its collect and final kernels are
 // programmatic dependent launches on sm_90+): a copy writes the rows right before each top-k,
 // two top-k calls share one workspace and the second rows take the whole-row fallback; every
 // replay equals the host.
@@ -707,7 +708,8 @@ TEST_F(CudaIndexer, RowTopkSplitGraphCapture) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> narrow(3.0f, 3.0625f);  // above nearly every normal value
   const int rows = 8, k = 2048;
-  const int64_t n = 131072;
+  const int64_t n = spread[0] == '1' ? 32768 : 131072;  // the spread path: at most 262144 keys
+  if (spread[0] == '1') ASSERT_TRUE(cuda::topk_spreads(rows, n, traits_of(gpu()).sm_count));
   std::vector<float> d(static_cast<std::size_t>(2 * rows * n));
   for (int64_t i = 0; i < rows * n; ++i) d[static_cast<std::size_t>(i)] = normal(rng);
   for (int64_t i = rows * n; i < 2 * rows * n; ++i)
