@@ -78,11 +78,12 @@ class IndexerKernel final : public Kernel {
       const std::size_t fused = fused_workspace_bound(tokens, std::max(1, spec.topk),
                                                       std::max(1, spec.num_heads),
                                                       spec.q_dtype == DType::e4m3, traits_);
-      // Plus the lists of the split top-k (few long rows over several CTAs each).
+      // Plus the lists of the split top-k (few long rows over several CTAs each); at least one
+      // token's keys over the longest row the spread top-k takes.
       const std::size_t unfused =
           std::min(kUnfusedWorkspaceCap, static_cast<std::size_t>(tokens * kUnfusedLenHint * 4)) +
           cuda::split_workspace_bound(tokens, 2 * kUnfusedLenHint, std::max(1, spec.topk), traits_.sm_count);
-      workspace_ = std::max(fused, unfused);
+      workspace_ = std::max({fused, unfused, cuda::long_row_workspace_bytes(spec.topk, traits_.sm_count)});
     }
   }
 

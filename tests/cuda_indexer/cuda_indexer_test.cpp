@@ -154,6 +154,36 @@ TEST_F(CudaIndexer, RowPastTheOneCtaLimitTakesTheSpreadPath) {
   expect_physical_matches(p, r, 2048, "spread physical");
 }
 
+// Three tokens over rows past the one-CTA limit with a workspace of two tokens' keys: the
+// unfused path runs them in token slices that the spread top-k takes, valid against float64.
+TEST_F(CudaIndexer, RowsPastTheOneCtaLimitRunInTokenSlices) {
+  std::mt19937 rng(42);
+  Options o;
+  o.heads = 4;
+  const Problem p = make_problem(rng, decode_tokens({400000, 370000, 5000}, 1), 3, o);
+  const DeviceTraits dev = traits_of(gpu());
+  const IndexerParams raw = p.raw();
+  const int topk = 2048;
+  ASSERT_TRUE(cuda::topk_rows_too_long(raw.max_len(), topk));
+  const std::size_t row = static_cast<std::size_t>((raw.max_len() + 127) / 128 * 128) * 4;
+  const std::size_t bytes = (2 * row + 255) / 256 * 256 + cuda::split_workspace_bytes(2, raw.max_len(), topk, dev.sm_count);
+  ASSERT_EQ(cuda::keys_tokens_per_pass(p.T, raw.max_len(), topk, row, bytes, dev.sm_count), 2);
+  DeviceBuffer ws(bytes);
+  MirrorTensor idx(DType::i32, {p.T, topk});
+  idx.poison_device(0x5A);
+  TopkOutput out;
+  out.indices = static_cast<int32_t*>(idx.device());
+  out.st = topk;
+  out.topk = topk;
+  out.physical = false;
+  cuda_indexer::launch_indexer_topk(raw, out, TopkPath::automatic, ws.get(), bytes, dev, nullptr);
+  LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+  idx.download();
+  expect_topk_valid(p, reference_logits(p), idx.host<int32_t>(), topk, 2e-3, "token slices");
+  // Too little workspace for even one token's keys and spread state: refused, named.
+  EXPECT_THROW(cuda_indexer::launch_indexer_topk(raw, out, TopkPath::automatic, ws.get(), row, dev, nullptr), Error);
+}
+
 TEST_F(CudaIndexer, DecodeMtpCausalEdgeDeepseekHeads) {
   std::mt19937 rng(2);
   Options o;
@@ -859,6 +889,25 @@ TEST(TopkPlan, RefusesRowsPastTheLimitItNames) {
           << e.what();
     }
   }
+}
+
+// Host-only: rows past the one-CTA top-k run through the spread top-k a few tokens per pass, as
+// long as the spread top-k takes them (16384 positions per CTA on every SM), and the workspace
+// floor of both indexers (long_row_workspace_bytes) holds one token of the longest such row.
+TEST(TopkPlan, LongRowsRunThroughTheSpreadTopkInTokenSlices) {
+  const int sms = 132, topk = 2048;
+  const int64_t longest = cuda::spread_max_positions(sms);
+  EXPECT_EQ(longest, int64_t{16384} * sms);
+  EXPECT_TRUE(cuda::topk_rows_too_long(400000, topk));
+  EXPECT_FALSE(cuda::topk_rows_too_long(cuda::topk_max_positions(topk), topk));
+  const std::size_t floor = cuda::long_row_workspace_bytes(topk, sms);
+  EXPECT_EQ(cuda::keys_tokens_per_pass(3, longest, topk, static_cast<std::size_t>(longest) * 4, floor, sms), 1);
+  EXPECT_EQ(cuda::keys_tokens_per_pass(3, longest + 128, topk, static_cast<std::size_t>(longest + 128) * 4, 4 * floor, sms), 0);
+  // 85 tokens of 487296 positions (a soak's call): at most 4 per pass (30 CTAs of 16384 per row).
+  const std::size_t row = std::size_t{487296} * 4;
+  EXPECT_EQ(cuda::keys_tokens_per_pass(85, 487296, 3313, row, 100 * row, sms), 4);
+  EXPECT_EQ(cuda::keys_tokens_per_pass(85, 487296, 3313, row, floor, sms), 4);
+  EXPECT_EQ(cuda::keys_tokens_per_pass(85, 487296, 3313, row, 2 * row, sms), 1);
 }
 
 }  // namespace

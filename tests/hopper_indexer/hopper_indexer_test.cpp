@@ -588,6 +588,7 @@ TEST(HopperIndexerTopkPath, FusedWhereItMeasuredFaster) {
   EXPECT_EQ(path(32, 65536), TopkPath::unfused);
   EXPECT_EQ(path(1, 131072), TopkPath::unfused);  // the spread top-k
   EXPECT_EQ(path(1, 262144), TopkPath::fused);
+  EXPECT_EQ(path(3, 400000), TopkPath::unfused);  // past the one-CTA top-k: the spread top-k only
   EXPECT_EQ(path(32, 131072), TopkPath::fused);
   EXPECT_EQ(path(128, 32768), TopkPath::unfused);
   EXPECT_EQ(path(128, 131072), TopkPath::fused);

@@ -458,10 +458,30 @@ std::size_t split_workspace_bound(int64_t rows, int64_t max_len, int topk, int s
 bool topk_spreads(int64_t rows, int64_t n, int sm_count) { return plan_spread(rows, n, sm_count).on(); }
 
 bool spread_beats_fused(int64_t rows, int64_t n, int sm_count) {
-  if (!topk_spreads(rows, n, sm_count)) return false;
-  // Rows too long for the one-CTA top-k: the fused path (whose final select is that kernel)
-  // cannot run at all.
-  return rows * n <= kSpreadBeatsFusedKeys || n > topk_max_positions(kMaxTopkAnyBackend);
+  return rows * n <= kSpreadBeatsFusedKeys && topk_spreads(rows, n, sm_count);
+}
+
+bool topk_rows_too_long(int64_t n, int topk) { return n > topk_max_positions(std::max(1, topk)); }
+
+int64_t spread_max_positions(int sm_count) { return int64_t{kSpreadMaxSlice} * std::max(1, sm_count); }
+
+std::size_t long_row_workspace_bytes(int topk, int sm_count) {
+  const int64_t n = spread_max_positions(sm_count);
+  return align_up(static_cast<std::size_t>(n) * 4, kAlign) + split_workspace_bytes(1, n, std::max(1, topk), sm_count);
+}
+
+int64_t keys_tokens_per_pass(int64_t tokens, int64_t max_len, int topk, std::size_t row_bytes,
+                             std::size_t workspace_bytes, int sm_count) {
+  if (tokens <= 0 || row_bytes == 0) return 0;
+  int64_t n = std::min<int64_t>(tokens, static_cast<int64_t>(workspace_bytes / row_bytes));
+  if (!topk_rows_too_long(max_len, topk)) return n;
+  for (; n > 0; --n) {
+    if (!topk_spreads(n, max_len, sm_count)) continue;
+    const std::size_t need = align_up(static_cast<std::size_t>(n) * row_bytes, kAlign) +
+                             split_workspace_bytes(n, max_len, topk, sm_count);
+    if (need <= workspace_bytes) return n;
+  }
+  return 0;
 }
 
 // Whether the keys' pass counts the spread path's first pass (measurements: 

@@ -77,9 +77,22 @@ void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const Topk
 // that meet at grid barriers; LATTE_CUDA_TOPK_SPREAD=0 turns it off) when the workspace holds it.
 [[nodiscard]] bool topk_spreads(int64_t rows, int64_t n, int sm_count);
 // Whether an indexer's unfused path with the spread top-k is faster than its fused path for
-// `rows` query tokens over rows of up to n positions (measured on the H200), or the only one
-// that takes rows that long (past topk_max_positions); both indexers' path rules ask it first.
+// `rows` query tokens over rows of up to n positions (measured on the H200); both indexers'
+// path rules ask it first.
 [[nodiscard]] bool spread_beats_fused(int64_t rows, int64_t n, int sm_count);
+// Rows of n positions past what the one-CTA top-k takes at topk (topk_max_positions): only the
+// spread top-k selects them, a few tokens per pass (the fused path cannot run).
+[[nodiscard]] bool topk_rows_too_long(int64_t n, int topk);
+// The longest rows the spread top-k takes (one token per pass over every SM).
+[[nodiscard]] int64_t spread_max_positions(int sm_count);
+// The workspace of one token's keys over the longest such row and its spread top-k: the floor
+// of both indexers' workspace bounds, so that any row length the spread top-k takes runs.
+[[nodiscard]] std::size_t long_row_workspace_bytes(int topk, int sm_count);
+// The most of `tokens` query tokens one pass of an indexer's unfused path takes: their keys
+// (row_bytes each, the block 256-byte aligned) and the top-k's workspace fit in workspace_bytes;
+// for rows too long for the one-CTA top-k, only as many as the spread top-k takes. 0: none.
+[[nodiscard]] int64_t keys_tokens_per_pass(int64_t tokens, int64_t max_len, int topk, std::size_t row_bytes,
+                                           std::size_t workspace_bytes, int sm_count);
 
 // Plain exact top-k of f32 rows (scores [rows, n] with row stride ld): out[r, 0..topk) gets the
 // positions of the topk largest (ties to the smaller position, NaN last), ascending, -1 padded.

@@ -111,14 +111,16 @@ std::size_t topk_workspace_bound(int64_t tokens, int topk, int sm_count) {
   const int64_t tf = std::min(t, kFusedTokensBound);
   const std::size_t fused =
       fused_layout(tf, kMaxSamples, kListCapBound, repair_chunks_bound(tf, sm_count), std::max(1, topk)).total;
-  return std::max(keys + split, fused);
+  return std::max({keys + split, fused, cuda::long_row_workspace_bytes(topk, sm_count)});
 }
 
 std::size_t topk_workspace_bytes(const cuda::IndexerParams& p, int topk, TopkPath path, int sm_count) {
   if (p.tokens <= 0) return 0;
   const std::size_t unfused = align_up(static_cast<std::size_t>(p.tokens) * keys_ld(p) * 4) +
                               cuda::split_workspace_bytes(p.tokens, p.max_len(), std::max(1, topk), sm_count);
-  if (path == TopkPath::unfused || (path == TopkPath::automatic && cuda::spread_beats_fused(p.tokens, p.max_len(), sm_count)))
+  if (path == TopkPath::unfused ||
+      (path == TopkPath::automatic && (cuda::spread_beats_fused(p.tokens, p.max_len(), sm_count) ||
+                                       cuda::topk_rows_too_long(p.max_len(), topk))))
     return unfused;
   const std::size_t fused = fused_layout_of(p, std::max(1, topk), sm_count).total;
   return path == TopkPath::fused ? fused : std::max(unfused, fused);
@@ -128,6 +130,9 @@ TopkPath choose_topk_path(const cuda::IndexerParams& p, int topk, std::size_t wo
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
   if (!fused_block_size(p.block_size)) return TopkPath::unfused;
+  // Rows too long for the one-CTA top-k (the fused path's final select): the unfused path with
+  // the spread top-k, a few tokens per pass.
+  if (cuda::topk_rows_too_long(p.max_len(), topk)) return TopkPath::unfused;
   // Up to 8 tokens and 131072 keys, the unfused path with the spread top-k measured faster
   // (cuda::spread_beats_fused) when the workspace holds it.
   if (cuda::spread_beats_fused(p.tokens, p.max_len(), sm_count) &&
@@ -153,8 +158,24 @@ void launch_unfused(const cuda::IndexerParams& p, const cuda::TopkOutput& out, u
   const int64_t ld = keys_ld(p);
   const std::size_t row_bytes = static_cast<std::size_t>(ld) * 4;
   const bool pdl = cuda::topk_pdl_enabled();
-  // As many tokens per pass as the workspace holds keys for; the rest of it to the split top-k.
-  const int per_pass = static_cast<int>(std::min<int64_t>(p.tokens, static_cast<int64_t>(ws_bytes / row_bytes)));
+  // As many tokens per pass as the workspace holds keys for; the rest of it to the split top-k
+  // (rows too long for the one-CTA top-k: as many as the spread top-k takes).
+  const int per_pass = static_cast<int>(cuda::keys_tokens_per_pass(p.tokens, p.max_len(), out.topk, row_bytes, ws_bytes,
+                                                                   sm_count));
+  if (per_pass == 0) {
+    if (!cuda::topk_spreads(1, p.max_len(), sm_count)) {
+      throw Error(ErrorCode::unsupported,
+                  "hopper.indexer: indexer_topk over rows of " + std::to_string(p.max_len()) +
+                      " positions: its top-k takes rows of at most " +
+                      std::to_string(cuda::spread_max_positions(sm_count)) +
+                      " on this GPU; pass a block_table of at most that many positions per row, or select "
+                      "cpu.reference");
+    }
+    throw Error(ErrorCode::invalid_argument,
+                "hopper.indexer: indexer_topk over rows of " + std::to_string(p.max_len()) + " positions needs the "
+                "spread top-k and more workspace than the " + std::to_string(ws_bytes) + " bytes given (one token's "
+                "keys and its top-k state); give the kernel's workspace_bytes()");
+  }
   for (int t0 = 0; t0 < p.tokens; t0 += per_pass) {
     const int n = std::min(per_pass, p.tokens - t0);
     const cuda::IndexerParams slice = per_pass < p.tokens ? p.token_slice(t0, n) : p;

@@ -507,7 +507,7 @@ std::size_t topk_workspace_bytes(const IndexerParams& p, int topk, TopkPath path
   if (p.tokens <= 0) return 0;
   if (path == TopkPath::unfused) return unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count);
   if (path == TopkPath::fused) return fused_bytes(p, topk, dev);
-  if (cuda::spread_beats_fused(p.tokens, p.max_len(), dev.sm_count))
+  if (cuda::spread_beats_fused(p.tokens, p.max_len(), dev.sm_count) || cuda::topk_rows_too_long(p.max_len(), topk))
     return unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count);
   return std::min(unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count), fused_bytes(p, topk, dev));
 }
@@ -520,6 +520,9 @@ TopkPath pick_topk_path(const IndexerParams& p, int topk, std::size_t workspace_
                         std::optional<FusedPlan>& fused) {
   const TopkPath forced = env_path();
   if (forced != TopkPath::automatic) return forced;
+  // Rows too long for the one-CTA top-k (the fused path's final select): the unfused path with
+  // the spread top-k, a few tokens per pass.
+  if (cuda::topk_rows_too_long(p.max_len(), topk)) return TopkPath::unfused;
   // Up to 8 tokens and 131072 keys, the unfused path with the spread top-k measured faster
   // (cuda::spread_beats_fused) when the workspace holds it.
   if (cuda::spread_beats_fused(p.tokens, p.max_len(), dev.sm_count) &&
@@ -567,9 +570,28 @@ void launch_indexer_topk(const IndexerParams& p, const TopkOutput& out, TopkPath
                     ". Make the kernel with spec.max_tokens >= the tokens of the call.");
   }
   auto* ws = static_cast<uint8_t*>(workspace);
-  if (path == TopkPath::unfused && unfused_bytes(p) > workspace_bytes) {
-    // Keys for all tokens do not fit: run the tokens in slices that do.
-    const int per_pass = static_cast<int>(std::min<int64_t>(p.tokens, static_cast<int64_t>(workspace_bytes) / (keys_ld(p) * 4)));
+  const int64_t per_pass64 =
+      path == TopkPath::unfused ? cuda::keys_tokens_per_pass(p.tokens, p.max_len(), out.topk, keys_ld(p) * 4,
+                                                             workspace_bytes, dev.sm_count)
+                                : p.tokens;
+  if (per_pass64 == 0) {
+    if (!cuda::topk_spreads(1, p.max_len(), dev.sm_count)) {
+      throw Error(ErrorCode::unsupported,
+                  "cuda.indexer: indexer_topk over rows of " + std::to_string(p.max_len()) +
+                      " positions: its top-k takes rows of at most " +
+                      std::to_string(cuda::spread_max_positions(dev.sm_count)) +
+                      " on this GPU; pass a block_table of at most that many positions per row, or select "
+                      "cpu.reference");
+    }
+    throw Error(ErrorCode::invalid_argument,
+                "cuda.indexer: indexer_topk over rows of " + std::to_string(p.max_len()) + " positions needs the " +
+                    "spread top-k and more workspace than the " + std::to_string(workspace_bytes) +
+                    " bytes given (one token's keys and its top-k state); give the kernel's workspace_bytes()");
+  }
+  if (per_pass64 < p.tokens) {
+    // Keys (and, for rows too long for the one-CTA top-k, the spread top-k's state) for all
+    // tokens do not fit: run the tokens in slices that do.
+    const int per_pass = static_cast<int>(per_pass64);
     for (int t0 = 0; t0 < p.tokens; t0 += per_pass) {
       const int n = std::min(per_pass, p.tokens - t0);
       TopkOutput o = out;
