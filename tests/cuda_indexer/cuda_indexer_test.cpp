@@ -51,6 +51,17 @@ struct TopkRun {
   std::vector<int32_t> logical, physical;
 };
 
+// The top-k output over idx ([T, topk] i32 on the device), logical positions or physical slots.
+TopkOutput topk_output(MirrorTensor& idx, int topk, bool physical) {
+  TopkOutput o;
+  o.indices = static_cast<int32_t*>(idx.device());
+  o.st = topk;
+  o.sc = 1;
+  o.topk = topk;
+  o.physical = physical;
+  return o;
+}
+
 TopkRun run_path(const Problem& p, int topk, TopkPath path, const DeviceTraits& dev) {
   TopkRun out;
   const IndexerParams raw = p.raw();
@@ -59,12 +70,7 @@ TopkRun run_path(const Problem& p, int topk, TopkPath path, const DeviceTraits& 
   for (int kind = 0; kind < 2; ++kind) {
     MirrorTensor idx(DType::i32, {p.T, topk});
     idx.poison_device(0x5A);
-    TopkOutput o;
-    o.indices = static_cast<int32_t*>(idx.device());
-    o.st = topk;
-    o.sc = 1;
-    o.topk = topk;
-    o.physical = kind == 1;
+    const TopkOutput o = topk_output(idx, topk, kind == 1);
     cuda_indexer::launch_indexer_topk(raw, o, path, ws.get(), ws_bytes, dev, nullptr);
     LATTE_CUDA_CHECK(cudaDeviceSynchronize());
     idx.download();
@@ -171,11 +177,7 @@ TEST_F(CudaIndexer, RowsPastTheOneCtaLimitRunInTokenSlices) {
   DeviceBuffer ws(bytes);
   MirrorTensor idx(DType::i32, {p.T, topk});
   idx.poison_device(0x5A);
-  TopkOutput out;
-  out.indices = static_cast<int32_t*>(idx.device());
-  out.st = topk;
-  out.topk = topk;
-  out.physical = false;
+  const TopkOutput out = topk_output(idx, topk, false);
   cuda_indexer::launch_indexer_topk(raw, out, TopkPath::automatic, ws.get(), bytes, dev, nullptr);
   LATTE_CUDA_CHECK(cudaDeviceSynchronize());
   idx.download();
@@ -422,11 +424,7 @@ TEST_F(CudaIndexer, UnfusedKeysAndSelectionAgree) {
     for (int rep = 0; rep < 30; ++rep) {
       LATTE_CUDA_CHECK(cudaMemset(ws.get(), 0xEE, ws_bytes));
       MirrorTensor idx(DType::i32, {p.T, topk});
-      TopkOutput out;
-      out.indices = static_cast<int32_t*>(idx.device());
-      out.st = topk;
-      out.topk = topk;
-      out.physical = false;
+      const TopkOutput out = topk_output(idx, topk, false);
       cuda_indexer::launch_indexer_topk(raw, out, TopkPath::unfused, ws.get(), ws_bytes, dev, nullptr);
       LATTE_CUDA_CHECK(cudaDeviceSynchronize());
       idx.download();
@@ -696,11 +694,7 @@ TEST_F(CudaIndexer, UnfusedSplitRowsEqualOneCtaPerRow) {
         for (int kind = 0; kind < 2; ++kind) {
           MirrorTensor idx(DType::i32, {p.T, topk});
           idx.poison_device(0x5A);
-          TopkOutput out;
-          out.indices = static_cast<int32_t*>(idx.device());
-          out.st = topk;
-          out.topk = topk;
-          out.physical = kind == 1;
+          const TopkOutput out = topk_output(idx, topk, kind == 1);
           cuda_indexer::launch_indexer_topk(raw, out, TopkPath::unfused, ws.get(), bytes, dev, nullptr);
           LATTE_CUDA_CHECK(cudaDeviceSynchronize());
           idx.download();

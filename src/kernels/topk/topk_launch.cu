@@ -118,7 +118,7 @@ void topk_prof_end(const char* what, cudaStream_t stream) {
   if (h[15] != 0) {  // the spread kernel's barriers and final mode (slots 6, 7)
     char buf[64];
     std::snprintf(buf, sizeof(buf), " [barriers %llu, mode %llu, first barrier arrivals %.2f-%.2f]", h[12], h[13],
-                  h[15] && h[14] != ~0ull ? (h[14] - t0) / 1000.0 : -1.0, h[15] ? (h[15] - t0) / 1000.0 : -1.0);
+                  (h[14] - t0) / 1000.0, (h[15] - t0) / 1000.0);
     line += buf;
   }
   // The candidate select of row 0 (block_select_threshold's marks): cycles per phase.
@@ -186,7 +186,6 @@ constexpr int kSplitMaxSlices = 32;
 constexpr int64_t kSpreadMaxRows = 8;
 constexpr int64_t kSpreadMaxKeys = 262144;
 constexpr int64_t kSpreadMinSlice = 512;
-constexpr int kMaxTopkAnyBackend = 4096;  // the largest topk the indexers take
 // The keys' pass counts the first digit for rows of up to kKeyHistMaxLen positions (longer rows
 // slowed hopper.indexer's keys kernel by the atomics on their few hot bins: 1 x 128K 29.5 against
 // 27.3 us, 8 x 128K 89.9 against 76.6).
@@ -219,8 +218,9 @@ SpreadPlan spread_layout(int64_t rows, int slices, int slice_len) {
 
 SpreadPlan plan_spread(int64_t rows, int64_t n, int sm_count) {
   if (!spread_enabled() || rows <= 0 || rows > kSpreadMaxRows || n <= 0) return {};
-  // More keys: the split or one-CTA kernels, unless the rows are too long for them.
-  if (rows * n > kSpreadMaxKeys && n <= topk_max_positions(kMaxTopkAnyBackend)) return {};
+  // More keys: the split or one-CTA kernels, unless the rows are too long for them (at any topk
+  // up to kSamples, which covers both indexers' limits).
+  if (rows * n > kSpreadMaxKeys && !topk_rows_too_long(n, kSamples)) return {};
   int64_t S = std::min<int64_t>(sm_count / rows, ceil_div(n, kSpreadMinSlice));
   S = std::max<int64_t>(S, 1);
   const int64_t L = ceil_div(ceil_div(n, S), 4) * 4;
@@ -381,9 +381,11 @@ TopkPlan try_plan_topk(int64_t max_positions, int topk) {
 
 }  // namespace
 
-int64_t topk_max_positions(int topk) {
-  // The plan shrinks as rows grow (the bitmap takes the candidates' room): the longest row, in
-  // units of 32 positions, that still has one.
+namespace {
+
+// The plan shrinks as rows grow (the bitmap takes the candidates' room): the longest row, in
+// units of 32 positions, that still has one.
+int64_t search_max_positions(int topk) {
   int64_t lo = 0, hi = int64_t{kPortableSmemBytes} * 8 / 32;
   while (lo < hi) {
     const int64_t mid = (lo + hi + 1) / 2;
@@ -391,6 +393,18 @@ int64_t topk_max_positions(int topk) {
     else hi = mid - 1;
   }
   return lo * 32;
+}
+
+}  // namespace
+
+int64_t topk_max_positions(int topk) {
+  // Every topk up to kSamples plans alike (the candidate buffer holds kSamples anyway): one
+  // search for all of them, since the indexers' path rules ask on every call.
+  if (topk <= kSamples) {
+    static const int64_t most = search_max_positions(kSamples);
+    return most;
+  }
+  return search_max_positions(topk);
 }
 
 TopkPlan plan_topk(int64_t max_positions, int topk) {
@@ -475,13 +489,25 @@ int64_t keys_tokens_per_pass(int64_t tokens, int64_t max_len, int topk, std::siz
   if (tokens <= 0 || row_bytes == 0) return 0;
   int64_t n = std::min<int64_t>(tokens, static_cast<int64_t>(workspace_bytes / row_bytes));
   if (!topk_rows_too_long(max_len, topk)) return n;
-  for (; n > 0; --n) {
+  for (n = std::min(n, kSpreadMaxRows); n > 0; --n) {
     if (!topk_spreads(n, max_len, sm_count)) continue;
     const std::size_t need = align_up(static_cast<std::size_t>(n) * row_bytes, kAlign) +
                              split_workspace_bytes(n, max_len, topk, sm_count);
     if (need <= workspace_bytes) return n;
   }
   return 0;
+}
+
+void refuse_long_rows(const char* owner, int64_t max_len, std::size_t workspace_bytes, int sm_count) {
+  const std::string rows = std::string(owner) + ": indexer_topk over rows of " + std::to_string(max_len) + " positions";
+  if (!topk_spreads(1, max_len, sm_count)) {
+    throw Error(ErrorCode::unsupported,
+                rows + ": its top-k takes rows of at most " + std::to_string(spread_max_positions(sm_count)) +
+                    " on this GPU; pass a block_table of at most that many positions per row, or select cpu.reference");
+  }
+  throw Error(ErrorCode::invalid_argument,
+              rows + " needs the spread top-k and more workspace than the " + std::to_string(workspace_bytes) +
+                  " bytes given (one token's keys and its top-k state); give the kernel's workspace_bytes()");
 }
 
 // Whether the keys' pass counts the spread path's first pass (measurements: 

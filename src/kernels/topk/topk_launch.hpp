@@ -93,6 +93,9 @@ void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const Topk
 // for rows too long for the one-CTA top-k, only as many as the spread top-k takes. 0: none.
 [[nodiscard]] int64_t keys_tokens_per_pass(int64_t tokens, int64_t max_len, int topk, std::size_t row_bytes,
                                            std::size_t workspace_bytes, int sm_count);
+// What an indexer (`owner`) raises when keys_tokens_per_pass gave 0: unsupported past the spread
+// top-k's longest rows, else invalid_argument asking for the kernel's workspace.
+[[noreturn]] void refuse_long_rows(const char* owner, int64_t max_len, std::size_t workspace_bytes, int sm_count);
 
 // Plain exact top-k of f32 rows (scores [rows, n] with row stride ld): out[r, 0..topk) gets the
 // positions of the topk largest (ties to the smaller position, NaN last), ascending, -1 padded.

@@ -162,20 +162,7 @@ void launch_unfused(const cuda::IndexerParams& p, const cuda::TopkOutput& out, u
   // (rows too long for the one-CTA top-k: as many as the spread top-k takes).
   const int per_pass = static_cast<int>(cuda::keys_tokens_per_pass(p.tokens, p.max_len(), out.topk, row_bytes, ws_bytes,
                                                                    sm_count));
-  if (per_pass == 0) {
-    if (!cuda::topk_spreads(1, p.max_len(), sm_count)) {
-      throw Error(ErrorCode::unsupported,
-                  "hopper.indexer: indexer_topk over rows of " + std::to_string(p.max_len()) +
-                      " positions: its top-k takes rows of at most " +
-                      std::to_string(cuda::spread_max_positions(sm_count)) +
-                      " on this GPU; pass a block_table of at most that many positions per row, or select "
-                      "cpu.reference");
-    }
-    throw Error(ErrorCode::invalid_argument,
-                "hopper.indexer: indexer_topk over rows of " + std::to_string(p.max_len()) + " positions needs the "
-                "spread top-k and more workspace than the " + std::to_string(ws_bytes) + " bytes given (one token's "
-                "keys and its top-k state); give the kernel's workspace_bytes()");
-  }
+  if (per_pass == 0) cuda::refuse_long_rows("hopper.indexer", p.max_len(), ws_bytes, sm_count);
   for (int t0 = 0; t0 < p.tokens; t0 += per_pass) {
     const int n = std::min(per_pass, p.tokens - t0);
     const cuda::IndexerParams slice = per_pass < p.tokens ? p.token_slice(t0, n) : p;

@@ -287,6 +287,11 @@ std::size_t unfused_bytes(const IndexerParams& p) {
   return align_up(static_cast<std::size_t>(p.tokens) * keys_ld(p) * 4, kAlign);
 }
 
+// The unfused path's keys plus its top-k's (split or spread) workspace.
+std::size_t unfused_workspace_bytes(const IndexerParams& p, int topk, const DeviceTraits& dev) {
+  return unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count);
+}
+
 ScoreArgs score_args(const IndexerParams& p, const ScorePlan& pl) {
   ScoreArgs a{};
   a.q = static_cast<const uint8_t*>(p.q);
@@ -505,11 +510,12 @@ std::size_t fused_workspace_bound(int64_t tokens, int topk, int heads, bool q_fp
 
 std::size_t topk_workspace_bytes(const IndexerParams& p, int topk, TopkPath path, const DeviceTraits& dev) {
   if (p.tokens <= 0) return 0;
-  if (path == TopkPath::unfused) return unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count);
+  const std::size_t unfused = unfused_workspace_bytes(p, topk, dev);
+  if (path == TopkPath::unfused) return unfused;
   if (path == TopkPath::fused) return fused_bytes(p, topk, dev);
   if (cuda::spread_beats_fused(p.tokens, p.max_len(), dev.sm_count) || cuda::topk_rows_too_long(p.max_len(), topk))
-    return unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count);
-  return std::min(unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count), fused_bytes(p, topk, dev));
+    return unfused;
+  return std::min(unfused, fused_bytes(p, topk, dev));
 }
 
 namespace {
@@ -526,7 +532,7 @@ TopkPath pick_topk_path(const IndexerParams& p, int topk, std::size_t workspace_
   // Up to 8 tokens and 131072 keys, the unfused path with the spread top-k measured faster
   // (cuda::spread_beats_fused) when the workspace holds it.
   if (cuda::spread_beats_fused(p.tokens, p.max_len(), dev.sm_count) &&
-      unfused_bytes(p) + cuda::split_workspace_bytes(p.tokens, p.max_len(), topk, dev.sm_count) <= workspace_bytes)
+      unfused_workspace_bytes(p, topk, dev) <= workspace_bytes)
     return TopkPath::unfused;
   // Measured on the H200 (docs/kernels/indexer.md, "Fused path"; the two paths timed interleaved):
   // fused faster for one token at 8K, 32K and 128K (2-10 %) and for 1 to 32 tokens at 128K
@@ -574,20 +580,7 @@ void launch_indexer_topk(const IndexerParams& p, const TopkOutput& out, TopkPath
       path == TopkPath::unfused ? cuda::keys_tokens_per_pass(p.tokens, p.max_len(), out.topk, keys_ld(p) * 4,
                                                              workspace_bytes, dev.sm_count)
                                 : p.tokens;
-  if (per_pass64 == 0) {
-    if (!cuda::topk_spreads(1, p.max_len(), dev.sm_count)) {
-      throw Error(ErrorCode::unsupported,
-                  "cuda.indexer: indexer_topk over rows of " + std::to_string(p.max_len()) +
-                      " positions: its top-k takes rows of at most " +
-                      std::to_string(cuda::spread_max_positions(dev.sm_count)) +
-                      " on this GPU; pass a block_table of at most that many positions per row, or select "
-                      "cpu.reference");
-    }
-    throw Error(ErrorCode::invalid_argument,
-                "cuda.indexer: indexer_topk over rows of " + std::to_string(p.max_len()) + " positions needs the " +
-                    "spread top-k and more workspace than the " + std::to_string(workspace_bytes) +
-                    " bytes given (one token's keys and its top-k state); give the kernel's workspace_bytes()");
-  }
+  if (per_pass64 == 0) cuda::refuse_long_rows("cuda.indexer", p.max_len(), workspace_bytes, dev.sm_count);
   if (per_pass64 < p.tokens) {
     // Keys (and, for rows too long for the one-CTA top-k, the spread top-k's state) for all
     // tokens do not fit: run the tokens in slices that do.
