@@ -120,8 +120,10 @@ bool hopper_logits(const IndexerParams& p, float* logits, int64_t ctx, const Dev
 // not sm_90), and its call by one path.
 std::size_t hopper_topk_bytes(const IndexerParams& p, int k, const DeviceTraits& dev) {
 #if LATTE_BENCH_HOPPER
-  return dev.arch == 90 ? latte::hopper_indexer::topk_workspace_bytes(p, k, latte::hopper_indexer::TopkPath::automatic,
-                                                                      dev.sm_count)
+  // Both paths run (the automatic rule's workspace may hold only the one it picks).
+  using latte::hopper_indexer::TopkPath;
+  return dev.arch == 90 ? std::max(latte::hopper_indexer::topk_workspace_bytes(p, k, TopkPath::unfused, dev.sm_count),
+                                   latte::hopper_indexer::topk_workspace_bytes(p, k, TopkPath::fused, dev.sm_count))
                         : 0;
 #else
   (void)p;
@@ -481,9 +483,15 @@ int main(int argc, char** argv) {
                          fused ? "fused" : "unfused", sync_us, host_us);
           }
         }
-        // LATTE_BENCH_AB=VAR=VALUE: the fused path against itself with VAR=VALUE set (a
-        // measurement switch read on every call), interleaved in the same way.
+        // LATTE_BENCH_AB=VAR=VALUE: a path against itself with VAR=VALUE set (a measurement
+        // switch read on every call), interleaved in the same way. The path: LATTE_BENCH_AB_PATH=
+        // fused (default), unfused, or hopper (hopper.indexer's unfused path).
         if (const char* ab = std::getenv("LATTE_BENCH_AB")) {
+          const char* ab_path_env = std::getenv("LATTE_BENCH_AB_PATH");
+          const std::string ab_path = ab_path_env ? ab_path_env : "fused";
+          const Call base_call = ab_path == "unfused" ? Call{unfused_call}
+                                 : ab_path == "hopper" ? Call{[&](int i) { hopper_topk(s.problem(i), o, ws, ws_h, dev, false); }}
+                                                       : Call{fused_call};
           const std::string spec(ab);
           const std::size_t eq = spec.find('=');
           if (eq == std::string::npos || eq == 0) {
@@ -493,12 +501,12 @@ int main(int argc, char** argv) {
           const std::string var = spec.substr(0, eq), val = spec.substr(eq + 1);
           const Call variant = [&](int i) {
             setenv(var.c_str(), val.c_str(), 1);
-            fused_call(i);
+            base_call(i);
             unsetenv(var.c_str());
           };
-          const std::pair<double, double> ab_us = interleaved_us(Call{fused_call}, variant);
-          std::fprintf(stderr, "ab %s: fused %.1f us, variant %.1f us (%.3f)\n", ab, ab_us.first, ab_us.second,
-                       ab_us.second / ab_us.first);
+          const std::pair<double, double> ab_us = interleaved_us(base_call, variant);
+          std::fprintf(stderr, "ab %s (%s path): %.1f us, variant %.1f us (%.3f)\n", ab, ab_path.c_str(), ab_us.first,
+                       ab_us.second, ab_us.second / ab_us.first);
         }
         const std::size_t ws_r = latte::cuda::rows_topk_workspace_bytes(B, ctx, k, dev.sm_count);
         uint8_t* wsr = dalloc<uint8_t>(ws_r);

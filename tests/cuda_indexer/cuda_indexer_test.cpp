@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -719,6 +720,173 @@ TEST_F(CudaIndexer, UnfusedSplitRowsEqualOneCtaPerRow) {
 }
 
 
+// The scored spread kernel (scores and top-k in one cooperative kernel, the unfused path of up
+// to 8 tokens) equals the keys pass followed by the spread top-k bit for bit: the same math
+// (matrix path, k permutation, epilogue) gives the same keys, and the same selection follows.
+// Every head count up to 128, both query dtypes and negative q_scales, block sizes 4 / 16 / 64,
+// missing blocks, rows of 0, < topk, not a multiple of 4 and up to 33 333 positions, ties,
+// logical and physical output, topk 1 / 2048 / 4096; and it is valid against float64.
+TEST_F(CudaIndexer, ScoredSpreadEqualsKeysPassAndSpread) {
+  const DeviceTraits dev = traits_of(gpu());
+  std::mt19937 rng(71);
+  struct Case {
+    int heads;
+    DType q;
+    int bs;
+    int dup;
+    bool tr;
+    std::vector<std::pair<int, int>> tokens;
+  };
+  const std::vector<Case> cases = {
+      {32, DType::e4m3, 64, 0, true, {{0, 33333}}},
+      {64, DType::e4m3, 64, 0, true, {{0, 9001}, {1, 2049}, {2, 0}, {3, 1}}},
+      {1, DType::e4m3, 16, 0, true, {{0, 5000}, {1, 2047}}},
+      {7, DType::bf16, 64, 0, false, {{0, 7777}, {1, 100}, {2, 20000}}},
+      {128, DType::e4m3, 64, 5, true, {{0, 12000}, {1, 3001}, {0, 11999}, {2, 2048}, {1, 3000}, {2, 40}, {0, 5}, {1, 8191}}},
+      {40, DType::e4m3, 4, 0, true, {{0, 3001}, {1, 2500}}},
+  };
+  for (const Case& c : cases) {
+    Options o;
+    o.heads = c.heads;
+    o.q_dtype = c.q;
+    o.block_size = c.bs;
+    o.dup_pool = c.dup;
+    o.token_request = c.tr;
+    o.invalid_block = true;
+    const int B = 1 + std::max_element(c.tokens.begin(), c.tokens.end())->first + (c.tr ? 0 : 2);
+    std::vector<std::pair<int, int>> tokens = c.tokens;
+    if (!c.tr)
+      for (int t = 0; t < static_cast<int>(tokens.size()); ++t) tokens[static_cast<std::size_t>(t)].first = t;
+    Problem p = make_problem(rng, tokens, std::max(B, static_cast<int>(tokens.size())), o);
+    if (c.q == DType::e4m3) {
+      for (int t = 0; t < p.T; ++t)
+        for (int h = 1; h < p.H; h += 3) p.qs.host<float>()[t * p.H + h] *= -1.0f;
+      p.qs.upload();
+    }
+    const IndexerParams raw = p.raw();
+    const std::vector<float> ref = reference_logits(p);
+    for (int topk : {2048, 1, 4096}) {
+      const std::string what = "H=" + std::to_string(c.heads) + " bs=" + std::to_string(c.bs) +
+                               " T=" + std::to_string(p.T) + " topk=" + std::to_string(topk);
+      SCOPED_TRACE(what);
+      const std::size_t bytes = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, dev);
+      {
+        const ScopedEnv wherever_it_runs("LATTE_CUDA_TOPK_SCORED", "1");
+        ASSERT_TRUE(cuda_indexer::scored_spread_takes(raw, topk, bytes, dev));
+      }
+      DeviceBuffer ws(bytes);
+      std::vector<int32_t> res[2][2];
+      for (int scored = 0; scored < 2; ++scored) {
+        const ScopedEnv env("LATTE_CUDA_TOPK_SCORED", scored ? "1" : "0");
+        LATTE_CUDA_CHECK(cudaMemset(ws.get(), 0xA7, bytes));
+        for (int kind = 0; kind < 2; ++kind) {
+          MirrorTensor idx(DType::i32, {p.T, topk});
+          idx.poison_device(0x5A);
+          cuda_indexer::launch_indexer_topk(raw, topk_output(idx, topk, kind == 1), TopkPath::unfused, ws.get(), bytes,
+                                            dev, nullptr);
+          LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+          idx.download();
+          res[scored][kind].assign(idx.host<int32_t>(), idx.host<int32_t>() + idx.numel());
+        }
+      }
+      EXPECT_EQ(res[1][0], res[0][0]) << "logical";
+      EXPECT_EQ(res[1][1], res[0][1]) << "physical";
+      expect_topk_valid(p, ref, res[1][0].data(), topk, 2e-3, what.c_str());
+      TopkRun r;
+      r.logical = res[1][0];
+      r.physical = res[1][1];
+      expect_physical_matches(p, r, topk, "scored physical");
+    }
+  }
+}
+
+// `enqueue` (work on `stream`) captured into a CUDA graph and replayed three times, each over a
+// stale workspace (ws, bytes: 0x5A, 0xFF, 0x5A) after `poison`; `check(rep)` after each replay.
+void replay_over_stale_workspace(cudaStream_t stream, const std::function<void()>& enqueue, void* ws,
+                                 std::size_t bytes, const std::function<void()>& poison,
+                                 const std::function<void(int)>& check) {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  enqueue();
+  LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int rep = 0; rep < 3; ++rep) {
+    poison();
+    LATTE_CUDA_CHECK(cudaDeviceSynchronize());
+    LATTE_CUDA_CHECK(cudaMemsetAsync(ws, rep == 1 ? 0xFF : 0x5A, bytes, stream));
+    LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    check(rep);
+  }
+  LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
+}
+
+// The scored spread kernel captured into a CUDA graph (its state memset and its cooperative,
+// programmatic launch): every replay over a stale workspace equals the eager call.
+TEST_F(CudaIndexer, ScoredSpreadGraphReplayEqualsEager) {
+  const DeviceTraits dev = traits_of(gpu());
+  const ScopedEnv on("LATTE_CUDA_TOPK_SCORED", "1");
+  std::mt19937 rng(73);
+  Options o;
+  o.heads = 32;
+  const Problem p = make_problem(rng, {{0, 20000}, {1, 30001}, {2, 700}}, 3, o);
+  const IndexerParams raw = p.raw();
+  const int topk = 2048;
+  const std::size_t bytes = cuda_indexer::topk_workspace_bytes(raw, topk, TopkPath::unfused, dev);
+  ASSERT_TRUE(cuda_indexer::scored_spread_takes(raw, topk, bytes, dev));
+  DeviceBuffer ws(bytes);
+  MirrorTensor idx(DType::i32, {p.T, topk});
+  cudaStream_t stream = nullptr;
+  LATTE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  const TopkOutput out = topk_output(idx, topk, true);
+  auto enqueue = [&] { cuda_indexer::launch_indexer_topk(raw, out, TopkPath::unfused, ws.get(), bytes, dev, stream); };
+  idx.poison_device(0x5A);
+  enqueue();  // eager (kernel attributes are set outside the capture)
+  LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  idx.download();
+  const std::vector<int32_t> want(idx.host<int32_t>(), idx.host<int32_t>() + idx.numel());
+  replay_over_stale_workspace(stream, enqueue, ws.get(), bytes, [&] { idx.poison_device(0x33); }, [&](int rep) {
+    idx.download();
+    const std::vector<int32_t> got(idx.host<int32_t>(), idx.host<int32_t>() + idx.numel());
+    EXPECT_EQ(got, want) << "replay " << rep;
+  });
+  LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+// Host-only: the scored spread kernel's automatic rule (measured on the H200) and its knob.
+TEST(ScoredSpreadRule, FewTokensOverAtLeast32KKeysInSlicesOfAtMost1024) {
+  DeviceTraits dev;
+  dev.arch = 120;
+  dev.sm_count = 132;
+  IndexerParams p;
+  p.heads = 32;
+  p.block_size = 64;
+  const auto takes = [&](int tokens, int64_t len) {
+    p.tokens = tokens;
+    p.max_blocks = static_cast<int>(len / 64);
+    return cuda_indexer::scored_spread_takes(p, 2048, std::size_t{1} << 30, dev);
+  };
+  EXPECT_TRUE(takes(1, 32768));    // 64 CTAs of 512
+  EXPECT_TRUE(takes(1, 131072));   // 132 CTAs of 996
+  EXPECT_TRUE(takes(4, 32768));    // 33 CTAs of 996 per row
+  EXPECT_FALSE(takes(1, 8192));    // too few keys
+  EXPECT_FALSE(takes(8, 32768));   // slices of 2048
+  EXPECT_FALSE(takes(9, 8192));    // more than 8 tokens: not the spread top-k
+  {
+    const ScopedEnv on("LATTE_CUDA_TOPK_SCORED", "1");
+    EXPECT_TRUE(takes(1, 8192));
+    EXPECT_TRUE(takes(8, 32768));
+    EXPECT_FALSE(takes(8, 131072));  // not the spread top-k (more than 262144 keys)
+  }
+  p.tokens = 1;
+  p.max_blocks = 512;
+  EXPECT_FALSE(cuda_indexer::scored_spread_takes(p, 2048, 16, dev)) << "workspace too small";
+  const ScopedEnv off("LATTE_CUDA_TOPK_SCORED", "0");
+  EXPECT_FALSE(takes(1, 32768));
+}
+
 // The split path (and, with LATTE_CUDA_TOPK_SPREAD=1, the spread kernel: cooperative and
 // programmatic) captured into a CUDA graph on a stream (its collect and final kernels are
 // programmatic dependent launches on sm_90+): a copy writes the rows right before each top-k,
@@ -761,28 +929,15 @@ TEST_F(CudaIndexer, RowTopkSplitGraphCapture) {
   };
   enqueue();  // eager once (kernel attributes are set outside the capture)
   LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  LATTE_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  enqueue();
-  LATTE_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
-  LATTE_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   std::vector<std::vector<int32_t>> want(2 * rows);
   for (int r = 0; r < 2 * rows; ++r) want[static_cast<std::size_t>(r)] = host_topk(d.data() + r * n, n, k);
-  for (int rep = 0; rep < 3; ++rep) {
-    out.poison_device(0x33);
-    LATTE_CUDA_CHECK(cudaDeviceSynchronize());
-    LATTE_CUDA_CHECK(cudaMemsetAsync(ws.get(), rep == 1 ? 0xFF : 0x5A, ws_bytes, stream));  // stale workspace
-    LATTE_CUDA_CHECK(cudaGraphLaunch(exec, stream));
-    LATTE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  replay_over_stale_workspace(stream, enqueue, ws.get(), ws_bytes, [&] { out.poison_device(0x33); }, [&](int rep) {
     out.download();
     for (int r = 0; r < 2 * rows; ++r) {
       const std::vector<int32_t> got(out.host<int32_t>() + r * k, out.host<int32_t>() + (r + 1) * k);
       EXPECT_EQ(got, want[static_cast<std::size_t>(r)]) << "replay " << rep << " row " << r;
     }
-  }
-  LATTE_CUDA_CHECK(cudaGraphExecDestroy(exec));
-  LATTE_CUDA_CHECK(cudaGraphDestroy(graph));
+  });
   LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
   }
 }
@@ -852,9 +1007,9 @@ TEST(CudaIndexerDescribe, NamesTheMatrixPathAndThePathRule) {
   const auto text = [&](const char* arch) { return be->make(spec, describe_device(arch))->describe(); };
   EXPECT_EQ(text("sm_90"),
             "scores by f16 mma.sync (q and K widened from e4m3) on sm_90; exact radix top-2048; per call: unfused "
-            "with the top-k spread over the GPU for up to 8 query tokens and 131072 keys; else fused (no [T, L] "
-            "scores) for 1 query token, or up to 32 at contexts of 128K+, or when the workspace holds no row of "
-            "scores; else unfused");
+            "with the top-k spread over the GPU for up to 8 query tokens and 131072 keys (from 32768 keys scores "
+            "and top-k in one cooperative kernel); else fused (no [T, L] scores) for 1 query token, or up to 32 at "
+            "contexts of 128K+, or when the workspace holds no row of scores; else unfused");
   EXPECT_EQ(text("sm_89").rfind("scores by mma.sync e4m3 on sm_89; exact radix top-2048", 0), 0u) << text("sm_89");
   EXPECT_EQ(text("sm_80").rfind("scores by bf16 mma.sync (q and K widened exactly from e4m3) on sm_80", 0), 0u)
       << text("sm_80");

@@ -229,6 +229,20 @@ SpreadPlan plan_spread(int64_t rows, int64_t n, int sm_count) {
   return spread_layout(rows, static_cast<int>(S), static_cast<int>(L));
 }
 
+// The spread kernel's arguments over workspace `ws` laid out by sp.
+SpreadArgs spread_args(const SpreadPlan& sp, int64_t rows, uint8_t* ws, bool first_ready) {
+  SpreadArgs g{};
+  g.slices = sp.slices;
+  g.slice_len = sp.slice_len;
+  g.rows = static_cast<int>(rows);
+  g.first_ready = first_ready ? 1 : 0;
+  g.state = reinterpret_cast<unsigned*>(ws + sp.state);
+  g.hist = reinterpret_cast<int*>(ws + sp.hist);
+  g.counts = reinterpret_cast<int*>(ws + sp.counts);
+  g.list = reinterpret_cast<uint64_t*>(ws + sp.list);
+  return g;
+}
+
 bool split_enabled() {
   return env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_SPLIT", {"0", "1"}) != 0;
 }
@@ -342,15 +356,7 @@ void launch_topk_spread(const TopkArgs& a, const SpreadPlan& sp, uint8_t* ws, bo
   if (a.rows <= 0) return;
   static std::atomic<uint64_t> done{0};
   allow_smem(topk_spread_kernel<SRC>, done);
-  SpreadArgs g{};
-  g.slices = sp.slices;
-  g.slice_len = sp.slice_len;
-  g.rows = a.rows;
-  g.first_ready = first_ready ? 1 : 0;
-  g.state = reinterpret_cast<unsigned*>(ws + sp.state);
-  g.hist = reinterpret_cast<int*>(ws + sp.hist);
-  g.counts = reinterpret_cast<int*>(ws + sp.counts);
-  g.list = reinterpret_cast<uint64_t*>(ws + sp.list);
+  const SpreadArgs g = spread_args(sp, a.rows, ws, first_ready);
   TopkArgs b = a;
   b.prof = topk_prof_buffer();
   topk_prof_begin(stream);
@@ -521,14 +527,25 @@ bool keys_count_first_pass(int64_t rows, int64_t n) {
   return n <= kKeyHistMaxLen;
 }
 
+SpreadShape spread_shape(int64_t rows, int64_t n, int sm_count) {
+  const SpreadPlan sp = plan_spread(rows, n, sm_count);
+  return sp.on() ? SpreadShape{sp.slices, sp.slice_len, sp.total} : SpreadShape{};
+}
+
+SpreadArgs prepare_spread(const IndexerParams& p, void* workspace, std::size_t workspace_bytes, int sm_count,
+                          cudaStream_t stream) {
+  const SpreadPlan sp = plan_spread(p.tokens, p.max_len(), sm_count);
+  if (!sp.on() || workspace == nullptr || sp.total > workspace_bytes) return SpreadArgs{};
+  LATTE_CUDA_TRY(cudaMemsetAsync(workspace, 0, sp.clear, stream));
+  return spread_args(sp, p.tokens, static_cast<uint8_t*>(workspace), false);
+}
+
 int* prepare_keys_topk(const IndexerParams& p, int topk, void* workspace, std::size_t workspace_bytes, int sm_count,
                        cudaStream_t stream) {
   if (p.tokens <= 0 || topk <= 0) return nullptr;
-  const SpreadPlan sp = plan_spread(p.tokens, p.max_len(), sm_count);
-  if (!sp.on() || workspace == nullptr || sp.total > workspace_bytes) return nullptr;
-  LATTE_CUDA_TRY(cudaMemsetAsync(workspace, 0, sp.clear, stream));
-  if (!keys_count_first_pass(p.tokens, p.max_len())) return nullptr;
-  return reinterpret_cast<int*>(static_cast<uint8_t*>(workspace) + sp.hist);
+  const SpreadArgs g = prepare_spread(p, workspace, workspace_bytes, sm_count, stream);
+  if (g.slices == 0 || !keys_count_first_pass(p.tokens, p.max_len())) return nullptr;
+  return g.hist;
 }
 
 void launch_keys_topk(const IndexerParams& p, const TopkOutput& out, const uint32_t* keys, int64_t keys_ld,

@@ -60,6 +60,20 @@ struct TopkPlan {
 [[nodiscard]] int* prepare_keys_topk(const IndexerParams& p, int topk, void* workspace, std::size_t workspace_bytes,
                                      int sm_count, cudaStream_t stream);
 
+// The spread top-k's shape for `rows` rows of up to n positions: S CTAs per row of slice_len
+// positions and the workspace its state takes (slices 0: the spread path does not run).
+struct SpreadShape {
+  int slices = 0, slice_len = 0;
+  std::size_t bytes = 0;
+};
+[[nodiscard]] SpreadShape spread_shape(int64_t rows, int64_t n, int sm_count);
+// For kernels that make the keys and select them in one launch (the indexers' scored spread
+// kernel): the spread top-k's arguments for the problem's rows in `workspace`, its state cleared
+// on `stream` (a memset), first pass not counted; slices 0 (and nothing cleared) when the spread
+// path does not run or its state does not fit.
+[[nodiscard]] SpreadArgs prepare_spread(const IndexerParams& p, void* workspace, std::size_t workspace_bytes,
+                                        int sm_count, cudaStream_t stream);
+
 // An indexer's unfused selection: keys [T, keys_ld] (u32 score keys, kernels/topk/radix_select.cuh
 // score_key; 0 = excluded; row t read up to its visible length) into out. keys 16-byte aligned,
 // keys_ld % 4 == 0. Few long rows are split over several CTAs when `workspace` holds

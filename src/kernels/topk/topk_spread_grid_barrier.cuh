@@ -48,6 +48,9 @@ struct SpreadShared {
   int bin, above, bin_count;
 };
 
+static_assert(kSpreadBins == 4 * kSpreadThreads, "four bins per thread");
+static_assert(kSpreadListCap <= kSpreadThreads, "one list entry per thread");
+
 // The row's CTAs meet: every CTA's earlier global writes and atomics are visible to every CTA
 // after it. `target`: S times the barriers this CTA has reached, this one included.
 __device__ __forceinline__ void spread_row_barrier(unsigned* counter, unsigned target,
@@ -100,58 +103,62 @@ __device__ __forceinline__ int spread_block_sum(int v, SpreadShared& sh) {
   return t;
 }
 
+// CTA blockIdx.x's slice of its row: positions [s0, s0 + cnt) of the row's n, block_table row
+// brow; with physical output the kernel puts the slice's blocks blk0 .. blk0 + nblk - 1 into
+// sh.blocks (spread_select's writes read them).
+struct SpreadSlice {
+  int row, s, S;
+  int64_t n, s0;
+  int cnt, brow;
+  int64_t blk0;
+  int nblk;
+};
+
 template <int SRC>
-__global__ void __launch_bounds__(kSpreadThreads) topk_spread_kernel(const TopkArgs a, const SpreadArgs g) {
-  static_assert(SRC == kSrcF32 || SRC == kSrcKeys, "rows of scores or keys");
-  static_assert(kSpreadBins == 4 * kSpreadThreads, "four bins per thread");
-  static_assert(kSpreadListCap <= kSpreadThreads, "one list entry per thread");
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ SpreadShared sh;
-  uint32_t* ks = reinterpret_cast<uint32_t*>(smem);
+__device__ __forceinline__ SpreadSlice spread_slice(const TopkArgs& a, const SpreadArgs& g) {
+  SpreadSlice sl{};
+  sl.S = g.slices;
+  sl.row = blockIdx.x / sl.S;
+  sl.s = blockIdx.x % sl.S;
+  int64_t npos = 0;
+  row_extent<SRC>(a, sl.row, sl.n, npos, sl.brow);
+  sl.s0 = static_cast<int64_t>(sl.s) * g.slice_len;
+  sl.cnt = static_cast<int>(sl.n > sl.s0 ? (sl.n - sl.s0 < g.slice_len ? sl.n - sl.s0 : g.slice_len) : 0);
+  sl.blk0 = a.physical ? sl.s0 / a.block_size : 0;
+  sl.nblk = a.physical && sl.cnt > 0
+                ? static_cast<int>(min(static_cast<int64_t>(kSpreadPrefetchBlocks), (sl.s0 + sl.cnt - 1) / a.block_size - sl.blk0 + 1))
+                : 0;
+  return sl;
+}
+
+__device__ __forceinline__ int* spread_pass_hist(const SpreadArgs& g, int pass, int row) {
+  return g.hist + (static_cast<int64_t>(pass) * g.rows + row) * kSpreadBins;
+}
+
+// Every spread kernel, before its first barrier: clear this CTA's share of the last pass's
+// histogram (counted into only after a barrier).
+__device__ __forceinline__ void spread_clear_last_pass(const SpreadArgs& g, const SpreadSlice& sl) {
+  int* last = spread_pass_hist(g, kSpreadPasses - 1, sl.row);
+  for (int i = sl.s * kSpreadThreads + threadIdx.x; i < kSpreadBins; i += sl.S * kSpreadThreads) last[i] = 0;
+}
+
+// The selection of the slice's keys `ks` (shared memory, written by the caller and visible after
+// a __syncthreads the caller made or the first pass makes) by the row's CTAs together.
+// first_ready: the first pass's histogram came counted (key_histogram.cuh); this thread's four
+// bins of it in v0 (bins kSpreadBins - 1 - 4 tid - j).
+__device__ __forceinline__ void spread_select(const TopkArgs& a, const SpreadArgs& g, const SpreadSlice& sl,
+                                              const uint32_t* ks, SpreadShared& sh, bool first_ready,
+                                              const int (&v0)[4]) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const cuda::SpanStart span_t0 = cuda::span_begin(spans_of(a.prof), kSpanTopk);
-  const int S = g.slices;
-  const int row = blockIdx.x / S, s = blockIdx.x % S;
-  int64_t n = 0, npos = 0;
-  int brow = -1;
-  row_extent<SRC>(a, row, n, npos, brow);
-  const int64_t s0 = static_cast<int64_t>(s) * g.slice_len;
-  const int cnt = static_cast<int>(n > s0 ? (n - s0 < g.slice_len ? n - s0 : g.slice_len) : 0);
-  auto pass_hist = [&](int pass) { return g.hist + (static_cast<int64_t>(pass) * g.rows + row) * kSpreadBins; };
+  const int S = sl.S, row = sl.row, s = sl.s, cnt = sl.cnt, brow = sl.brow, nblk = sl.nblk;
+  const int64_t s0 = sl.s0, blk0 = sl.blk0;
+  auto pass_hist = [&](int pass) { return spread_pass_hist(g, pass, row); };
   unsigned* state = g.state + static_cast<int64_t>(row) * kSpreadStateWords;
   int* counts = g.counts + static_cast<int64_t>(row) * S * 2;
   uint64_t* glist = g.list + static_cast<int64_t>(row) * kSpreadListCap;
   // Warp w's contiguous run of the slice: [w0, w1), lanes interleaved.
   const int wlen = (cnt + 32 * kSpreadWarps - 1) / (32 * kSpreadWarps) * 32;
   const int w0 = warp * wlen, w1 = min(cnt, w0 + wlen);
-
-  pdl_wait();  // the rows and the cleared state come from the kernels before this one
-  pdl_launch_dependents();
-  prof_mark(a.prof, blockIdx.x, 0);
-  // This CTA's share of the last pass's histogram (counted into only after a barrier).
-  for (int i = s * kSpreadThreads + tid; i < kSpreadBins; i += S * kSpreadThreads) pass_hist(kSpreadPasses - 1)[i] = 0;
-  // The first pass's counts, when the keys' pass made them, load with the slice.
-  int v0[4];
-  if (g.first_ready) {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) v0[j] = __ldcg(&pass_hist(0)[kSpreadBins - 1 - 4 * tid - j]);
-  }
-  // The slice's blocks (physical output), read now rather than at the writes.
-  const int64_t blk0 = a.physical ? s0 / a.block_size : 0;
-  const int nblk = a.physical && cnt > 0
-                       ? static_cast<int>(min(static_cast<int64_t>(kSpreadPrefetchBlocks), (s0 + cnt - 1) / a.block_size - blk0 + 1))
-                       : 0;
-  for (int i = tid; i < nblk; i += kSpreadThreads) sh.blocks[i] = spread_block(a, brow, blk0 + i);
-  // The slice into shared memory (16-byte loads where the row allows: s0 is a multiple of 4).
-  const int64_t row_off = static_cast<int64_t>(row) * a.ld;
-  for (int i = 4 * tid; i < cnt; i += 4 * kSpreadThreads) {
-    uint32_t k[4];
-    load_key4<SRC>(a, row_off, n, s0 + i, k);
-#pragma unroll
-    for (int e = 0; e < 4; ++e)
-      if (i + e < cnt) ks[i + e] = k[e];
-  }
-  prof_mark(a.prof, blockIdx.x, 1);
 
   // The digit passes. Modes after them: kAll (every valid key: the row has at most topk),
   // kGe (every key whose digits >= prefix: the bin's keys are exactly the ones still needed),
@@ -166,7 +173,7 @@ __global__ void __launch_bounds__(kSpreadThreads) topk_spread_kernel(const TopkA
     shift -= width;
     const uint32_t mask = (1u << width) - 1u;
     int* gh = pass_hist(pass);
-    if (pass > 0 || !g.first_ready) {
+    if (pass > 0 || !first_ready) {
       for (int b = tid; b < kSpreadBins; b += kSpreadThreads) sh.hist[b] = 0;
       __syncthreads();
       for (int i = tid; i < (cnt + 31) / 32 * 32; i += kSpreadThreads) {
@@ -187,7 +194,7 @@ __global__ void __launch_bounds__(kSpreadThreads) topk_spread_kernel(const TopkA
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int b = nb - 1 - 4 * tid - j;
-      v[j] = pass == 0 && g.first_ready ? v0[j] : b >= 0 ? __ldcg(&gh[b]) : 0;
+      v[j] = pass == 0 && first_ready ? v0[j] : b >= 0 ? __ldcg(&gh[b]) : 0;
       sum += v[j];
     }
     int total = 0;
@@ -348,6 +355,41 @@ __global__ void __launch_bounds__(kSpreadThreads) topk_spread_kernel(const TopkA
     for (int i = written + tid; i < a.topk; i += kSpreadThreads) out[static_cast<int64_t>(i) * a.out_sc] = -1;
   }
   prof_mark(a.prof, blockIdx.x, 5);
+}
+
+template <int SRC>
+__global__ void __launch_bounds__(kSpreadThreads) topk_spread_kernel(const TopkArgs a, const SpreadArgs g) {
+  static_assert(SRC == kSrcF32 || SRC == kSrcKeys, "rows of scores or keys");
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ SpreadShared sh;
+  uint32_t* ks = reinterpret_cast<uint32_t*>(smem);
+  const int tid = threadIdx.x;
+  const cuda::SpanStart span_t0 = cuda::span_begin(spans_of(a.prof), kSpanTopk);
+  const SpreadSlice sl = spread_slice<SRC>(a, g);
+
+  pdl_wait();  // the rows and the cleared state come from the kernels before this one
+  pdl_launch_dependents();
+  prof_mark(a.prof, blockIdx.x, 0);
+  spread_clear_last_pass(g, sl);
+  // The slice's blocks (physical output), read now rather than at the writes.
+  for (int i = tid; i < sl.nblk; i += kSpreadThreads) sh.blocks[i] = spread_block(a, sl.brow, sl.blk0 + i);
+  // The first pass's counts, when the keys' pass made them, load with the slice.
+  int v0[4] = {0, 0, 0, 0};
+  if (g.first_ready) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v0[j] = __ldcg(&spread_pass_hist(g, 0, sl.row)[kSpreadBins - 1 - 4 * tid - j]);
+  }
+  // The slice into shared memory (16-byte loads where the row allows: s0 is a multiple of 4).
+  const int64_t row_off = static_cast<int64_t>(sl.row) * a.ld;
+  for (int i = 4 * tid; i < sl.cnt; i += 4 * kSpreadThreads) {
+    uint32_t k[4];
+    load_key4<SRC>(a, row_off, sl.n, sl.s0 + i, k);
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (i + e < sl.cnt) ks[i + e] = k[e];
+  }
+  prof_mark(a.prof, blockIdx.x, 1);
+  spread_select(a, g, sl, ks, sh, g.first_ready != 0, v0);
   cuda::span_end(spans_of(a.prof), kSpanTopk, span_t0);
 }
 

@@ -70,4 +70,15 @@ void launch_indexer_topk(const IndexerParams& p, const TopkOutput& out, TopkPath
                          void* workspace, std::size_t workspace_bytes, const DeviceTraits& dev,
                          void* stream);
 
+// The unfused path of up to 8 tokens whose rows the spread top-k takes: scores and the top-k in
+// one cooperative kernel (indexer_topk_scored_spread_mma_sync.cuh) where that measured faster
+// (at least 32768 keys per call, at most 1024 positions per CTA; LATTE_CUDA_TOPK_SCORED=0 / 1
+// turns it off / on wherever it runs: up to 4096 positions per CTA). Whether it runs for this
+// problem in `workspace_bytes`, and its launch (the workspace holds the spread top-k's state at
+// its start; throws latte::Error where scored_spread_takes is false).
+[[nodiscard]] bool scored_spread_takes(const IndexerParams& p, int topk, std::size_t workspace_bytes,
+                                       const DeviceTraits& dev);
+void launch_scored_spread_topk(const IndexerParams& p, const TopkOutput& out, void* workspace,
+                               std::size_t workspace_bytes, const DeviceTraits& dev, void* stream);
+
 }  // namespace latte::cuda_indexer

@@ -23,6 +23,7 @@
 #include "kernels/indexer/smxx/indexer_launch.hpp"
 #include "latte/error.hpp"
 #include "kernels/indexer/smxx/indexer_score_mma_sync.cuh"
+#include "kernels/indexer/smxx/indexer_topk_scored_spread_mma_sync.cuh"
 
 namespace latte::cuda_indexer {
 namespace {
@@ -461,8 +462,9 @@ std::string describe_indexer(bool topk_op, bool q_fp8, int arch, int topk) {
       break;
   }
   return out + "; per call: unfused with the top-k spread over the GPU for up to 8 query tokens and 131072 "
-               "keys; else fused (no [T, L] scores) for 1 query token, or up to 32 at contexts of 128K+, "
-               "or when the workspace holds no row of scores; else unfused";
+               "keys (from 32768 keys scores and top-k in one cooperative kernel); else fused (no [T, L] scores) "
+               "for 1 query token, or up to 32 at contexts of 128K+, or when the workspace holds no row of "
+               "scores; else unfused";
 }
 
 namespace {
@@ -555,6 +557,62 @@ TopkPath choose_topk_path(const IndexerParams& p, int topk, std::size_t workspac
   return pick_topk_path(p, topk, workspace_bytes, dev, unused);
 }
 
+namespace {
+
+// The scored spread kernel against the keys pass followed by the spread top-k, measured on the
+// H200 (docs/kernels/indexer.md, "Batch 1", the two alternating in one process, two processes):
+// 0.91-0.98 of the time at 1 x 32K, 1 x 128K, 2 x 32K and 4 x 32K (slices of 512-996
+// positions); 0.97-1.03 at 1 x 8K, where the keys are few; 0.95-1.05 at 8 x 32K (slices of 2048:
+// four chunks per warp, only the first one's loads overlapped). LATTE_CUDA_TOPK_SCORED=0 turns it
+// off, =1 on wherever it runs.
+constexpr int64_t kScoredSpreadMinKeys = 32768;
+constexpr int kScoredSpreadBestSlice = 1024;
+
+template <int MATH>
+void launch_scored_spread(const ScoreArgs& sa, const cuda::TopkArgs& t, const cuda::SpreadArgs& g, int smem, bool pdl,
+                          cudaStream_t stream) {
+  static std::atomic<uint64_t> done{0};
+  allow_smem(indexer_topk_scored_spread_kernel<MATH>, done);
+  cuda::launch_kernel(indexer_topk_scored_spread_kernel<MATH>, static_cast<unsigned>(static_cast<int64_t>(g.rows) * g.slices),
+                      cuda::kSpreadThreads, static_cast<std::size_t>(smem), pdl, true, stream, sa, t, g);
+}
+
+}  // namespace
+
+bool scored_spread_takes(const IndexerParams& p, int topk, std::size_t workspace_bytes, const DeviceTraits& dev) {
+  const int knob = cuda::env_knob_choice("cuda.indexer", "LATTE_CUDA_TOPK_SCORED", {"0", "1"});
+  if (p.tokens <= 0 || topk <= 0 || p.heads > kMaxHeads || knob == 0) return false;
+  const cuda::SpreadShape sh = cuda::spread_shape(p.tokens, p.max_len(), dev.sm_count);
+  if (sh.slices == 0 || sh.slice_len > kScoredSpreadMaxSlice || sh.bytes > workspace_bytes) return false;
+  return knob == 1 || (p.tokens * p.max_len() >= kScoredSpreadMinKeys && sh.slice_len <= kScoredSpreadBestSlice);
+}
+
+void launch_scored_spread_topk(const IndexerParams& p, const TopkOutput& out, void* workspace,
+                               std::size_t workspace_bytes, const DeviceTraits& dev, void* stream_ptr) {
+  require_limits(p, out.topk);
+  if (p.tokens <= 0 || out.topk <= 0) return;
+  const auto stream = static_cast<cudaStream_t>(stream_ptr);
+  const cuda::SpreadArgs g = cuda::prepare_spread(p, workspace, workspace_bytes, dev.sm_count, stream);
+  if (g.slices == 0 || g.slice_len > kScoredSpreadMaxSlice) {
+    throw Error(ErrorCode::invalid_argument,
+                "indexer_topk: the scored spread top-k does not take " + std::to_string(p.tokens) + " tokens of " +
+                    std::to_string(p.max_len()) + " positions with " + std::to_string(workspace_bytes) +
+                    " bytes of workspace; ask scored_spread_takes() first");
+  }
+  // The matrix path of the keys pass, widened to 16 bits where that pass would use e4m3 mma.sync.
+  ScorePlan pl = one_token_plan(p, kModeKeys, 0, dev);
+  if (pl.math == kMathFp8) pl.math = kMathF16;
+  const ScoreArgs sa = score_args(p, pl);
+  cuda::TopkArgs t = cuda::topk_args(p, out, cuda::TopkPlan{});
+  t.prof = cuda::topk_prof_buffer();
+  const int smem = scored_spread_smem(g.slice_len, pl.hp);
+  const bool pdl = topk_pdl(dev);
+  cuda::topk_prof_begin(stream);
+  if (pl.math == kMathF16) launch_scored_spread<kMathF16>(sa, t, g, smem, pdl, stream);
+  else launch_scored_spread<kMathBf16>(sa, t, g, smem, pdl, stream);
+  cuda::topk_prof_end("scored spread", stream);
+}
+
 void launch_indexer_topk(const IndexerParams& p, const TopkOutput& out, TopkPath path, void* workspace,
                          std::size_t workspace_bytes, const DeviceTraits& dev, void* stream_ptr) {
   require_limits(p, out.topk);
@@ -562,6 +620,11 @@ void launch_indexer_topk(const IndexerParams& p, const TopkOutput& out, TopkPath
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   std::optional<FusedPlan> fused;  // planned once: it sizes the workspace and drives the launch
   if (path == TopkPath::automatic) path = pick_topk_path(p, out.topk, workspace_bytes, dev, fused);
+  // The unfused path of a few tokens: scores and top-k in one cooperative kernel.
+  if (path == TopkPath::unfused && scored_spread_takes(p, out.topk, workspace_bytes, dev)) {
+    launch_scored_spread_topk(p, out, workspace, workspace_bytes, dev, stream_ptr);
+    return;
+  }
   if (path == TopkPath::fused && !fused) fused = plan_fused(p, out.topk, dev);
   const std::optional<FusedWorkspace> fw =
       fused ? std::optional<FusedWorkspace>(fused_layout(*fused, p.tokens, out.topk)) : std::nullopt;

@@ -145,6 +145,100 @@ __device__ __forceinline__ int64_t token_visible(const ScoreArgs& a, int t, int 
 // Accumulates into sum (one FMNMX + one FFMA per element).
 __device__ __forceinline__ float add_relu_coef(float sum, float acc, float coef) { return fmaf(coef, fmaxf(acc, 0.0f), sum); }
 
+// The queries of tokens [t0, t0 + group) (fp8: [nt][half][lane][16 B]; bf16 / f16:
+// [nt][quarter][lane][16 B]) into sq, and their coefficients into scoef: NT = group * hp / 8
+// n-tiles. One unit = (n-tile, lane): lane (g, c) holds k range [32c, 32c + 32) of column
+// 8 nt + g, loaded at once (the prologue's latency is on every CTA's critical path). Every
+// thread of a CTA of THREADS calls it.
+template <int MATH, int THREADS>
+__device__ __forceinline__ void stage_query_fragments(const ScoreArgs& a, int t0, int group, uint8_t* sq,
+                                                      float2* scoef) {
+  const int tid = threadIdx.x;
+  const int NT = group * a.hp / 8;
+  constexpr int kParts = MATH == kMathFp8 ? 2 : 4;
+  // coef = w * |q_scale| of the two columns (2c, 2c + 1) of n-tile u / 4 (c = u % 4); 0 for
+  // padding. The first unit's loads go out with the queries' (one unit per thread in practice).
+  auto coef_of = [&](int u) {
+    const int nt = u / 4, cc = u % 4;
+    float f[2];
+    for (int e = 0; e < 2; ++e) {
+      const int col = nt * 8 + 2 * cc + e;
+      const int gq = col / a.hp, h = col % a.hp, t = t0 + gq;
+      float qs = 0.0f, w = 0.0f;
+      if (t < a.tokens && h < a.heads) {
+        qs = a.q_scale ? a.q_scale[static_cast<int64_t>(t) * a.qs_st + static_cast<int64_t>(h) * a.qs_sh] : 1.0f;
+        w = a.w[static_cast<int64_t>(t) * a.w_st + static_cast<int64_t>(h) * a.w_sh];
+      }
+      f[e] = w * fabsf(qs);
+    }
+    return make_float2(f[0], f[1]);
+  };
+  const float2 cf0 = tid < NT * 4 ? coef_of(tid) : make_float2(0.0f, 0.0f);
+  for (int u = tid; u < NT * 32; u += THREADS) {
+    const int nt = u / 32, ln = u % 32;
+    const int col = nt * 8 + (ln >> 2), cc = ln & 3;
+    const int gq = col / a.hp, h = col % a.hp, t = t0 + gq;
+    uint32_t x[16] = {};  // the lane's 32 e4m3 codes (words 0-7) or 32 bf16 (words 0-15)
+    bool neg = false;
+    if (t < a.tokens && h < a.heads) {
+      const int64_t row_off = static_cast<int64_t>(t) * a.q_st + static_cast<int64_t>(h) * a.q_sh;
+      const float qs = a.q_scale ? a.q_scale[static_cast<int64_t>(t) * a.qs_st + static_cast<int64_t>(h) * a.qs_sh] : 1.0f;
+      const int words = a.q_fp8 ? 8 : 16;
+      const uint8_t* src = a.q + (a.q_fp8 ? 1 : 2) * (row_off + 32 * cc);
+      if (a.q_vec && a.q_fp8 && MATH == kMathFp8) {
+        const uint4 v0 = reinterpret_cast<const uint4*>(src)[0], v1 = reinterpret_cast<const uint4*>(src)[1];
+        x[0] = v0.x; x[1] = v0.y; x[2] = v0.z; x[3] = v0.w;
+        x[4] = v1.x; x[5] = v1.y; x[6] = v1.z; x[7] = v1.w;
+      } else if (a.q_vec && a.q_fp8) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint2 v = reinterpret_cast<const uint2*>(src)[i];
+          x[2 * i] = v.x;
+          x[2 * i + 1] = v.y;
+        }
+      } else if (a.q_vec) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const uint4 v = reinterpret_cast<const uint4*>(src)[i];
+          x[4 * i] = v.x; x[4 * i + 1] = v.y; x[4 * i + 2] = v.z; x[4 * i + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 16; ++i)  // constant bound: x stays in registers
+          if (i < words)
+            x[i] = src[4 * i] | (src[4 * i + 1] << 8) | (src[4 * i + 2] << 16) | (static_cast<uint32_t>(src[4 * i + 3]) << 24);
+      }
+      neg = qs < 0.0f;  // read after the query loads are issued
+    }
+    // A negative q_scale: the head's query is staged negated (add_relu_coef).
+    const uint32_t flip = !neg ? 0u : a.q_fp8 ? 0x80808080u : 0x80008000u;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) x[i] ^= flip;
+#pragma unroll
+    for (int j = 0; j < kParts; ++j) {
+      uint4 v;
+      if (MATH == kMathFp8) {
+        v = make_uint4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
+      } else if (a.q_fp8) {
+        // 8 e4m3 codes -> 8 bf16 / f16 (exact).
+        const uint32_t lo = x[2 * j], hi = x[2 * j + 1];
+        if (MATH == kMathF16) {
+          v = make_uint4(cuda::e4m3x2_to_f16x2(lo & 0xFFFFu), cuda::e4m3x2_to_f16x2(lo >> 16),
+                         cuda::e4m3x2_to_f16x2(hi & 0xFFFFu), cuda::e4m3x2_to_f16x2(hi >> 16));
+        } else {
+          v = make_uint4(cuda::e4m3x2_to_bf16x2(lo & 0xFFFFu), cuda::e4m3x2_to_bf16x2(lo >> 16),
+                         cuda::e4m3x2_to_bf16x2(hi & 0xFFFFu), cuda::e4m3x2_to_bf16x2(hi >> 16));
+        }
+      } else {
+        v = make_uint4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
+      }
+      *reinterpret_cast<uint4*>(sq + (static_cast<int64_t>(nt) * kParts + j) * 512 + ln * 16) = v;
+    }
+  }
+  if (tid < NT * 4) scoef[tid] = cf0;
+  for (int u = tid + THREADS; u < NT * 4; u += THREADS) scoef[u] = coef_of(u);
+}
+
 template <int MODE, int MATH>
 __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreArgs a) {
   extern __shared__ __align__(16) uint8_t smem[];
@@ -199,90 +293,7 @@ __global__ void __launch_bounds__(kThreads, 3) indexer_score_kernel(const ScoreA
     }
   }
 
-  // Queries in fragment order. fp8: [nt][half][lane][16 B]; bf16 / f16: [nt][quarter][lane][16 B].
-  // One unit = (n-tile, lane): lane (g, c) holds k range [32c, 32c + 32) of column 8 nt + g,
-  // loaded at once (the prologue's latency is on every CTA's critical path).
-  const int NT = a.group * a.hp / 8;
-  auto stage_q = [&]() {
-    constexpr int kParts = MATH == kMathFp8 ? 2 : 4;
-    for (int u = tid; u < NT * 32; u += kThreads) {
-      const int nt = u / 32, ln = u % 32;
-      const int col = nt * 8 + (ln >> 2), cc = ln & 3;
-      const int gq = col / a.hp, h = col % a.hp, t = t0 + gq;
-      uint32_t x[16] = {};  // the lane's 32 e4m3 codes (words 0-7) or 32 bf16 (words 0-15)
-      bool neg = false;
-      if (t < a.tokens && h < a.heads) {
-        const int64_t row_off = static_cast<int64_t>(t) * a.q_st + static_cast<int64_t>(h) * a.q_sh;
-        const float qs = a.q_scale ? a.q_scale[static_cast<int64_t>(t) * a.qs_st + static_cast<int64_t>(h) * a.qs_sh] : 1.0f;
-        const int words = a.q_fp8 ? 8 : 16;
-        const uint8_t* src = a.q + (a.q_fp8 ? 1 : 2) * (row_off + 32 * cc);
-        if (a.q_vec && a.q_fp8 && MATH == kMathFp8) {
-          const uint4 v0 = reinterpret_cast<const uint4*>(src)[0], v1 = reinterpret_cast<const uint4*>(src)[1];
-          x[0] = v0.x; x[1] = v0.y; x[2] = v0.z; x[3] = v0.w;
-          x[4] = v1.x; x[5] = v1.y; x[6] = v1.z; x[7] = v1.w;
-        } else if (a.q_vec && a.q_fp8) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint2 v = reinterpret_cast<const uint2*>(src)[i];
-            x[2 * i] = v.x;
-            x[2 * i + 1] = v.y;
-          }
-        } else if (a.q_vec) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            const uint4 v = reinterpret_cast<const uint4*>(src)[i];
-            x[4 * i] = v.x; x[4 * i + 1] = v.y; x[4 * i + 2] = v.z; x[4 * i + 3] = v.w;
-          }
-        } else {
-#pragma unroll
-          for (int i = 0; i < 16; ++i)  // constant bound: x stays in registers
-            if (i < words)
-              x[i] = src[4 * i] | (src[4 * i + 1] << 8) | (src[4 * i + 2] << 16) | (static_cast<uint32_t>(src[4 * i + 3]) << 24);
-        }
-        neg = qs < 0.0f;  // read after the query loads are issued
-      }
-      // A negative q_scale: the head's query is staged negated (add_relu_coef).
-      const uint32_t flip = !neg ? 0u : a.q_fp8 ? 0x80808080u : 0x80008000u;
-#pragma unroll
-      for (int i = 0; i < 16; ++i) x[i] ^= flip;
-#pragma unroll
-      for (int j = 0; j < kParts; ++j) {
-        uint4 v;
-        if (MATH == kMathFp8) {
-          v = make_uint4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
-        } else if (a.q_fp8) {
-          // 8 e4m3 codes -> 8 bf16 / f16 (exact).
-          const uint32_t lo = x[2 * j], hi = x[2 * j + 1];
-          if (MATH == kMathF16) {
-            v = make_uint4(cuda::e4m3x2_to_f16x2(lo & 0xFFFFu), cuda::e4m3x2_to_f16x2(lo >> 16),
-                           cuda::e4m3x2_to_f16x2(hi & 0xFFFFu), cuda::e4m3x2_to_f16x2(hi >> 16));
-          } else {
-            v = make_uint4(cuda::e4m3x2_to_bf16x2(lo & 0xFFFFu), cuda::e4m3x2_to_bf16x2(lo >> 16),
-                           cuda::e4m3x2_to_bf16x2(hi & 0xFFFFu), cuda::e4m3x2_to_bf16x2(hi >> 16));
-          }
-        } else {
-          v = make_uint4(x[4 * j], x[4 * j + 1], x[4 * j + 2], x[4 * j + 3]);
-        }
-        *reinterpret_cast<uint4*>(sq + (static_cast<int64_t>(nt) * kParts + j) * 512 + ln * 16) = v;
-      }
-    }
-    // coef = w * |q_scale| of the two columns (2c, 2c + 1) of each n-tile; 0 for padding.
-    for (int u = tid; u < NT * 4; u += kThreads) {
-      const int nt = u / 4, cc = u % 4;
-      float f[2];
-      for (int e = 0; e < 2; ++e) {
-        const int col = nt * 8 + 2 * cc + e;
-        const int gq = col / a.hp, h = col % a.hp, t = t0 + gq;
-        float qs = 0.0f, w = 0.0f;
-        if (t < a.tokens && h < a.heads) {
-          qs = a.q_scale ? a.q_scale[static_cast<int64_t>(t) * a.qs_st + static_cast<int64_t>(h) * a.qs_sh] : 1.0f;
-          w = a.w[static_cast<int64_t>(t) * a.w_st + static_cast<int64_t>(h) * a.w_sh];
-        }
-        f[e] = w * fabsf(qs);
-      }
-      scoef[u] = make_float2(f[0], f[1]);
-    }
-  };
+  auto stage_q = [&]() { stage_query_fragments<MATH, kThreads>(a, t0, a.group, sq, scoef); };
   bool q_ready = false;
 
   uint32_t* bkeys = nullptr;
