@@ -200,7 +200,7 @@ def _cmd_run(a: argparse.Namespace) -> None:
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True,
-                   help="Preset (glm-5, deepseek-v3.2, deepseek-v3, kimi-k2) or a config.json path")
+                   help="Preset (glm-5, glm-5.3-flash, deepseek-v3.2, deepseek-v3, kimi-k2) or a config.json path")
     p.add_argument("--tp", type=int, default=1,
                    help="Tensor-parallel size (must divide the attention heads)")
     p.add_argument("--kv-cache", default="bf16", help="KV-cache format: bf16 or fp8_ds_mla")

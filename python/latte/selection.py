@@ -74,7 +74,7 @@ def select(
     """Chooses the backend for one operation of a model and explains the choice.
 
     Args:
-        model: a preset (glm-5, deepseek-v3.2, deepseek-v3, kimi-k2), a config.json path, or
+        model: a preset (glm-5, glm-5.3-flash, deepseek-v3.2, deepseek-v3, kimi-k2), a config.json path, or
             the config's fields as a dict (what ``transformers`` ``config.to_dict()`` gives).
         tp: tensor-parallel size (heads per rank = num_attention_heads / tp).
         kv_cache: "bf16" or "fp8_ds_mla".
