@@ -14,7 +14,7 @@ enum class DType : uint8_t { f32, f16, bf16, e4m3, i32, u8 };
 [[nodiscard]] std::optional<DType> parse_dtype(std::string_view name);
 [[nodiscard]] std::size_t dtype_size(DType dtype);
 
-// Layout of one token of the MLA KV cache (docs/design.md, sections 6.1, 6.2 and 6.4). Without
+// Layout of one token of the MLA KV cache (docs/design.md, sections 6.1, 6.2 and 6.5). Without
 // rope (rope dim 0) the same formats drop the rope values: bf16 512 values (1024 bytes),
 // fp8_ds_mla 512 e4m3 + 4 f32 scales (528 bytes, or 656 with the last 128 reserved).
 enum class CacheFormat : uint8_t {

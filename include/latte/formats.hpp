@@ -14,7 +14,7 @@ inline constexpr float kE4m3Max = 448.0f;  // largest finite e4m3 value (code 0x
 inline constexpr int kFp8DsMlaBytes = 656;
 inline constexpr int kFp8DsMlaScaleOffset = 512;  // 4 f32 group scales
 inline constexpr int kFp8DsMlaRopeOffset = 528;   // 64 bf16 rope values
-// A token without rope (rope dim 0, docs/design.md, section 6.4): the first 528 bytes of an
+// A token without rope (rope dim 0, docs/design.md, section 6.5): the first 528 bytes of an
 // fp8_ds_mla token, 512 e4m3 and the 4 f32 scales. Stored compact (528-byte rows) or in
 // 656-byte rows whose last 128 bytes are reserved: never read, and left as they are by writes.
 inline constexpr int kFp8NopeBytes = kFp8DsMlaRopeOffset;

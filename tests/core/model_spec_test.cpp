@@ -155,11 +155,16 @@ TEST(ModelSpec, LoadsAPathOrADirectory) {
   }
 }
 
-TEST(AttentionSpec, PerOperation) {
+// A preset deployed at TP8 with an fp8_ds_mla cache.
+ModelSpec at_tp8_fp8(const char* preset) {
   Deployment d;
   d.tp = 8;
   d.kv_cache = CacheFormat::fp8_ds_mla;
-  const ModelSpec glm = load_model("glm-5", d);
+  return load_model(preset, d);
+}
+
+TEST(AttentionSpec, PerOperation) {
+  const ModelSpec glm = at_tp8_fp8("glm-5");
 
   const AttentionSpec sparse = attention_spec(glm, Op::sparse_mla);
   EXPECT_EQ(sparse.num_heads, 8);
@@ -274,10 +279,7 @@ TEST(Glm53Flash, CoverageNamesTheLayersLatteServesAndWhatIsMissing) {
 }
 
 TEST(Glm53Flash, AttentionSpecsHaveHeadDim512AndRefuseWhatLatteLacks) {
-  Deployment d;
-  d.tp = 8;
-  d.kv_cache = CacheFormat::fp8_ds_mla;
-  const ModelSpec m = load_model("glm-5.3-flash", d);
+  const ModelSpec m = at_tp8_fp8("glm-5.3-flash");
   const AttentionSpec sparse = attention_spec(m, Op::sparse_mla);
   EXPECT_EQ(sparse.head_dim, 512);
   EXPECT_EQ(sparse.head_dim_v, 512);
