@@ -24,7 +24,8 @@ Capabilities reference_capabilities() {
   caps.topk = IntRule::range(1, kMaxTopk);
   caps.s_q = IntRule::range(1, kMaxDecodeSq);
   caps.workspace = "none (host memory of its own, O(topk * 576) doubles per token)";
-  caps.notes = "float64 oracle, single-threaded; for checking and small runs, not for speed";
+  caps.notes = "float64 oracle, single-threaded; for checking and small runs, not for speed; takes MLA "
+               "without rope (head_dim 512) and topk_lens";
   return caps;
 }
 
