@@ -266,13 +266,14 @@ void read_layers(const ConfigReader& reader, const json& text, const std::string
   const json* full = linear && linear->is_object() ? reader.find(*linear, "full_attn_layers") : nullptr;
   if (!full) return;
   const std::string full_key = at + "linear_attn_config.full_attn_layers";
-  std::vector<int> listed;
   if (!full->is_array()) reader.fail(full_key, fmt::format("= {} must be a list of layer indices", detail::show_json(*full)));
-  for (const json& v : *full) {
+  bool same = full->size() == spec.mla_layers.size();
+  for (std::size_t i = 0; i < full->size(); ++i) {
+    const json& v = (*full)[i];
     if (!v.is_number_integer()) reader.fail(full_key, fmt::format("holds {}, not a layer index", detail::show_json(v)));
-    listed.push_back(v.get<int>());
+    same = same && v.get<int64_t>() == spec.mla_layers[i];
   }
-  if (listed != spec.mla_layers) {
+  if (!same) {
     reader.fail(full_key, fmt::format("= {} disagrees with layer_types, whose {} layers are [{}]; fix one of them",
                                       detail::show_json(*full), kDsaLayer, detail::join(spec.mla_layers, ", ", [](int l) {
                                         return std::to_string(l);
@@ -395,9 +396,10 @@ std::string ModelSpec::coverage() const {
                       layers, mtp, other_layers, other_layers == 1 ? "" : "s");
   }
   if (indexer && indexer->pooled()) {
-    out += fmt::format("{}Its indexer scores pools of {} tokens (index_kpool {}), which latte does not compute "
+    const std::string whose = out.empty() ? name + "'s" : " Its";
+    out += fmt::format("{} indexer scores pools of {} tokens (index_kpool {}), which latte does not compute "
                        "yet: latte serves its kv_store and sparse_mla, the indices come from the engine.",
-                       out.empty() ? "" : " ", indexer->kpool, indexer->kpool);
+                       whose, indexer->kpool, indexer->kpool);
   }
   return out;
 }

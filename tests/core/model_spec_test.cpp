@@ -327,6 +327,19 @@ TEST(Glm53Flash, RopeDimZeroWithATokenIndexerKeepsTheIndexerOps) {
   EXPECT_EQ(m.mla_layers, std::vector<int>{});  // no num_hidden_layers: not known
 }
 
+// A pooled indexer on a model latte serves every layer of: the coverage names the model.
+TEST(Glm53Flash, CoverageOfAPooledIndexerAlone) {
+  const ModelSpec m = parse_model_config(
+      R"({"num_attention_heads": 16, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+          "v_head_dim": 128, "index_topk": 512, "index_n_heads": 8, "index_head_dim": 128, "index_kpool": 4,
+          "num_hidden_layers": 2, "max_position_embeddings": 4096})",
+      "pooled");
+  EXPECT_EQ(m.mla_layers, (std::vector<int>{0, 1}));
+  EXPECT_EQ(m.indexer->attended_tokens(), 512);  // no tail unless index_kpool_always_select_tail
+  EXPECT_EQ(m.coverage(), "pooled's indexer scores pools of 4 tokens (index_kpool 4), which latte does not "
+                          "compute yet: latte serves its kv_store and sparse_mla, the indices come from the engine.");
+}
+
 // ---- Malformed configs -------------------------------------------------------------------
 
 struct BadConfig {
