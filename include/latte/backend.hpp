@@ -35,7 +35,8 @@ class Kernel {
   // Validates `args` once (make_problem), then runs the problem. Throws latte::Error.
   void run(const OpArgs& args, const RunContext& ctx);
   // Runs a validated problem: checks it against spec() and device() (op, cache format, query
-  // dtype, heads, topk, device kind: a mismatch is invalid_argument naming both), runs check
+  // dtype, heads, head_dim, topk, topk_lens, device kind: a mismatch is invalid_argument naming
+  // both), runs check
   // mode when asked (RunContext::check_indices), makes the problem's device current, then
   // compute(). Asynchronous on CUDA streams unless check mode is on.
   void run(const Problem& problem, const RunContext& ctx);

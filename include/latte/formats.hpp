@@ -14,6 +14,10 @@ inline constexpr float kE4m3Max = 448.0f;  // largest finite e4m3 value (code 0x
 inline constexpr int kFp8DsMlaBytes = 656;
 inline constexpr int kFp8DsMlaScaleOffset = 512;  // 4 f32 group scales
 inline constexpr int kFp8DsMlaRopeOffset = 528;   // 64 bf16 rope values
+// A token without rope (rope dim 0, docs/design.md, section 6.5): the first 528 bytes of an
+// fp8_ds_mla token, 512 e4m3 and the 4 f32 scales. Stored compact (528-byte rows) or in
+// 656-byte rows whose last 128 bytes are reserved: never read, and left as they are by writes.
+inline constexpr int kFp8NopeBytes = kFp8DsMlaRopeOffset;
 
 // OCP FP8 E4M3FN: round to nearest even, saturate finite overflow (and infinities) to +-448,
 // NaN -> 0x7F (sign kept).
@@ -36,6 +40,11 @@ void pack_fp8_ds_mla_token(const float* latent, const float* rope, Fp8ScaleKind 
                            uint8_t* out656);
 // Back to 576 floats: latent = e4m3 * scale, rope = bf16.
 void unpack_fp8_ds_mla_token(const uint8_t* in656, float* out576);
+// The same without rope: 512 latent values -> the first 528 bytes of `out` (e4m3 codes, then the
+// 4 f32 group scales); nothing past them is written.
+void pack_fp8_nope_token(const float* latent, Fp8ScaleKind kind, uint8_t* out528);
+// Back to 512 floats (e4m3 * scale), reading the first 528 bytes only.
+void unpack_fp8_nope_token(const uint8_t* in528, float* out512);
 
 // One token of the indexer K cache, inside its page (docs/design.md, section 6.3): 128 e4m3 at
 // page + offset*128, one f32 scale at page + block_size*128 + offset*4.

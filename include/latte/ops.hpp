@@ -31,6 +31,9 @@ enum class Op : uint8_t {
 inline constexpr int kLatentDim = 512;   // kv_lora_rank
 inline constexpr int kRopeDim = 64;      // qk_rope_head_dim
 inline constexpr int kQkDim = 576;       // latent + rope
+// MLA without rope ("NoPE", GLM-5.3-Flash: qk_rope_head_dim 0): q and K are the latent alone,
+// d_qk = kLatentDim. The rope_dim of SparseMlaArgs / KvStoreArgs is kRopeDim or kNoRopeDim.
+inline constexpr int kNoRopeDim = 0;
 inline constexpr int kIndexDim = 128;    // index_head_dim
 inline constexpr int kIndexBytesPerToken = 132;  // 128 e4m3 + one f32 scale
 inline constexpr int kFp8GroupSize = 128;
@@ -40,8 +43,11 @@ inline constexpr int kMaxDecodeSq = 4;     // mla_decode query tokens per reques
 
 // score = scale * q.c over the token set of each query; out = softmax-weighted latent.
 struct SparseMlaArgs {
-  TensorView q;         // [T, H, 576] bf16; [T, H, 512] (the latent part) when q_rope is given
-  TensorView kv_cache;  // [num_blocks, block_size, 576] bf16 | [num_blocks, block_size, 656] u8
+  // [T, H, 576] bf16; [T, H, 512] (the latent part) when q_rope is given or rope_dim is 0
+  TensorView q;
+  // rope_dim 64: [num_blocks, block_size, 576] bf16 | [num_blocks, block_size, 656] u8.
+  // rope_dim 0: [.., 512] bf16 | [.., 528] u8 | [.., 656] u8 (bytes 528..655 reserved, not read).
+  TensorView kv_cache;
   TensorView indices;   // [T, topk] i32 physical slots, -1 = none
   TensorView out;       // [T, H, 512] bf16
   TensorView lse;       // optional [T, H] f32, natural log; -inf for an empty row
@@ -49,6 +55,14 @@ struct SparseMlaArgs {
   // Optional [T, H, 64] bf16: the query's rope part as a tensor of its own (engines keep the
   // latent and rope parts of q apart: vLLM hands (ql_nope, q_pe)), read in place of q[..., 512:].
   TensorView q_rope;
+  // kRopeDim (64): MLA with rope. kNoRopeDim (0): MLA without rope, d_qk 512 (GLM-5.3-Flash).
+  // Stated, never inferred from the shapes, so that a rope call missing q_rope is an error
+  // rather than silently computed without its rope dims.
+  int rope_dim = kRopeDim;
+  // Optional [T] i32: row t attends to indices[t, 0 : topk_lens[t]] only; entries past it are
+  // ignored whatever they hold (padding that costs nothing). Values outside 0..topk are clamped
+  // (an error in check mode).
+  TensorView topk_lens;
 };
 
 struct MlaDecodeArgs {
@@ -88,10 +102,13 @@ struct IndexerLogitsArgs {
 
 struct KvStoreArgs {
   TensorView latent;         // [T, 512] bf16
-  TensorView rope;           // [T, 64] bf16
+  TensorView rope;           // [T, 64] bf16; absent with rope_dim 0
   TensorView slot_mapping;   // [T] i32, -1 = skip
-  TensorView kv_cache;       // bf16 [nb, bs, 576] or u8 [nb, bs, 656]
+  // rope_dim 64: bf16 [nb, bs, 576] or u8 [nb, bs, 656]. rope_dim 0: bf16 [nb, bs, 512], u8
+  // [nb, bs, 528], or u8 [nb, bs, 656] whose bytes 528..655 are left as they are.
+  TensorView kv_cache;
   Fp8ScaleKind scale_kind = Fp8ScaleKind::amax;  // fp8_ds_mla only
+  int rope_dim = kRopeDim;   // as SparseMlaArgs::rope_dim: 0 writes rows without rope
 };
 
 struct IndexerKStoreArgs {

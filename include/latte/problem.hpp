@@ -13,7 +13,11 @@ namespace latte {
 struct SparseMlaShape {
   int64_t tokens = 0, heads = 0, topk = 0, num_blocks = 0, block_size = 0;
   CacheFormat format = CacheFormat::bf16;
+  // kRopeDim or kNoRopeDim (the call's rope_dim): q and cache rows hold 512 + rope_dim values.
+  // A row without rope is read from its first 528 bytes (fp8) whatever the row stride.
+  int rope_dim = kRopeDim;
   [[nodiscard]] int64_t num_slots() const { return num_blocks * block_size; }
+  [[nodiscard]] int qk_dim() const { return kLatentDim + rope_dim; }
 };
 
 struct MlaDecodeShape {
@@ -32,6 +36,7 @@ struct IndexerShape {
 struct KvStoreShape {
   int64_t tokens = 0, num_blocks = 0, block_size = 0;
   CacheFormat format = CacheFormat::bf16;
+  int rope_dim = kRopeDim;  // kv_store: the rows written hold 512 + rope_dim values
 };
 
 struct LogicalToSlotsShape {

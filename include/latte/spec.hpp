@@ -16,7 +16,19 @@ namespace latte {
 struct IndexerSpec {
   int num_heads = 0;   // index_n_heads
   int head_dim = 0;    // index_head_dim
-  int topk = 0;        // index_topk
+  int topk = 0;        // index_topk: the token positions the top-k keeps
+  // The pooled ("C4") indexer of GLM-5.3-Flash: keys of index_kpool consecutive tokens are
+  // pooled into one and scored per pool; 0 = the per-token indexer of GLM-5 and DeepSeek-V3.2.
+  int kpool = 0;                          // index_kpool
+  bool kpool_compress = false;            // index_kpool_compress: a pool's key is a gated mix
+  bool kpool_always_select_tail = false;  // index_kpool_always_select_tail: + the newest tokens
+
+  [[nodiscard]] bool pooled() const { return kpool > 1; }
+  // The most positions one query attends to, the columns sparse_mla needs: topk, plus the
+  // kpool - 1 tokens of the incomplete pool when the tail is always selected (GLM-5.3: 2051).
+  [[nodiscard]] int attended_tokens() const {
+    return topk + (pooled() && kpool_always_select_tail ? kpool - 1 : 0);
+  }
 };
 
 struct ModelSpec {
@@ -33,6 +45,15 @@ struct ModelSpec {
   double softmax_scale = 0.0;    // docs/design.md, section 2.1, yarn mscale included
   std::string rope_type;         // "default", "yarn"
   double rope_factor = 1.0;
+  // MLA without rope (mla_use_nope, qk_rope_head_dim 0; GLM-5.3-Flash): q and K are the latent
+  // alone (d_qk = kv_lora_rank), the rope_dim 0 of sparse_mla and kv_store.
+  bool nope = false;
+
+  // Layers (docs/design.md, section 7). Hybrid models interleave MLA layers with others that
+  // latte does not compute; the config's layer_types says which is which.
+  int num_layers = 0;               // num_hidden_layers (0: the config does not say)
+  std::vector<int> mla_layers;      // the layers whose attention is MLA/DSA (latte's), ascending
+  int mtp_layers = 0;               // num_nextn_predict_layers: MTP layers, MLA/DSA attention too
 
   // Deployment choices.
   int tp = 1;
@@ -41,6 +62,14 @@ struct ModelSpec {
   int block_size = 64;
 
   [[nodiscard]] bool is_dsa() const { return indexer.has_value(); }
+  [[nodiscard]] int rope_dim() const { return nope ? kNoRopeDim : kRopeDim; }
+  // What of the model latte computes, in words, for `latte select` and `latte run`: empty for a
+  // model latte serves whole; otherwise which layers it serves and what it lacks (the linear-
+  // attention layers of a hybrid model are not latte's; a pooled indexer is not in latte yet).
+  [[nodiscard]] std::string coverage() const;
+  // The ops one layer of the model runs through latte, in call order (`latte select --op all`):
+  // the cache writes, the indexer when latte computes it, then the attention.
+  [[nodiscard]] std::vector<Op> layer_ops() const;
 };
 
 struct Deployment {
@@ -53,7 +82,7 @@ struct Deployment {
 // Throws latte::Error(config_error) naming the source, the key, the value and the fix.
 [[nodiscard]] ModelSpec parse_model_config(std::string_view json_text, std::string_view source,
                                            const Deployment& deployment = {});
-// A preset name (glm-5, deepseek-v3.2, deepseek-v3, kimi-k2) or a path to a config.json.
+// A preset name (glm-5, glm-5.3-flash, deepseek-v3.2, deepseek-v3, kimi-k2) or a path to a config.json.
 [[nodiscard]] ModelSpec load_model(std::string_view name_or_path,
                                    const Deployment& deployment = {});
 [[nodiscard]] std::vector<std::string> model_preset_names();
@@ -63,7 +92,7 @@ struct AttentionSpec {
   Op op = Op::sparse_mla;
   std::string model;         // for explanations only
   int num_heads = 0;         // attention heads per rank; index heads for indexer ops
-  int head_dim = kQkDim;     // 576 for MLA ops, 128 for indexer ops
+  int head_dim = kQkDim;     // 576 for MLA ops (512 without rope), 128 for indexer ops
   int head_dim_v = kLatentDim;
   DType q_dtype = DType::bf16;                  // e4m3 or bf16 for indexer queries
   CacheFormat kv_cache = CacheFormat::bf16;
@@ -84,6 +113,9 @@ struct AttentionSpec {
   // sparse_mla: the query comes as q [T, H, 512] + q_rope [T, H, 64] (SparseMlaArgs::q_rope).
   // Plugins (ABI v1) take one [T, H, 576] tensor and refuse it.
   bool split_q = false;
+  // sparse_mla: each row's valid length comes as topk_lens [T] (SparseMlaArgs::topk_lens).
+  // Backends that read every column of indices refuse it (reason topk_lens).
+  bool topk_lens = false;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
   [[nodiscard]] std::string summary() const;  // "sparse_mla H=8 d=576 bf16 cache=fp8_ds_mla ..."
@@ -96,7 +128,8 @@ struct AttentionOptions {
 };
 
 // Derive the spec of `op` from a model. Throws invalid_argument when the op does not apply
-// (indexer ops on a dense model).
+// (indexer ops on a dense model, mla_decode on a model without rope), and unsupported for the
+// indexer ops of a pooled indexer, which latte does not compute yet.
 [[nodiscard]] AttentionSpec attention_spec(const ModelSpec& model, Op op,
                                            const AttentionOptions& options = {});
 

@@ -29,9 +29,12 @@ Device common_device(const OpArgs& args);
 // Index range checks for check mode, on host-readable int32 data. Each throws naming the
 // first bad entry: row, column, value and the allowed range. `what` names the op and the
 // argument ("sparse_mla: indices").
-// Slots: -1 (none) or 0 .. num_slots-1.
+// Slots: -1 (none) or 0 .. num_slots-1. With `row_lens` (sparse_mla's topk_lens, already
+// checked to be 0..cols), only the first row_lens[r] entries of row r are checked: the rest are
+// ignored by the op, whatever they hold.
 void check_slot_indices(const int32_t* indices, int64_t rows, int64_t cols, int64_t row_stride,
-                        int64_t num_slots, const char* what);
+                        int64_t num_slots, const char* what, const int32_t* row_lens = nullptr,
+                        int64_t row_lens_stride = 1);
 // Block ids: 0 .. num_blocks-1, every entry of the rows x cols table.
 void check_block_table(const int32_t* table, int64_t rows, int64_t cols, int64_t row_stride,
                        int64_t num_blocks, const char* what);

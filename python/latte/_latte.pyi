@@ -76,6 +76,8 @@ def sparse_mla(
     token_request: Optional[Tensor] = None,
     slots: Optional[Tensor] = None,
     q_rope: Optional[Tensor] = None,
+    rope_dim: int = 64,
+    topk_lens: Optional[Tensor] = None,
 ) -> str: ...
 def mla_decode(
     q: Tensor,
@@ -121,7 +123,7 @@ def indexer_logits(
 ) -> str: ...
 def kv_store(
     latent: Tensor,
-    rope: Tensor,
+    rope: Optional[Tensor],
     slot_mapping: Tensor,
     kv_cache: Tensor,
     scale_kind: str = "amax",
@@ -129,6 +131,7 @@ def kv_store(
     backend: Optional[str] = None,
     stream: Any = None,
     check_indices: bool = False,
+    rope_dim: int = 64,
 ) -> str: ...
 def indexer_k_store(
     k: Tensor,

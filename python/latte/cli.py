@@ -125,27 +125,27 @@ def _cmd_backends(a: argparse.Namespace) -> None:
 
 # ---- select --------------------------------------------------------------------------------
 
-def _ops_to_select(op: Optional[str], is_dsa: bool) -> List[Optional[str]]:
-    # As tools/latte/cmd_select.cpp: "all" is the ops one layer of the model runs.
-    if op != "all":
-        return [op]
-    if is_dsa:
-        return ["kv_store", "indexer_k_store", "indexer_topk", "sparse_mla"]
-    return ["kv_store", "mla_decode"]
+def _ops_to_select(op: Optional[str], model: Dict[str, Any]) -> List[Optional[str]]:
+    # As tools/latte/cmd_select.cpp: "all" is the ops one layer of the model runs through latte.
+    return list(model["layer_ops"]) if op == "all" else [op]
 
 
 def _cmd_select(a: argparse.Namespace) -> None:
     _warn_plugin_path_failures()
     _load_plugins(a.plugin)
     model = selection.model_spec(a.model, tp=a.tp, kv_cache=a.kv_cache, block_size=a.block_size)
+    coverage = model["coverage"]
+    if coverage and not a.json:
+        print(f"model: {coverage}\n")
     results = []
-    for op in _ops_to_select(a.op, model["is_dsa"]):
+    for op in _ops_to_select(a.op, model):
         results.append(_latte.select(
             a.model, tp=a.tp, kv_cache=a.kv_cache, block_size=a.block_size, device=a.device,
             op=op, tokens=a.tokens, force=_split(a.force), exclude=_split(a.exclude),
             policy_path=a.policy, strict=False))
     if a.json:
-        dicts = [dict(s.to_dict(), kernel=s.describe_kernel()) for s in results]
+        dicts = [dict(s.to_dict(), kernel=s.describe_kernel(), **({"coverage": coverage} if coverage else {}))
+                 for s in results]
         print(_dump(dicts[0] if len(dicts) == 1 else dicts))
     else:
         for s in results:
@@ -200,7 +200,7 @@ def _cmd_run(a: argparse.Namespace) -> None:
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True,
-                   help="Preset (glm-5, deepseek-v3.2, deepseek-v3, kimi-k2) or a config.json path")
+                   help="Preset (glm-5, glm-5.3-flash, deepseek-v3.2, deepseek-v3, kimi-k2) or a config.json path")
     p.add_argument("--tp", type=int, default=1,
                    help="Tensor-parallel size (must divide the attention heads)")
     p.add_argument("--kv-cache", default="bf16", help="KV-cache format: bf16 or fp8_ds_mla")

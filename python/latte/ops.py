@@ -119,6 +119,8 @@ def sparse_mla(
     token_request: Optional[Tensor] = None,
     slots: Optional[Tensor] = None,
     q_rope: Optional[Tensor] = None,
+    rope_dim: int = 64,
+    topk_lens: Optional[Tensor] = None,
 ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Sparse MLA attention over a per-token list of physical cache slots.
 
@@ -152,6 +154,12 @@ def sparse_mla(
         q_rope: [T, H, 64] bfloat16: the query's rope part as a tensor of its own; q is then
             [T, H, 512] (the latent part). Engines that keep the two apart (vLLM's
             ``(ql_nope, q_pe)``) pass both and skip concatenating them.
+        rope_dim: 64 (MLA with rope) or 0 (MLA without rope, GLM-5.3-Flash): q is then
+            [T, H, 512] with no q_rope, and kv_cache [num_blocks, block_size, 512] bfloat16, or
+            uint8 rows of 528 bytes (512 e4m3 + 4 float32 scales) or 656 bytes (the same, then 128
+            reserved bytes that are never read). Stated, never inferred from the shapes.
+        topk_lens: [T] int32: row t attends to indices[t, :topk_lens[t]] only; the columns past
+            it are ignored whatever they hold.
 
     Returns:
         out, or (out, lse) when return_lse or lse is given.
@@ -160,6 +168,8 @@ def sparse_mla(
         _required("sparse_mla", q=q, kv_cache=kv_cache, indices=indices)
     if type(scale) is not float:
         scale = _real("sparse_mla", "scale", scale)
+    if type(rope_dim) is not int:
+        rope_dim = _int("sparse_mla", "rope_dim", rope_dim, -2**31, 2**31 - 1)
     if kv_format is not None or backend is not None:
         _texts("sparse_mla", kv_format=kv_format, backend=backend)
     if block_table is None and (token_request is not None or slots is not None):
@@ -173,7 +183,8 @@ def sparse_mla(
         slots = empty_like_input(indices, (lead[0], topk), "i32", "slots")
     out, lse, want_lse = _attention_outputs(q, "sparse_mla", 2, out, lse, return_lse)
     _latte.sparse_mla(q, kv_cache, indices, out, lse, scale, kv_format, backend or None,
-                      stream, check_indices, block_table, token_request, slots, q_rope)
+                      stream, check_indices, block_table, token_request, slots, q_rope, rope_dim,
+                      topk_lens)
     return (out, lse) if want_lse else out
 
 
@@ -318,7 +329,7 @@ def indexer_logits(
 
 def kv_store(
     latent: Tensor,
-    rope: Tensor,
+    rope: Optional[Tensor],
     slot_mapping: Tensor,
     kv_cache: Tensor,
     *,
@@ -327,12 +338,13 @@ def kv_store(
     backend: Optional[str] = None,
     stream: Stream = None,
     check_indices: bool = False,
+    rope_dim: int = 64,
 ) -> None:
     """Writes each token's latent and rope into the MLA cache at its slot (in place).
 
     Args:
         latent: [T, 512] bfloat16 (the normalized kv_a latent).
-        rope: [T, 64] bfloat16 (the roped k_pe).
+        rope: [T, 64] bfloat16 (the roped k_pe); None with rope_dim=0.
         slot_mapping: [T] int32 physical slots, -1 = skip the token.
         kv_cache: the cache to write: [num_blocks, block_size, 576] bfloat16, or
             [num_blocks, block_size, 656] uint8 (fp8_ds_mla: latent as e4m3 in 4 groups of 128
@@ -340,14 +352,18 @@ def kv_store(
         scale_kind: fp8_ds_mla group scales: "amax" (amax / 448) or "pow2" (the next power of
             two).
         kv_format, backend, stream, check_indices: as for :func:`sparse_mla`.
+        rope_dim: 64, or 0 to write rows without rope (rope None): 512 bfloat16 values, or the
+            528 fp8 bytes of a uint8 [.., 528] or [.., 656] cache (a 656-byte row's last 128 bytes
+            are left as they are).
     """
-    if latent is None or rope is None or slot_mapping is None or kv_cache is None:
-        _required("kv_store", latent=latent, rope=rope, slot_mapping=slot_mapping,
-                  kv_cache=kv_cache)
+    if latent is None or slot_mapping is None or kv_cache is None:
+        _required("kv_store", latent=latent, slot_mapping=slot_mapping, kv_cache=kv_cache)
     _text("kv_store", "scale_kind", scale_kind, optional=False)
     _texts("kv_store", kv_format=kv_format, backend=backend)
+    if type(rope_dim) is not int:
+        rope_dim = _int("kv_store", "rope_dim", rope_dim, -2**31, 2**31 - 1)
     _latte.kv_store(latent, rope, slot_mapping, kv_cache, scale_kind, kv_format, backend or None,
-                    stream, check_indices)
+                    stream, check_indices, rope_dim)
 
 
 def indexer_k_store(

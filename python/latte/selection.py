@@ -74,7 +74,7 @@ def select(
     """Chooses the backend for one operation of a model and explains the choice.
 
     Args:
-        model: a preset (glm-5, deepseek-v3.2, deepseek-v3, kimi-k2), a config.json path, or
+        model: a preset (glm-5, glm-5.3-flash, deepseek-v3.2, deepseek-v3, kimi-k2), a config.json path, or
             the config's fields as a dict (what ``transformers`` ``config.to_dict()`` gives).
         tp: tensor-parallel size (heads per rank = num_attention_heads / tp).
         kv_cache: "bf16" or "fp8_ds_mla".
@@ -162,8 +162,11 @@ def model_spec(
     """A model's MLA/DSA shape as latte reads it from a preset or config.json, with the
     deployment applied: num_heads, heads_per_rank, kv_lora_rank, qk_nope_head_dim,
     qk_rope_head_dim, v_head_dim, q_lora_rank, softmax_scale (yarn mscale included), indexer
-    (num_heads, head_dim, topk; None for a dense model), is_dsa, ... ``model`` as for
-    :func:`select`."""
+    (num_heads, head_dim, topk, kpool, kpool_compress, kpool_always_select_tail,
+    attended_tokens; None for a dense model), is_dsa, nope and rope_dim (0 for MLA without
+    rope), num_layers, mla_layers (the layers whose attention latte computes), mtp_layers,
+    layer_ops (the ops one layer runs through latte), coverage (what latte does not serve of the
+    model, in words; "" when it serves it whole), ... ``model`` as for :func:`select`."""
     return _latte.model_spec(**_model(model), tp=tp, kv_cache=kv_cache, block_size=block_size)
 
 

@@ -112,15 +112,17 @@ void bind_ops(nb::module_& m) {
       "sparse_mla",
       [](Obj q, Obj kv_cache, Obj indices, Obj out, Obj lse, float scale,
          const std::optional<std::string>& kv_format, const std::optional<std::string>& backend,
-         Obj stream, bool check_indices, Obj block_table, Obj token_request, Obj slots, Obj q_rope) {
+         Obj stream, bool check_indices, Obj block_table, Obj token_request, Obj slots, Obj q_rope,
+         int rope_dim, Obj topk_lens) {
         constexpr const char* op = "sparse_mla";
-        CallTensor t[6];
+        CallTensor t[7];
         t[0].resolve(q, "q", op, false);
         t[1].resolve(kv_cache, "kv_cache", op, false);
         t[2].resolve(indices, "indices", op, false);
         t[3].resolve(out, "out", op, true);
         t[4].resolve_optional(lse, "lse", op, true);
         t[5].resolve_optional(q_rope, "q_rope", op, false);
+        t[6].resolve_optional(topk_lens, "topk_lens", op, false);
         SparseMlaArgs a;
         a.q = t[0].view();
         a.kv_cache = t[1].view();
@@ -128,6 +130,8 @@ void bind_ops(nb::module_& m) {
         a.out = t[3].view();
         a.lse = t[4].view();
         a.q_rope = t[5].view();
+        a.topk_lens = t[6].view();
+        a.rope_dim = rope_dim;
         a.scale = scale;
         if (!block_table.is_none()) {
           // Logical positions: turned into slots first, through the block table (one call of
@@ -152,7 +156,8 @@ void bind_ops(nb::module_& m) {
       "scale"_a, "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(),
       "stream"_a.none() = nb::none(), "check_indices"_a = false,
       "block_table"_a.none() = nb::none(), "token_request"_a.none() = nb::none(),
-      "slots"_a.none() = nb::none(), "q_rope"_a.none() = nb::none());
+      "slots"_a.none() = nb::none(), "q_rope"_a.none() = nb::none(), "rope_dim"_a = kRopeDim,
+      "topk_lens"_a.none() = nb::none());
 
   m.def(
       "mla_decode",
@@ -250,11 +255,11 @@ void bind_ops(nb::module_& m) {
       "kv_store",
       [](Obj latent, Obj rope, Obj slot_mapping, Obj kv_cache, const std::string& scale_kind,
          const std::optional<std::string>& kv_format, const std::optional<std::string>& backend,
-         Obj stream, bool check_indices) {
+         Obj stream, bool check_indices, int rope_dim) {
         constexpr const char* op = "kv_store";
         CallTensor t[4];
         t[0].resolve(latent, "latent", op, false);
-        t[1].resolve(rope, "rope", op, false);
+        t[1].resolve_optional(rope, "rope", op, false);
         t[2].resolve(slot_mapping, "slot_mapping", op, false);
         t[3].resolve(kv_cache, "kv_cache", op, true);
         KvStoreArgs a;
@@ -263,11 +268,12 @@ void bind_ops(nb::module_& m) {
         a.slot_mapping = t[2].view();
         a.kv_cache = t[3].view();
         a.scale_kind = parse_scale_kind(op, scale_kind);
+        a.rope_dim = rope_dim;
         return call(a, t[0], backend, stream, check_indices, parse_kv_format(op, kv_format));
       },
       "latent"_a.none(), "rope"_a.none(), "slot_mapping"_a.none(), "kv_cache"_a.none(),
       "scale_kind"_a = "amax", "kv_format"_a.none() = nb::none(), "backend"_a.none() = nb::none(),
-      "stream"_a.none() = nb::none(), "check_indices"_a = false);
+      "stream"_a.none() = nb::none(), "check_indices"_a = false, "rope_dim"_a = kRopeDim);
 
   m.def(
       "indexer_k_store",

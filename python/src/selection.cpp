@@ -94,11 +94,27 @@ nb::dict model_dict(const ModelSpec& m) {
   out["rope_type"] = m.rope_type;
   out["rope_factor"] = m.rope_factor;
   out["is_dsa"] = m.is_dsa();
+  out["nope"] = m.nope;
+  out["rope_dim"] = m.rope_dim();
+  out["num_layers"] = m.num_layers;
+  out["mla_layers"] = nb::cast(m.mla_layers);
+  out["mtp_layers"] = m.mtp_layers;
+  out["coverage"] = m.coverage();
+  nb::list layer_ops;
+  for (Op op : m.layer_ops()) {
+    const std::string_view name = to_string(op);
+    layer_ops.append(nb::str(name.data(), name.size()));
+  }
+  out["layer_ops"] = layer_ops;
   if (m.indexer) {
     nb::dict indexer;
     indexer["num_heads"] = m.indexer->num_heads;
     indexer["head_dim"] = m.indexer->head_dim;
     indexer["topk"] = m.indexer->topk;
+    indexer["kpool"] = m.indexer->kpool;
+    indexer["kpool_compress"] = m.indexer->kpool_compress;
+    indexer["kpool_always_select_tail"] = m.indexer->kpool_always_select_tail;
+    indexer["attended_tokens"] = m.indexer->attended_tokens();
     out["indexer"] = indexer;
   } else {
     out["indexer"] = nb::none();

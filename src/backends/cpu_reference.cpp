@@ -1,6 +1,7 @@
 // The cpu.reference backend: declares what it computes and runs the float64 reference of each
 // op (src/kernels/cpu_reference) on host tensors.
 #include <memory>
+#include <vector>
 
 #include "latte/backend.hpp"
 #include "latte/registry.hpp"
@@ -17,12 +18,14 @@ Capabilities reference_capabilities() {
   caps.q_dtypes = {DType::bf16, DType::e4m3};  // bf16 attention queries; e4m3 or bf16 index queries
   caps.kv_caches = {CacheFormat::bf16, CacheFormat::fp8_ds_mla};
   caps.heads = IntRule::range(1, 128);
-  caps.head_dim = IntRule::list({kQkDim, kIndexDim});
+  // MLA rows with rope (576) or without (512; sparse_mla and kv_store), the indexer's 128.
+  caps.head_dim = IntRule::list({kLatentDim, kQkDim, kIndexDim});
   caps.block_size = IntRule::at_least(1);
   caps.topk = IntRule::range(1, kMaxTopk);
   caps.s_q = IntRule::range(1, kMaxDecodeSq);
   caps.workspace = "none (host memory of its own, O(topk * 576) doubles per token)";
-  caps.notes = "float64 oracle, single-threaded; for checking and small runs, not for speed";
+  caps.notes = "float64 oracle, single-threaded; for checking and small runs, not for speed; takes MLA "
+               "without rope (head_dim 512) and topk_lens";
   return caps;
 }
 
@@ -46,6 +49,15 @@ class CpuReferenceBackend final : public Backend {
               reference_capabilities(), "built-in"} {}
 
   [[nodiscard]] const BackendInfo& info() const override { return info_; }
+
+  [[nodiscard]] std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo&) const override {
+    if (spec.op == Op::mla_decode && spec.head_dim == kLatentDim) {
+      return {Reason{"head_dim", "head_dim", "576 for mla_decode", "512",
+                     "computes mla_decode with rope only (d_qk 576): its arguments have no rope_dim; a "
+                     "model without rope runs sparse_mla"}};
+    }
+    return {};
+  }
 
   [[nodiscard]] std::unique_ptr<Kernel> make(const AttentionSpec& spec,
                                              const DeviceInfo& device) const override {

@@ -23,7 +23,7 @@ Capabilities declared() {
   caps.q_dtypes = {DType::bf16};
   caps.kv_caches = {CacheFormat::bf16, CacheFormat::fp8_ds_mla};
   caps.heads = IntRule::range(1, kMaxHeads);
-  caps.head_dim = IntRule::list({kQkDim});
+  caps.head_dim = IntRule::list({kQkDim});  // rows with rope only: MLA without rope (512) is refused
   caps.block_size = IntRule::at_least(1);
   caps.topk = IntRule::range(1, kMaxTopk);
   caps.s_q = IntRule::range(1, kMaxDecodeSq);
@@ -94,6 +94,11 @@ class CudaSparseMlaBackend final : public Backend {
   [[nodiscard]] std::vector<Reason> custom_checks(const AttentionSpec& spec,
                                                   const DeviceInfo& device) const override {
     std::vector<Reason> out;
+    if (spec.op == Op::sparse_mla && spec.topk_lens) {
+      out.push_back({"topk_lens", "topk_lens", "absent", "[T] i32 row lengths",
+                     "cuda.sparse_mla reads every column of indices and takes no topk_lens; pad each row "
+                     "with -1 past its length and drop topk_lens, or use cpu.reference"});
+    }
     if (spec.head_dim_v != kLatentDim) {
       out.push_back({"head_dim_v", "head_dim_v", std::to_string(kLatentDim),
                      std::to_string(spec.head_dim_v),

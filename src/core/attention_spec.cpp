@@ -16,6 +16,19 @@ AttentionSpec attention_spec(const ModelSpec& model, Op op, const AttentionOptio
                             "index_topk); {} is dense MLA: use mla_decode for its attention",
                             to_string(op), model.name));
   }
+  if (detail::op_is_indexer(op) && model.indexer->pooled()) {
+    throw Error(ErrorCode::unsupported,
+                fmt::format("op {}: {} has a pooled indexer (index_kpool {}: keys of {} tokens pooled into one), "
+                            "which latte's indexer ops do not compute yet (they score single tokens); latte "
+                            "serves this model's kv_store and sparse_mla",
+                            to_string(op), model.name, model.indexer->kpool, model.indexer->kpool));
+  }
+  if (op == Op::mla_decode && model.nope) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("op mla_decode computes MLA with rope (d_qk 576); {} has no rope (qk_rope_head_dim "
+                            "0): its attention is sparse_mla",
+                            model.name));
+  }
   if (options.s_q < 1) {
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("s_q = {} is not valid: use the number of query tokens per request "
@@ -49,7 +62,7 @@ AttentionSpec attention_spec(const ModelSpec& model, Op op, const AttentionOptio
       spec.head_dim = model.kv_lora_rank + model.qk_rope_head_dim;
       spec.head_dim_v = model.kv_lora_rank;
       spec.q_dtype = DType::bf16;
-      spec.topk = op == Op::sparse_mla ? model.indexer->topk : 0;
+      spec.topk = op == Op::sparse_mla ? model.indexer->attended_tokens() : 0;
       spec.scale = static_cast<float>(model.softmax_scale);
       break;
     case Op::indexer_topk:
@@ -75,7 +88,7 @@ AttentionSpec attention_spec(const ModelSpec& model, Op op, const AttentionOptio
       spec.num_heads = 0;
       spec.head_dim = 0;
       spec.head_dim_v = 0;
-      spec.topk = model.is_dsa() ? model.indexer->topk : 0;
+      spec.topk = model.is_dsa() ? model.indexer->attended_tokens() : 0;
       break;
   }
   return spec;
@@ -92,10 +105,11 @@ std::string AttentionSpec::summary() const {
     out += head_dim_v > 0 && head_dim_v != head_dim ? fmt::format(" d={}/{}", head_dim, head_dim_v)
                                                     : fmt::format(" d={}", head_dim);
   }
+  if (applies(&AttentionSpec::head_dim) && detail::op_uses_mla_cache(op) && head_dim == kLatentDim) out += " (no rope)";
   if (detail::op_has_query(op)) out += fmt::format(" q={}{}", to_string(q_dtype), split_q ? "+rope" : "");
   if (detail::op_uses_mla_cache(op)) out += fmt::format(" cache={}", to_string(kv_cache));
   out += fmt::format(" block={}", block_size);
-  if (applies(&AttentionSpec::topk)) out += fmt::format(" topk={}", topk);
+  if (applies(&AttentionSpec::topk)) out += fmt::format(" topk={}{}", topk, topk_lens ? " (+topk_lens)" : "");
   if (applies(&AttentionSpec::s_q)) out += fmt::format(" s_q={}", s_q);
   if (max_tokens > 0) out += fmt::format(" tokens<={}", max_tokens);
   if (op == Op::sparse_mla || op == Op::mla_decode) out += fmt::format(" scale={:.6g}", scale);

@@ -55,6 +55,25 @@ class ConfigReader {
     return positive_int_value(*value, path);
   }
 
+  // A positive integer or 0 (qk_rope_head_dim: 0 for attention without rope).
+  int non_negative_int(const json& object, const std::string& key, const std::string& path) const {
+    const json* value = find(object, key);
+    if (!value) fail(path, "is missing; latte needs it to size the attention");
+    if (value->is_number() && value->get<double>() == 0.0) return 0;
+    const bool number = value->is_number();
+    if (!number || value->get<double>() < 0) {
+      fail(path, fmt::format("= {} must be a non-negative integer", detail::show_json(*value)));
+    }
+    return positive_int_value(*value, path);
+  }
+
+  std::optional<bool> optional_bool(const json& object, const std::string& key, const std::string& path) const {
+    const json* value = find(object, key);
+    if (!value) return std::nullopt;
+    if (!value->is_boolean()) fail(path, fmt::format("= {} must be true or false", detail::show_json(*value)));
+    return value->get<bool>();
+  }
+
   int positive_int_value(const json& value, const std::string& path) const {
     constexpr double kLimit = 1 << 30;
     double number = 0;
@@ -110,15 +129,14 @@ class ConfigReader {
 // The rope block: newer transformers write "rope_parameters" (with rope_theta inside), older
 // ones "rope_scaling". Sets rope_type, rope_factor and the softmax scale (yarn mscale included);
 // the head dims must be read already.
-void read_rope(const ConfigReader& reader, ModelSpec& spec) {
+void read_rope(const ConfigReader& reader, const json& text, const std::string& at, ModelSpec& spec) {
   const double base_scale = std::pow(static_cast<double>(spec.qk_nope_head_dim + spec.qk_rope_head_dim), -0.5);
   spec.softmax_scale = base_scale;
-  const json& root = reader.root();
-  std::string key = "rope_parameters";
-  const json* rope = reader.find(root, key);
+  std::string key = at + "rope_parameters";
+  const json* rope = reader.find(text, "rope_parameters");
   if (!rope) {
-    key = "rope_scaling";
-    rope = reader.find(root, key);
+    key = at + "rope_scaling";
+    rope = reader.find(text, "rope_scaling");
   }
   spec.rope_type = "default";
   spec.rope_factor = 1.0;
@@ -162,6 +180,104 @@ void read_rope(const ConfigReader& reader, ModelSpec& spec) {
                                       *all_dim, spec.rope_factor, mscale, spec.softmax_scale));
       }
     }
+  }
+}
+
+// Attention without rope: mla_use_nope (GLM-5.3-Flash's flag) and qk_rope_head_dim 0 must agree.
+void read_nope(const ConfigReader& reader, const json& text, const std::string& at, ModelSpec& spec) {
+  const std::optional<bool> use_nope = reader.optional_bool(text, "mla_use_nope", at + "mla_use_nope");
+  if (use_nope.value_or(false) && spec.qk_rope_head_dim != 0) {
+    reader.fail(at + "mla_use_nope",
+                fmt::format("= true but qk_rope_head_dim is {}: attention without rope has no rope dims; "
+                            "set qk_rope_head_dim to 0, or mla_use_nope to false",
+                            spec.qk_rope_head_dim));
+  }
+  if (spec.qk_rope_head_dim == 0 && use_nope == false) {
+    reader.fail(at + "qk_rope_head_dim",
+                "= 0 (no rope dims) but mla_use_nope is false; set mla_use_nope to true for attention "
+                "without rope, or qk_rope_head_dim to the rope dims (64)");
+  }
+  spec.nope = spec.qk_rope_head_dim == 0;
+}
+
+// The pooled indexer's fields (GLM-5.3-Flash: index_kpool 4, compress, always select the tail).
+// glm5_next configs must state index_kpool: its config class defaults to 16 where the released
+// checkpoint says 4, so a config without it cannot be read either way with confidence.
+void read_kpool(const ConfigReader& reader, const json& text, const std::string& at, const std::string& model_type,
+                IndexerSpec& indexer) {
+  const auto kpool = reader.optional_positive_int(text, "index_kpool", at + "index_kpool");
+  if (!kpool && model_type == "glm5_next") {
+    reader.fail(at + "index_kpool",
+                "is missing from a glm5_next config; its indexer scores pools of index_kpool tokens (the "
+                "released GLM-5.3-Flash says 4): write the checkpoint's value");
+  }
+  indexer.kpool = kpool.value_or(0);
+  indexer.kpool_compress = reader.optional_bool(text, "index_kpool_compress", at + "index_kpool_compress").value_or(false);
+  indexer.kpool_always_select_tail =
+      reader.optional_bool(text, "index_kpool_always_select_tail", at + "index_kpool_always_select_tail").value_or(false);
+}
+
+constexpr std::string_view kDsaLayer = "deepseek_sparse_attention";  // MLA + indexer: latte's
+constexpr std::string_view kLinearLayer = "linear_attention";        // not latte's
+
+// Which layers are MLA (latte's): layer_types when the config lists them (hybrid models), else
+// every layer. A linear_attn_config.full_attn_layers list, when present, must name the same.
+void read_layers(const ConfigReader& reader, const json& text, const std::string& at, ModelSpec& spec) {
+  spec.num_layers = reader.optional_positive_int(text, "num_hidden_layers", at + "num_hidden_layers").value_or(0);
+  if (reader.find(text, "num_nextn_predict_layers")) {
+    spec.mtp_layers = reader.non_negative_int(text, "num_nextn_predict_layers", at + "num_nextn_predict_layers");
+  }
+  const std::string key = at + "layer_types";
+  const json* types = reader.find(text, "layer_types");
+  if (!types) {
+    for (int i = 0; i < spec.num_layers; ++i) spec.mla_layers.push_back(i);
+    return;
+  }
+  if (!types->is_array()) reader.fail(key, fmt::format("= {} must be a list of layer types", detail::show_json(*types)));
+  const auto count = static_cast<int64_t>(types->size());
+  if (spec.num_layers != 0 && count != spec.num_layers) {
+    reader.fail(key, fmt::format("has {} entries but num_hidden_layers is {}: give one type per layer", count,
+                                 spec.num_layers));
+  }
+  if (count == 0 || count > (1 << 20)) reader.fail(key, fmt::format("has {} entries; expected one per layer", count));
+  spec.num_layers = static_cast<int>(count);
+  for (int i = 0; i < spec.num_layers; ++i) {
+    const json& type = (*types)[static_cast<std::size_t>(i)];
+    const std::string path = fmt::format("{}[{}]", key, i);
+    if (!type.is_string()) reader.fail(path, fmt::format("= {} must be a string", detail::show_json(type)));
+    const std::string name = type.get<std::string>();
+    if (name == kDsaLayer) {
+      if (!spec.is_dsa()) {
+        reader.fail(path, fmt::format("= \"{}\" but the config has no index_topk: a DSA layer needs the "
+                                      "indexer's fields (index_n_heads, index_head_dim, index_topk)",
+                                      name));
+      }
+      spec.mla_layers.push_back(i);
+    } else if (name != kLinearLayer) {
+      reader.fail(path, fmt::format("= \"{}\" is not a layer type latte knows: {} (MLA with the DSA indexer, "
+                                    "which latte computes) or {} (which latte does not)",
+                                    name, kDsaLayer, kLinearLayer));
+    }
+  }
+  if (spec.mla_layers.empty()) {
+    reader.fail(key, fmt::format("names no {} layer, so latte has nothing to compute in this model", kDsaLayer));
+  }
+  const json* linear = reader.find(text, "linear_attn_config");
+  const json* full = linear && linear->is_object() ? reader.find(*linear, "full_attn_layers") : nullptr;
+  if (!full) return;
+  const std::string full_key = at + "linear_attn_config.full_attn_layers";
+  if (!full->is_array()) reader.fail(full_key, fmt::format("= {} must be a list of layer indices", detail::show_json(*full)));
+  bool same = full->size() == spec.mla_layers.size();
+  for (std::size_t i = 0; i < full->size(); ++i) {
+    const json& v = (*full)[i];
+    if (!v.is_number_integer()) reader.fail(full_key, fmt::format("holds {}, not a layer index", detail::show_json(v)));
+    same = same && v.get<int64_t>() == spec.mla_layers[i];
+  }
+  if (!same) {
+    reader.fail(full_key, fmt::format("= {} disagrees with layer_types, whose {} layers are [{}]; fix one of them",
+                                      detail::show_json(*full), kDsaLayer, detail::join(spec.mla_layers, ", ", [](int l) {
+                                        return std::to_string(l);
+                                      })));
   }
 }
 
@@ -215,44 +331,83 @@ ModelSpec parse_model_config(std::string_view json_text, std::string_view source
   ModelSpec spec;
   spec.name = std::string(source);
   spec.model_type = reader.optional_string(root, "model_type", "model_type");
-  spec.num_heads = reader.positive_int(root, "num_attention_heads", "num_attention_heads");
-  spec.q_lora_rank = reader.optional_positive_int(root, "q_lora_rank", "q_lora_rank").value_or(0);
-  spec.kv_lora_rank = reader.positive_int(root, "kv_lora_rank", "kv_lora_rank");
-  spec.qk_nope_head_dim = reader.positive_int(root, "qk_nope_head_dim", "qk_nope_head_dim");
-  spec.qk_rope_head_dim = reader.positive_int(root, "qk_rope_head_dim", "qk_rope_head_dim");
-  spec.v_head_dim = reader.positive_int(root, "v_head_dim", "v_head_dim");
-  if (!reader.find(root, "max_position_embeddings")) {
-    reader.fail("max_position_embeddings",
+  // A multimodal config (GLM-5.3-Flash's glm5_next) nests the language model's fields in
+  // text_config; the others hold them at the top level.
+  const json* text_config = reader.find(root, "text_config");
+  if (text_config && !text_config->is_object()) {
+    reader.fail("text_config", fmt::format("= {} must be an object of the language model's fields",
+                                           detail::show_json(*text_config)));
+  }
+  const json& text = text_config ? *text_config : root;
+  const std::string at = text_config ? "text_config." : "";
+  spec.num_heads = reader.positive_int(text, "num_attention_heads", at + "num_attention_heads");
+  spec.q_lora_rank = reader.optional_positive_int(text, "q_lora_rank", at + "q_lora_rank").value_or(0);
+  spec.kv_lora_rank = reader.positive_int(text, "kv_lora_rank", at + "kv_lora_rank");
+  spec.qk_nope_head_dim = reader.positive_int(text, "qk_nope_head_dim", at + "qk_nope_head_dim");
+  spec.qk_rope_head_dim = reader.non_negative_int(text, "qk_rope_head_dim", at + "qk_rope_head_dim");
+  spec.v_head_dim = reader.positive_int(text, "v_head_dim", at + "v_head_dim");
+  read_nope(reader, text, at, spec);
+  if (!reader.find(text, "max_position_embeddings")) {
+    reader.fail(at + "max_position_embeddings",
                 "is missing; latte needs the model's longest context (it bounds `latte run --context`): "
                 "add it as in the model's published config.json, e.g. \"max_position_embeddings\": 163840");
   }
   spec.max_position_embeddings =
-      reader.positive_int(root, "max_position_embeddings", "max_position_embeddings");
+      reader.positive_int(text, "max_position_embeddings", at + "max_position_embeddings");
 
   // DSA: index_topk present. The indexer dims must come with it.
-  if (const auto topk = reader.optional_positive_int(root, "index_topk", "index_topk")) {
+  if (const auto topk = reader.optional_positive_int(text, "index_topk", at + "index_topk")) {
     IndexerSpec indexer;
     indexer.topk = *topk;
-    if (!reader.find(root, "index_n_heads")) {
-      reader.fail("index_n_heads", "is missing although index_topk is set (a DSA model needs "
-                                   "index_n_heads, index_head_dim and index_topk)");
+    if (!reader.find(text, "index_n_heads")) {
+      reader.fail(at + "index_n_heads", "is missing although index_topk is set (a DSA model needs "
+                                        "index_n_heads, index_head_dim and index_topk)");
     }
-    indexer.num_heads = reader.positive_int(root, "index_n_heads", "index_n_heads");
-    if (!reader.find(root, "index_head_dim")) {
-      reader.fail("index_head_dim", "is missing although index_topk is set (a DSA model needs "
-                                    "index_n_heads, index_head_dim and index_topk)");
+    indexer.num_heads = reader.positive_int(text, "index_n_heads", at + "index_n_heads");
+    if (!reader.find(text, "index_head_dim")) {
+      reader.fail(at + "index_head_dim", "is missing although index_topk is set (a DSA model needs "
+                                         "index_n_heads, index_head_dim and index_topk)");
     }
-    indexer.head_dim = reader.positive_int(root, "index_head_dim", "index_head_dim");
+    indexer.head_dim = reader.positive_int(text, "index_head_dim", at + "index_head_dim");
+    read_kpool(reader, text, at, spec.model_type, indexer);
     spec.indexer = indexer;
-  } else if (reader.find(root, "index_n_heads") || reader.find(root, "index_head_dim")) {
-    reader.fail("index_topk", "is missing although index_n_heads/index_head_dim are set: without "
-                              "it latte cannot tell how many tokens each query attends to");
+  } else if (reader.find(text, "index_n_heads") || reader.find(text, "index_head_dim")) {
+    reader.fail(at + "index_topk", "is missing although index_n_heads/index_head_dim are set: without "
+                                   "it latte cannot tell how many tokens each query attends to");
   }
 
-  read_rope(reader, spec);
+  read_rope(reader, text, at, spec);
+  read_layers(reader, text, at, spec);
 
   apply_deployment(spec, deployment, source);
   return spec;
+}
+
+std::string ModelSpec::coverage() const {
+  std::string out;
+  const int other_layers = num_layers - static_cast<int>(mla_layers.size());
+  if (other_layers > 0) {
+    const std::string layers = detail::join(mla_layers, ", ", [](int l) { return std::to_string(l); });
+    const std::string mtp =
+        mtp_layers > 0 ? fmt::format(" and of its {} MTP layer{}", mtp_layers, mtp_layers == 1 ? "" : "s") : "";
+    out = fmt::format("{} is hybrid: latte computes the attention of its {} {} layer{} ({}){}; its other {} "
+                      "layer{} are linear attention, which is not latte's.",
+                      name, mla_layers.size(), is_dsa() ? "DSA" : "MLA", mla_layers.size() == 1 ? "" : "s",
+                      layers, mtp, other_layers, other_layers == 1 ? "" : "s");
+  }
+  if (indexer && indexer->pooled()) {
+    const std::string whose = out.empty() ? name + "'s" : " Its";
+    out += fmt::format("{} indexer scores pools of {} tokens (index_kpool {}), which latte does not compute "
+                       "yet: latte serves its kv_store and sparse_mla, the indices come from the engine.",
+                       whose, indexer->kpool, indexer->kpool);
+  }
+  return out;
+}
+
+std::vector<Op> ModelSpec::layer_ops() const {
+  if (!is_dsa()) return {Op::kv_store, Op::mla_decode};
+  if (indexer->pooled()) return {Op::kv_store, Op::sparse_mla};
+  return {Op::kv_store, Op::indexer_k_store, Op::indexer_topk, Op::sparse_mla};
 }
 
 std::vector<std::string> model_preset_names() {

@@ -5,6 +5,7 @@
 #include "latte/device.hpp"
 #include "latte/dtype.hpp"
 #include "latte/error.hpp"
+#include "latte/formats.hpp"
 #include "latte/ops.hpp"
 
 namespace latte {
@@ -71,8 +72,11 @@ std::optional<CacheFormat> parse_cache_format(std::string_view name) {
   return parse_name<CacheFormat>(kCacheFormatNames, name);
 }
 
-std::size_t cache_bytes_per_token(CacheFormat format) {
-  return format == CacheFormat::bf16 ? 2 * kQkDim : 656;
+std::size_t cache_bytes_per_token(CacheFormat format) { return cache_bytes_per_token(format, kRopeDim); }
+
+std::size_t cache_bytes_per_token(CacheFormat format, int rope_dim) {
+  if (format == CacheFormat::bf16) return static_cast<std::size_t>(2 * (kLatentDim + rope_dim));
+  return rope_dim == kNoRopeDim ? kFp8NopeBytes : kFp8DsMlaBytes;
 }
 
 std::string_view to_string(Fp8ScaleKind kind) { return kind == Fp8ScaleKind::amax ? "amax" : "pow2"; }

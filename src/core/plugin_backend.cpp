@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "core/op_traits.hpp"
 #include "core/plugin_loader.hpp"
 #include "core/spec_fields.hpp"
 #include "latte/error.hpp"
@@ -193,12 +194,26 @@ class PluginBackend final : public Backend {
   const BackendInfo& info() const override { return info_; }
 
   std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    // ABI v1 hands a plugin the call's tensors in the v1 field order of the Args structs: one q,
+    // no rope_dim (its rows always have rope) and no topk_lens.
+    std::vector<Reason> refused;
     if (spec.split_q) {
-      // ABI v1 hands a plugin the call's tensors in SparseMlaArgs' v1 field order: one q.
-      return {Reason{"split_q", "q", "q as one [T, H, 576] tensor", "q [T, H, 512] + q_rope [T, H, 64]",
-                     "plugins (ABI v1) take the query as one [T, H, 576] tensor; concatenate q and "
-                     "q_rope for this backend"}};
+      refused.push_back(Reason{"split_q", "q", "q as one [T, H, 576] tensor", "q [T, H, 512] + q_rope [T, H, 64]",
+                               "plugins (ABI v1) take the query as one [T, H, 576] tensor; concatenate q and "
+                               "q_rope for this backend"});
     }
+    if (op_uses_mla_cache(spec.op) && spec.head_dim == kLatentDim) {
+      refused.push_back(Reason{"rope_dim", "head_dim", "576 (rows with rope)", "512 (rope_dim 0: no rope)",
+                               "plugins (ABI v1) know MLA rows with 64 rope dims only: the ABI has no rope_dim, "
+                               "so a row without rope would be read as one with rope; use a built-in backend "
+                               "for a model without rope"});
+    }
+    if (spec.topk_lens) {
+      refused.push_back(Reason{"topk_lens", "topk_lens", "absent", "[T] i32 row lengths",
+                               "plugins (ABI v1) are given no topk_lens and would read every column of "
+                               "indices; pad each row with -1 past its length and drop topk_lens"});
+    }
+    if (!refused.empty()) return refused;
     if (!desc_->check) return {};
     const latte_spec_v1 c_spec = spec_to_c(spec);
     const latte_device_v1 c_device = to_c(device);

@@ -86,6 +86,8 @@ std::string Selection::to_json() const {
   s["kv_cache"] = std::string(to_string(spec.kv_cache));
   for (const detail::SpecIntField& f : detail::spec_int_fields()) s[std::string(f.name)] = f.spec.get(spec);
   s["scale"] = spec.scale;
+  s["split_q"] = spec.split_q;
+  s["topk_lens"] = spec.topk_lens;
   s["summary"] = spec.summary();
   root["spec"] = s;
   ordered_json d;

@@ -22,6 +22,12 @@ std::string heads_split(const AttentionSpec& spec) {
   return fmt::format(" ({} heads / tp {})", int64_t{spec.num_heads} * spec.tp, spec.tp);
 }
 
+// " (MLA without rope: q and cache rows are the 512 latent values)": why an MLA head_dim is 512.
+std::string head_dim_meaning(const AttentionSpec& spec) {
+  if (!op_uses_mla_cache(spec.op) || spec.head_dim != kLatentDim) return {};
+  return " (MLA without rope: q and cache rows are the 512 latent values, rope_dim 0)";
+}
+
 // The block sizes "what would work" always tries, besides those the backends list.
 constexpr int64_t kBlockSizes[] = {1, 16, 64};
 // mla_decode takes 1..kMaxDecodeSq query tokens per request.
@@ -41,7 +47,7 @@ constexpr SpecIntField kFields[] = {
     {.name = "tp", .spec = member(&S::tp)},
     {.name = "head_dim", .spec = member(&S::head_dim), .c_abi = member(&C::head_dim),
      .rule = &Capabilities::head_dim, .caps_key = "head_dim", .policy_key = "head_dim", .reason_code = "head_dim",
-     .words = "head_dim", .ops = kAllOps & ~op_bit(Op::logical_to_slots)},
+     .words = "head_dim", .ops = kAllOps & ~op_bit(Op::logical_to_slots), .got_detail = head_dim_meaning},
     {.name = "head_dim_v", .spec = member(&S::head_dim_v), .c_abi = member(&C::head_dim_v)},
     {.name = "block_size", .spec = member(&S::block_size), .c_abi = member(&C::block_size),
      .rule = &Capabilities::block_size, .caps_key = "block_size", .policy_key = "block_size",
@@ -96,8 +102,8 @@ void append_spec_key(std::string& key, const AttentionSpec& s) {
   uint32_t scale_bits = 0;
   std::memcpy(&scale_bits, &s.scale, sizeof scale_bits);
   // The model name is length-prefixed, so no name can pass for the fields after it.
-  fmt::format_to(std::back_inserter(key), "{}|{}:{}|{}|{}|{}|{}|", static_cast<int>(s.op), s.model.size(), s.model,
-                 static_cast<int>(s.q_dtype), static_cast<int>(s.kv_cache), scale_bits, s.split_q);
+  fmt::format_to(std::back_inserter(key), "{}|{}:{}|{}|{}|{}|{}|{}|", static_cast<int>(s.op), s.model.size(), s.model,
+                 static_cast<int>(s.q_dtype), static_cast<int>(s.kv_cache), scale_bits, s.split_q, s.topk_lens);
   for (const SpecIntField& f : kFields) fmt::format_to(std::back_inserter(key), "{}|", f.spec.get(s));
 }
 

@@ -14,7 +14,7 @@ namespace latte::detail {
 namespace {
 
 struct Variation {
-  std::string field;     // "kv_cache", "q_dtype", "block_size", "s_q", "tp", "device"
+  std::string field;     // "kv_cache", "topk_lens", "q_dtype", "block_size", "s_q", "tp", "device"
   std::string value;     // "bf16", "sm_90", "2"
   std::string label;     // "kv_cache=bf16", "tp=2 (32 heads per rank)"
   std::string reason_code;  // the reason this change removes, for the "today" part
@@ -38,6 +38,12 @@ std::vector<Variation> variations(const std::vector<std::shared_ptr<const Backen
       s.kv_cache = f;
       add("kv_cache", std::string(to_string(f)), fmt::format("kv_cache={}", to_string(f)), "kv_cache", s, device);
     }
+  }
+  if (spec.topk_lens) {
+    // Rows padded with -1 past their length say the same without topk_lens.
+    AttentionSpec s = spec;
+    s.topk_lens = false;
+    add("topk_lens", "absent", "without topk_lens (rows padded with -1 past their length)", "topk_lens", s, device);
   }
   if (op_has_query(op)) {
     std::set<DType> dtypes;

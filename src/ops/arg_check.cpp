@@ -87,7 +87,7 @@ struct ByteRange {
 void check_outputs_apart(std::string_view op, std::initializer_list<NamedView> outputs,
                          std::initializer_list<NamedView> inputs) {
   // Runs on every call: each range is computed once, and strings are made only for an error.
-  constexpr std::size_t kMaxTensors = 9;  // the most a call has (sparse_mla over positions)
+  constexpr std::size_t kMaxTensors = 10;  // the most a call has (sparse_mla over positions)
   if (outputs.size() + inputs.size() > kMaxTensors) {
     throw Error(ErrorCode::internal, fmt::format("{}: more tensors than check_outputs_apart "
                                                  "compares", op));

@@ -2,6 +2,7 @@
 // data, and the one-device rule. Each error names the first bad entry and the allowed range.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <initializer_list>
 #include <string>
@@ -46,7 +47,7 @@ struct NamedTensors {
   }
   List operator()(const SparseMlaArgs& a) const {
     return {{"q", &a.q}, {"q_rope", &a.q_rope}, {"kv_cache", &a.kv_cache}, {"indices", &a.indices},
-            {"out", &a.out}, {"lse", &a.lse}};
+            {"out", &a.out}, {"lse", &a.lse}, {"topk_lens", &a.topk_lens}};
   }
   List operator()(const MlaDecodeArgs& a) const {
     return {{"q", &a.q}, {"kv_cache", &a.kv_cache}, {"block_table", &a.block_table},
@@ -115,9 +116,11 @@ template Device detail::common_device_of(std::string_view, const IndexerKStoreAr
 template Device detail::common_device_of(std::string_view, const LogicalToSlotsArgs&);
 
 void check_slot_indices(const int32_t* indices, int64_t rows, int64_t cols, int64_t row_stride,
-                        int64_t num_slots, const char* what) {
+                        int64_t num_slots, const char* what, const int32_t* row_lens,
+                        int64_t row_lens_stride) {
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
+    const int64_t used = row_lens ? std::clamp<int64_t>(row_lens[r * row_lens_stride], 0, cols) : cols;
+    for (int64_t c = 0; c < used; ++c) {
       const int32_t v = indices[r * row_stride + c];
       if (v < -1 || v >= num_slots) {
         bad_entry(what, r, c, v, fmt::format("-1 (none) or 0..{}", num_slots - 1));

@@ -76,8 +76,14 @@ std::vector<int64_t> used_blocks(int64_t rows, int64_t tokens, int64_t block_siz
 }
 
 void check(const SparseMlaProblem& p, void* stream) {
+  const HostInts lens(p.args->topk_lens, stream);
+  if (lens.present()) {
+    check_values_in_range(lens.data(), p.tokens, lens.stride(), 0, p.topk, "sparse_mla: topk_lens",
+                          "the columns of indices each row uses");
+  }
   const HostInts idx(p.args->indices, stream);
-  check_slot_indices(idx.data(), p.tokens, p.topk, idx.stride(), p.num_slots(), "sparse_mla: indices");
+  check_slot_indices(idx.data(), p.tokens, p.topk, idx.stride(), p.num_slots(), "sparse_mla: indices",
+                     lens.data(), lens.stride());
 }
 
 void check(const MlaDecodeProblem& p, void* stream) {

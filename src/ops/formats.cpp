@@ -129,13 +129,29 @@ constexpr int kFp8DsGroups = kLatentDim / kFp8GroupSize;  // 4
 
 }  // namespace
 
-void pack_fp8_ds_mla_token(const float* latent, const float* rope, Fp8ScaleKind kind,
-                           uint8_t* out656) {
+void pack_fp8_nope_token(const float* latent, Fp8ScaleKind kind, uint8_t* out528) {
   for (int g = 0; g < kFp8DsGroups; ++g) {
     const float scale = quantize_group(latent + g * kFp8GroupSize, kFp8GroupSize, kind,
-                                       out656 + g * kFp8GroupSize);
-    std::memcpy(out656 + kFp8DsMlaScaleOffset + g * 4, &scale, 4);
+                                       out528 + g * kFp8GroupSize);
+    std::memcpy(out528 + kFp8DsMlaScaleOffset + g * 4, &scale, 4);
   }
+}
+
+void unpack_fp8_nope_token(const uint8_t* in528, float* out512) {
+  for (int g = 0; g < kFp8DsGroups; ++g) {
+    float scale = 0.0f;
+    std::memcpy(&scale, in528 + kFp8DsMlaScaleOffset + g * 4, 4);
+    for (int i = 0; i < kFp8GroupSize; ++i) {
+      const int k = g * kFp8GroupSize + i;
+      out512[k] = e4m3_to_float(in528[k]) * scale;
+    }
+  }
+}
+
+// An fp8_ds_mla token is the token without rope followed by the 64 rope values as bf16.
+void pack_fp8_ds_mla_token(const float* latent, const float* rope, Fp8ScaleKind kind,
+                           uint8_t* out656) {
+  pack_fp8_nope_token(latent, kind, out656);
   for (int i = 0; i < kRopeDim; ++i) {
     const uint16_t bits = float_to_bf16(rope[i]);
     std::memcpy(out656 + kFp8DsMlaRopeOffset + 2 * i, &bits, 2);
@@ -143,14 +159,7 @@ void pack_fp8_ds_mla_token(const float* latent, const float* rope, Fp8ScaleKind 
 }
 
 void unpack_fp8_ds_mla_token(const uint8_t* in656, float* out576) {
-  for (int g = 0; g < kFp8DsGroups; ++g) {
-    float scale = 0.0f;
-    std::memcpy(&scale, in656 + kFp8DsMlaScaleOffset + g * 4, 4);
-    for (int i = 0; i < kFp8GroupSize; ++i) {
-      const int k = g * kFp8GroupSize + i;
-      out576[k] = e4m3_to_float(in656[k]) * scale;
-    }
-  }
+  unpack_fp8_nope_token(in656, out576);
   for (int i = 0; i < kRopeDim; ++i) {
     uint16_t bits = 0;
     std::memcpy(&bits, in656 + kFp8DsMlaRopeOffset + 2 * i, 2);

@@ -50,9 +50,11 @@ struct SpecOf {
   AttentionSpec operator()(const SparseMlaProblem& p) const {
     AttentionSpec spec = base_spec(Op::sparse_mla, p.heads, p.block_size, p.tokens);
     spec.kv_cache = p.format;
+    spec.head_dim = p.qk_dim();
     spec.topk = static_cast<int>(p.topk);
     spec.scale = p.args->scale;
     spec.split_q = p.args->q_rope.defined();
+    spec.topk_lens = p.args->topk_lens.defined();
     return spec;
   }
   AttentionSpec operator()(const MlaDecodeProblem& p) const {
@@ -73,6 +75,7 @@ struct SpecOf {
   AttentionSpec operator()(const KvStoreProblem& p) const {
     AttentionSpec spec = base_spec(Op::kv_store, 1, p.block_size, p.tokens);
     spec.kv_cache = p.format;
+    spec.head_dim = kLatentDim + p.rope_dim;
     return spec;
   }
   AttentionSpec operator()(const IndexerKStoreProblem& p) const {
@@ -124,6 +127,16 @@ void check_fits(const Problem& problem, const AttentionSpec& spec, Device device
   }
   if (op == Op::sparse_mla || op == Op::mla_decode || op == Op::indexer_topk || op == Op::indexer_logits) {
     require_equal(op, "heads", spec.num_heads, call.num_heads);
+  }
+  // A kernel computes the rows it was made for: with rope (576) or without (512).
+  if (op == Op::sparse_mla || op == Op::mla_decode || op == Op::kv_store) {
+    require_equal(op, "head_dim", spec.head_dim, call.head_dim);
+  }
+  if (call.topk_lens && !spec.topk_lens) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("{}: this kernel was made for calls without topk_lens but the call has them. "
+                            "Make a kernel for the call's spec (latte::run does).",
+                            to_string(op)));
   }
   // topk: a kernel made for topk k takes calls of up to k columns (its workspace is sized for k).
   if ((op == Op::sparse_mla || op == Op::indexer_topk) && spec.topk > 0 && call.topk > spec.topk) {

@@ -11,8 +11,9 @@ namespace latte::detail {
 [[nodiscard]] AttentionSpec spec_of(const Problem& problem);
 
 // Throws invalid_argument, naming both values, when `problem` does not fit a kernel made for
-// (`spec`, `device`): op, device kind, cache format, query dtype, heads, topk at most the spec's
-// (0 in the spec: any heads, any topk).
+// (`spec`, `device`): op, device kind, cache format, query dtype, heads, head_dim (rows with or
+// without rope), topk at most the spec's (0 in the spec: any heads, any topk), topk_lens only
+// for a kernel made for them.
 void check_fits(const Problem& problem, const AttentionSpec& spec, Device device);
 
 }  // namespace latte::detail

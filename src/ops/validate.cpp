@@ -42,10 +42,16 @@ void check_paging(std::string_view op, std::string_view name, ArgCheck& c) {
   }
 }
 
-CacheLayout check_mla_cache(std::string_view op, const TensorView& t) {
+// The MLA cache of a call with `rope_dim` (already checked to be 64 or 0): its format follows
+// from the dtype and the last dimension. Rows without rope are 512 bf16 values, or the 528
+// bytes of an fp8 row stored compact or inside a 656-byte row (its last 128 bytes reserved).
+CacheLayout check_mla_cache(std::string_view op, const TensorView& t, int rope_dim) {
+  const bool nope = rope_dim == kNoRopeDim;
   ArgCheck c(op, "kv_cache", t,
-             "[num_blocks, block_size, 576] bf16 (bf16 cache) or [num_blocks, block_size, 656] u8 "
-             "(fp8_ds_mla cache)");
+             nope ? "(rope_dim 0) [num_blocks, block_size, 512] bf16, or [num_blocks, block_size, "
+                    "528] or [num_blocks, block_size, 656] u8 (fp8 rows without rope)"
+                  : "[num_blocks, block_size, 576] bf16 (bf16 cache) or [num_blocks, block_size, 656] u8 "
+                    "(fp8_ds_mla cache)");
   c.required().rank(3);
   if (t.dtype == DType::e4m3) {
     c.fail("has dtype e4m3",
@@ -54,12 +60,32 @@ CacheLayout check_mla_cache(std::string_view op, const TensorView& t) {
   }
   c.dtype_in({DType::bf16, DType::u8}).memory();
   CacheLayout layout;
-  if (t.dtype == DType::bf16 && t.size(2) == kQkDim) {
+  const bool bf16 = t.dtype == DType::bf16;
+  const int64_t width = t.size(2);
+  if (!nope && bf16 && width == kQkDim) {
     layout.format = CacheFormat::bf16;
-  } else if (t.dtype == DType::u8 && t.size(2) == kFp8DsMlaBytes) {
+  } else if (!nope && !bf16 && width == kFp8DsMlaBytes) {
     layout.format = CacheFormat::fp8_ds_mla;
+  } else if (nope && bf16 && width == kLatentDim) {
+    layout.format = CacheFormat::bf16;
+  } else if (nope && !bf16 && (width == kFp8NopeBytes || width == kFp8DsMlaBytes)) {
+    layout.format = CacheFormat::fp8_ds_mla;
+  } else if (!nope && (bf16 ? width == kLatentDim : width == kFp8NopeBytes)) {
+    c.fail(fmt::format("has {} {} values per token, a row without rope, but rope_dim is 64", width,
+                       to_string(t.dtype)),
+           "For a model without rope (GLM-5.3-Flash) set rope_dim=0; for a model with rope pass "
+           "576 bf16 or 656 u8 values per token.");
+  } else if (nope && bf16 && width == kQkDim) {
+    c.fail("has 576 bf16 values per token, a row with rope, but rope_dim is 0",
+           "Rows without rope hold the 512 latent values: pass a [num_blocks, block_size, 512] bf16 "
+           "cache, or set rope_dim=64 for a model with rope.");
+  } else if (nope) {
+    c.fail(fmt::format("has {} {} values per token, which is no cache format without rope", width,
+                       to_string(t.dtype)),
+           "Without rope use 512 bf16 values per token, or 528 u8 bytes (512 e4m3 + 4 f32 "
+           "scales), or 656 u8 bytes (the same 528, then 128 reserved bytes).");
   } else {
-    c.fail(fmt::format("has {} {} values per token, which is no cache format", t.size(2),
+    c.fail(fmt::format("has {} {} values per token, which is no cache format", width,
                        to_string(t.dtype)),
            "Use 576 bf16 values per token (bf16 cache) or 656 u8 bytes per token (fp8_ds_mla: "
            "512 e4m3 + 4 f32 scales + 64 bf16 rope).");
@@ -69,6 +95,15 @@ CacheLayout check_mla_cache(std::string_view op, const TensorView& t) {
   layout.num_blocks = t.size(0);
   layout.block_size = t.size(1);
   return layout;
+}
+
+// rope_dim is stated by the caller, never inferred from shapes: 64 (MLA with rope) or 0.
+void check_rope_dim(std::string_view op, int rope_dim) {
+  if (rope_dim == kRopeDim || rope_dim == kNoRopeDim) return;
+  fail_argument(op, fmt::format("rope_dim is {}; expected 64 (MLA with rope: GLM-5, DeepSeek-V3.2) "
+                                "or 0 (MLA without rope: GLM-5.3-Flash). Set it from the model's "
+                                "qk_rope_head_dim.",
+                                rope_dim));
 }
 
 // The indexer K cache: a page of block_size tokens is block_size*128 e4m3 codes followed by
@@ -141,13 +176,33 @@ void check_i32_vector(std::string_view op, std::string_view name, const TensorVi
 static SparseMlaShape shape_of(const SparseMlaArgs& a) {
   constexpr std::string_view op = "sparse_mla";
   SparseMlaShape s;
+  check_rope_dim(op, a.rope_dim);
+  s.rope_dim = a.rope_dim;
+  const bool nope = a.rope_dim == kNoRopeDim;
   const bool split = a.q_rope.defined();
+  if (nope && split) {
+    fail_argument(op, fmt::format("q_rope is given but rope_dim is 0 (no rope): got q_rope = {}. Drop "
+                                  "q_rope for a model without rope, or set rope_dim=64.",
+                                  a.q_rope.describe()));
+  }
   ArgCheck q(op, "q", a.q,
-             split ? "[T, H, 512] bf16 (the absorbed latent; the rope part is q_rope)"
-                   : "[T, H, 576] bf16 (512 absorbed latent + 64 rope per head)");
+             nope    ? "[T, H, 512] bf16 (the absorbed latent; rope_dim 0: no rope dims)"
+             : split ? "[T, H, 512] bf16 (the absorbed latent; the rope part is q_rope)"
+                     : "[T, H, 576] bf16 (512 absorbed latent + 64 rope per head)");
   q.required().rank(3).dtype(DType::bf16).memory();
-  if (split) {
+  if (nope) {
+    if (a.q.size(2) == kQkDim) {
+      q.fail("has 576 in dimension 2 but rope_dim is 0",
+             "A query without rope is the 512-dim absorbed latent: pass q[..., :512] for a model "
+             "without rope, or set rope_dim=64 for a model with rope.");
+    }
+    q.size(2, kLatentDim, "the latent dim; rope_dim 0: no rope dims");
+  } else if (split) {
     q.size(2, kLatentDim, "the latent dim (q_rope holds the 64 rope dims)");
+  } else if (a.q.size(2) == kLatentDim) {
+    q.fail("has 512 in dimension 2, not 576 (rope_dim is 64 and q_rope is absent)",
+           "Pass the joined [T, H, 576] query, or its 64 rope dims as q_rope; for a model without "
+           "rope (GLM-5.3-Flash) set rope_dim=0.");
   } else {
     q.size(2, kQkDim, "the MLA query dim: 512 latent + 64 rope");
   }
@@ -163,7 +218,7 @@ static SparseMlaShape shape_of(const SparseMlaArgs& a) {
     rope.vector_rows();
   }
 
-  const CacheLayout cache = check_mla_cache(op, a.kv_cache);
+  const CacheLayout cache = check_mla_cache(op, a.kv_cache, a.rope_dim);
   s.num_blocks = cache.num_blocks;
   s.block_size = cache.block_size;
   s.format = cache.format;
@@ -173,6 +228,7 @@ static SparseMlaShape shape_of(const SparseMlaArgs& a) {
   idx.size(0, s.tokens, "T, the tokens of q");
   idx.size_in(1, 1, kMaxTopk, "topk", topk_fix());
   s.topk = a.indices.size(1);
+  check_i32_vector(op, "topk_lens", a.topk_lens, s.tokens, "T, the tokens of q", false);
 
   ArgCheck out(op, "out", a.out, LayoutText("[T, H, 512] = [{}, {}, 512] bf16", s.tokens, s.heads));
   out.required().rank(3).dtype(DType::bf16).memory();
@@ -188,7 +244,8 @@ static SparseMlaShape shape_of(const SparseMlaArgs& a) {
   }
   check_scale(op, a.scale);
   check_outputs_apart(op, {{"out", a.out}, {"lse", a.lse}},
-                      {{"q", a.q}, {"q_rope", a.q_rope}, {"kv_cache", a.kv_cache}, {"indices", a.indices}});
+                      {{"q", a.q}, {"q_rope", a.q_rope}, {"kv_cache", a.kv_cache}, {"indices", a.indices},
+                       {"topk_lens", a.topk_lens}});
   return s;
 }
 
@@ -206,7 +263,7 @@ static MlaDecodeShape shape_of(const MlaDecodeArgs& a) {
   s.s_q = a.q.size(1);
   s.heads = a.q.size(2);
 
-  const CacheLayout cache = check_mla_cache(op, a.kv_cache);
+  const CacheLayout cache = check_mla_cache(op, a.kv_cache, kRopeDim);
   s.num_blocks = cache.num_blocks;
   s.block_size = cache.block_size;
   s.format = cache.format;
@@ -335,15 +392,27 @@ void check_scale_kind(std::string_view op, Fp8ScaleKind kind) {
 static KvStoreShape shape_of(const KvStoreArgs& a) {
   constexpr std::string_view op = "kv_store";
   KvStoreShape s;
+  check_rope_dim(op, a.rope_dim);
+  s.rope_dim = a.rope_dim;
   ArgCheck latent(op, "latent", a.latent, "[T, 512] bf16");
   latent.required().rank(2).dtype(DType::bf16).memory().size(1, kLatentDim, "the latent dim");
   latent.vector_rows();
   s.tokens = a.latent.size(0);
-  ArgCheck rope(op, "rope", a.rope, LayoutText("[T, 64] = [{}, 64] bf16", s.tokens));
-  rope.required().rank(2).dtype(DType::bf16).memory().size(0, s.tokens, "T, the tokens of latent");
-  rope.size(1, kRopeDim, "the rope dim").vector_rows();
+  if (a.rope_dim == kNoRopeDim) {
+    if (a.rope.defined()) {
+      fail_argument(op, fmt::format("rope is given but rope_dim is 0 (rows without rope): got rope = {}. "
+                                    "Drop rope, or set rope_dim=64 to write rows with rope.",
+                                    a.rope.describe()));
+    }
+  } else {
+    ArgCheck rope(op, "rope", a.rope,
+                  LayoutText("[T, 64] = [{}, 64] bf16 (absent only with rope_dim 0, a model without rope)",
+                             s.tokens));
+    rope.required().rank(2).dtype(DType::bf16).memory().size(0, s.tokens, "T, the tokens of latent");
+    rope.size(1, kRopeDim, "the rope dim").vector_rows();
+  }
   check_i32_vector(op, "slot_mapping", a.slot_mapping, s.tokens, "T, the tokens of latent", true);
-  const CacheLayout cache = check_mla_cache(op, a.kv_cache);
+  const CacheLayout cache = check_mla_cache(op, a.kv_cache, a.rope_dim);
   s.num_blocks = cache.num_blocks;
   s.block_size = cache.block_size;
   s.format = cache.format;
@@ -414,7 +483,7 @@ void check_logical_sparse_mla(const LogicalToSlotsArgs& l, const SparseMlaArgs& 
   check_outputs_apart("sparse_mla", {{"out", a.out}, {"lse", a.lse}, {"slots", l.slots}},
                       {{"q", a.q}, {"q_rope", a.q_rope}, {"kv_cache", a.kv_cache},
                        {"indices", l.positions}, {"block_table", l.block_table},
-                       {"token_request", l.token_request}});
+                       {"token_request", l.token_request}, {"topk_lens", a.topk_lens}});
 }
 
 namespace {

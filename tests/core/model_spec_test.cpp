@@ -59,10 +59,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Preset{"glm-5", 64, 2048, 192, 64, 256, 32, 2048, 202752, "default", 1.0},
                       Preset{"deepseek-v3.2", 128, 1536, 128, 64, 128, 64, 2048, 163840, "yarn", 40.0},
                       Preset{"deepseek-v3", 128, 1536, 128, 64, 128, 0, 0, 163840, "yarn", 40.0},
-                      Preset{"kimi-k2", 64, 1536, 128, 64, 128, 0, 0, 131072, "yarn", 32.0}));
+                      Preset{"kimi-k2", 64, 1536, 128, 64, 128, 0, 0, 131072, "yarn", 32.0},
+                      Preset{"glm-5.3-flash", 64, 1536, 256, 0, 256, 32, 2048, 1048576, "default", 1.0}));
 
 TEST(ModelSpec, SoftmaxScales) {
   EXPECT_EQ(load_model("glm-5").softmax_scale, 0.0625);  // exactly 1/sqrt(256)
+  EXPECT_EQ(load_model("glm-5.3-flash").softmax_scale, 0.0625);  // 256 nope dims, no rope: 1/16
   EXPECT_NEAR(load_model("deepseek-v3.2").softmax_scale, 0.13523, 5e-6);
   EXPECT_DOUBLE_EQ(load_model("deepseek-v3.2").softmax_scale, yarn_scale(40.0));
   EXPECT_DOUBLE_EQ(load_model("deepseek-v3").softmax_scale, yarn_scale(40.0));
@@ -72,7 +74,8 @@ TEST(ModelSpec, SoftmaxScales) {
 
 TEST(ModelSpec, PresetNamesAreCaseInsensitiveAndListed) {
   EXPECT_EQ(load_model("GLM-5").num_heads, 64);
-  EXPECT_EQ(model_preset_names(), (std::vector<std::string>{"deepseek-v3", "deepseek-v3.2", "glm-5", "kimi-k2"}));
+  EXPECT_EQ(model_preset_names(),
+            (std::vector<std::string>{"deepseek-v3", "deepseek-v3.2", "glm-5", "glm-5.3-flash", "kimi-k2"}));
 }
 
 TEST(ModelSpec, TensorParallelDividesHeads) {
@@ -148,15 +151,20 @@ TEST(ModelSpec, LoadsAPathOrADirectory) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::not_found);
     EXPECT_THAT(e.what(), HasSubstr("unknown model 'glm-6'"));
-    EXPECT_THAT(e.what(), HasSubstr("deepseek-v3.2, glm-5, kimi-k2"));
+    EXPECT_THAT(e.what(), HasSubstr("deepseek-v3.2, glm-5, glm-5.3-flash, kimi-k2"));
   }
 }
 
-TEST(AttentionSpec, PerOperation) {
+// A preset deployed at TP8 with an fp8_ds_mla cache.
+ModelSpec at_tp8_fp8(const char* preset) {
   Deployment d;
   d.tp = 8;
   d.kv_cache = CacheFormat::fp8_ds_mla;
-  const ModelSpec glm = load_model("glm-5", d);
+  return load_model(preset, d);
+}
+
+TEST(AttentionSpec, PerOperation) {
+  const ModelSpec glm = at_tp8_fp8("glm-5");
 
   const AttentionSpec sparse = attention_spec(glm, Op::sparse_mla);
   EXPECT_EQ(sparse.num_heads, 8);
@@ -211,6 +219,125 @@ TEST(AttentionSpec, DsaOpsOnADenseModelAreRefused) {
   AttentionOptions bad;
   bad.s_q = 0;
   EXPECT_THROW((void)attention_spec(v3, Op::mla_decode, bad), Error);
+}
+
+// ---- GLM-5.3-Flash (glm5_next): MLA without rope, a pooled indexer, hybrid layers ----------
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+const std::vector<int> kGlm53DsaLayers = {3, 7, 11, 15, 19, 23, 27, 31, 35, 39, 43};
+
+void expect_glm53_flash(const ModelSpec& m) {
+  EXPECT_EQ(m.model_type, "glm5_next");
+  EXPECT_TRUE(m.nope);
+  EXPECT_EQ(m.rope_dim(), 0);
+  EXPECT_EQ(m.qk_rope_head_dim, 0);
+  EXPECT_EQ(m.kv_lora_rank, 512);
+  EXPECT_EQ(m.softmax_scale, 0.0625);
+  ASSERT_TRUE(m.is_dsa());
+  EXPECT_EQ(m.indexer->num_heads, 32);
+  EXPECT_EQ(m.indexer->head_dim, 128);
+  EXPECT_EQ(m.indexer->topk, 2048);
+  EXPECT_EQ(m.indexer->kpool, 4);
+  EXPECT_TRUE(m.indexer->kpool_compress);
+  EXPECT_TRUE(m.indexer->kpool_always_select_tail);
+  EXPECT_TRUE(m.indexer->pooled());
+  EXPECT_EQ(m.indexer->attended_tokens(), 2051);  // 512 pools x 4 tokens + 3 tail tokens
+  EXPECT_EQ(m.num_layers, 45);
+  EXPECT_EQ(m.mla_layers, kGlm53DsaLayers);
+  EXPECT_EQ(m.mtp_layers, 1);
+  EXPECT_EQ(m.layer_ops(), (std::vector<Op>{Op::kv_store, Op::sparse_mla}));
+}
+
+// The preset, and the published config's architecture fields as a fixture (nested text_config,
+// with the fields latte does not read: vision, MoE, linear attention), parse alike.
+TEST(Glm53Flash, ThePresetAndTheGlm5NextFixtureParseAlike) {
+  expect_glm53_flash(load_model("glm-5.3-flash"));
+  const auto fixture = std::filesystem::path(LATTE_SOURCE_DIR) / "tests/core/data/glm5_next_config.json";
+  const ModelSpec m = load_model(fixture.string());
+  expect_glm53_flash(m);
+  EXPECT_EQ(m.max_position_embeddings, load_model("glm-5.3-flash").max_position_embeddings);
+  EXPECT_EQ(m.q_lora_rank, 1536);
+}
+
+TEST(Glm53Flash, CoverageNamesTheLayersLatteServesAndWhatIsMissing) {
+  const ModelSpec m = load_model("glm-5.3-flash");
+  EXPECT_EQ(m.coverage(),
+            "glm-5.3-flash is hybrid: latte computes the attention of its 11 DSA layers (3, 7, 11, 15, 19, "
+            "23, 27, 31, 35, 39, 43) and of its 1 MTP layer; its other 34 layers are linear attention, which "
+            "is not latte's. Its indexer scores pools of 4 tokens (index_kpool 4), which latte does not "
+            "compute yet: latte serves its kv_store and sparse_mla, the indices come from the engine.");
+  for (const char* whole : {"glm-5", "deepseek-v3.2", "deepseek-v3", "kimi-k2"}) {
+    EXPECT_EQ(load_model(whole).coverage(), "") << whole;
+  }
+  EXPECT_EQ(load_model("glm-5").layer_ops(),
+            (std::vector<Op>{Op::kv_store, Op::indexer_k_store, Op::indexer_topk, Op::sparse_mla}));
+  EXPECT_EQ(load_model("kimi-k2").layer_ops(), (std::vector<Op>{Op::kv_store, Op::mla_decode}));
+}
+
+TEST(Glm53Flash, AttentionSpecsHaveHeadDim512AndRefuseWhatLatteLacks) {
+  const ModelSpec m = at_tp8_fp8("glm-5.3-flash");
+  const AttentionSpec sparse = attention_spec(m, Op::sparse_mla);
+  EXPECT_EQ(sparse.head_dim, 512);
+  EXPECT_EQ(sparse.head_dim_v, 512);
+  EXPECT_EQ(sparse.num_heads, 8);
+  EXPECT_EQ(sparse.topk, 2051);
+  EXPECT_EQ(sparse.scale, 0.0625f);
+  EXPECT_FALSE(sparse.topk_lens);
+  EXPECT_EQ(sparse.summary(),
+            "sparse_mla H=8 (tp 8) d=512 (no rope) q=bf16 cache=fp8_ds_mla block=64 topk=2051 scale=0.0625 "
+            "model=glm-5.3-flash");
+  EXPECT_EQ(attention_spec(m, Op::kv_store).head_dim, 512);
+  EXPECT_EQ(attention_spec(m, Op::logical_to_slots).topk, 2051);
+  for (Op op : {Op::indexer_topk, Op::indexer_logits, Op::indexer_k_store}) {
+    try {
+      (void)attention_spec(m, op);
+      FAIL() << to_string(op);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::unsupported);
+      EXPECT_THAT(e.what(), HasSubstr("glm-5.3-flash has a pooled indexer (index_kpool 4"));
+      EXPECT_THAT(e.what(), HasSubstr("latte serves this model's kv_store and sparse_mla"));
+    }
+  }
+  try {
+    (void)attention_spec(m, Op::mla_decode);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("glm-5.3-flash has no rope (qk_rope_head_dim 0): its attention is sparse_mla"));
+  }
+}
+
+// A per-token DSA model without rope (no index_kpool; not glm5_next): its indexer ops stay latte's.
+TEST(Glm53Flash, RopeDimZeroWithATokenIndexerKeepsTheIndexerOps) {
+  const ModelSpec m = parse_model_config(
+      R"({"num_attention_heads": 16, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 0,
+          "v_head_dim": 128, "index_topk": 512, "index_n_heads": 8, "index_head_dim": 128,
+          "max_position_embeddings": 4096})",
+      "nope-token-indexer");
+  EXPECT_TRUE(m.nope);
+  EXPECT_FALSE(m.indexer->pooled());
+  EXPECT_EQ(m.indexer->attended_tokens(), 512);
+  EXPECT_EQ(attention_spec(m, Op::indexer_topk).topk, 512);
+  EXPECT_EQ(attention_spec(m, Op::sparse_mla).head_dim, 512);
+  EXPECT_EQ(m.coverage(), "");
+  EXPECT_EQ(m.mla_layers, std::vector<int>{});  // no num_hidden_layers: not known
+}
+
+// A pooled indexer on a model latte serves every layer of: the coverage names the model.
+TEST(Glm53Flash, CoverageOfAPooledIndexerAlone) {
+  const ModelSpec m = parse_model_config(
+      R"({"num_attention_heads": 16, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+          "v_head_dim": 128, "index_topk": 512, "index_n_heads": 8, "index_head_dim": 128, "index_kpool": 4,
+          "num_hidden_layers": 2, "max_position_embeddings": 4096})",
+      "pooled");
+  EXPECT_EQ(m.mla_layers, (std::vector<int>{0, 1}));
+  EXPECT_EQ(m.indexer->attended_tokens(), 512);  // no tail unless index_kpool_always_select_tail
+  EXPECT_EQ(m.coverage(), "pooled's indexer scores pools of 4 tokens (index_kpool 4), which latte does not "
+                          "compute yet: latte serves its kv_store and sparse_mla, the indices come from the engine.");
 }
 
 // ---- Malformed configs -------------------------------------------------------------------
@@ -287,7 +414,20 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"YarnInfiniteScale", config_with("rope_scaling", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 1e300, \"mscale_all_dim\": 1e300}"), "\"rope_scaling.mscale_all_dim\" = 1e+300 with factor 1e+300 gives mscale 6.90776e+301 and a softmax scale of inf, beyond a float"},
         BadConfig{"YarnScaleBeyondFloat", config_with("rope_parameters", "\"rope_parameters\": {\"rope_type\": \"yarn\", \"factor\": 40, \"mscale_all_dim\": 1e25}"), "softmax scale of 8.50489e+47, beyond a float"},
         BadConfig{"MscaleNegative", config_with("rope_scaling", "\"rope_scaling\": {\"type\": \"yarn\", \"factor\": 40, \"mscale_all_dim\": -1}"), "\"rope_scaling.mscale_all_dim\" = -1 must be >= 0"},
-        BadConfig{"DuplicateKey", config_with("kv_lora_rank", "512, \"kv_lora_rank\": 256"), "key \"kv_lora_rank\" appears twice at the top level"}),
+        BadConfig{"DuplicateKey", config_with("kv_lora_rank", "512, \"kv_lora_rank\": 256"), "key \"kv_lora_rank\" appears twice at the top level"},
+        BadConfig{"RopeDimNegative", config_with("qk_rope_head_dim", "-64"), "\"qk_rope_head_dim\" = -64 must be a non-negative integer"},
+        BadConfig{"NopeWithRopeDims", config_with("qk_rope_head_dim", "64, \"mla_use_nope\": true"), "\"mla_use_nope\" = true but qk_rope_head_dim is 64"},
+        BadConfig{"NoRopeDimsWithoutNope", config_with("qk_rope_head_dim", "0, \"mla_use_nope\": false"), "\"qk_rope_head_dim\" = 0 (no rope dims) but mla_use_nope is false"},
+        BadConfig{"NopeNotBool", config_with("qk_rope_head_dim", "0, \"mla_use_nope\": 1"), "\"mla_use_nope\" = 1 must be true or false"},
+        BadConfig{"TextConfigNotObject", "{\"model_type\": \"glm5_next\", \"text_config\": [1]}", "\"text_config\" = [1] must be an object"},
+        BadConfig{"NestedFieldsNamedWithTheirPath", "{\"model_type\": \"glm5_next\", \"text_config\": {\"num_attention_heads\": 64}}", "\"text_config.kv_lora_rank\" is missing"},
+        BadConfig{"Glm5NextWithoutKpool", "{\"model_type\": \"glm5_next\", \"text_config\": " + config_with("", "") + "}", "\"text_config.index_kpool\" is missing from a glm5_next config"},
+        BadConfig{"KpoolCompressNotBool", config_with("index_topk", "2048, \"index_kpool\": 4, \"index_kpool_compress\": \"yes\""), "\"index_kpool_compress\" = \"yes\" must be true or false"},
+        BadConfig{"LayerTypeUnknown", config_with("index_topk", "2048, \"layer_types\": [\"deepseek_sparse_attention\", \"mamba\"]"), "\"layer_types[1]\" = \"mamba\" is not a layer type latte knows"},
+        BadConfig{"LayerTypesCount", config_with("index_topk", "2048, \"num_hidden_layers\": 3, \"layer_types\": [\"deepseek_sparse_attention\"]"), "\"layer_types\" has 1 entries but num_hidden_layers is 3"},
+        BadConfig{"LayerTypesNoMla", config_with("index_topk", "2048, \"layer_types\": [\"linear_attention\"]"), "names no deepseek_sparse_attention layer"},
+        BadConfig{"DsaLayerOnADenseModel", "{\"num_attention_heads\": 16, \"kv_lora_rank\": 512, \"qk_nope_head_dim\": 128, \"qk_rope_head_dim\": 64, \"v_head_dim\": 128, \"max_position_embeddings\": 4096, \"layer_types\": [\"deepseek_sparse_attention\"]}", "\"layer_types[0]\" = \"deepseek_sparse_attention\" but the config has no index_topk"},
+        BadConfig{"FullAttnLayersDisagree", config_with("index_topk", "2048, \"layer_types\": [\"linear_attention\", \"deepseek_sparse_attention\"], \"linear_attn_config\": {\"full_attn_layers\": [0]}"), "\"linear_attn_config.full_attn_layers\" = [0] disagrees with layer_types, whose deepseek_sparse_attention layers are [1]"}),
     [](const ::testing::TestParamInfo<BadConfig>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -184,6 +184,46 @@ TEST_F(SelectorTest, SuggestsTensorParallelSizesAndBlockSizes) {
   EXPECT_EQ(u.suggestions[0].value, "64");
 }
 
+// topk_lens refused by a backend that reads every column: the nearest change is to drop them
+// (rows padded with -1 say the same).
+TEST_F(SelectorTest, SuggestsDroppingTopkLensWhereTheyAreRefused) {
+  Registry reg;
+  reg.add(make_backend("cuda.all_columns", mla_caps({DeviceKind::cuda}), [](const AttentionSpec& s, const DeviceInfo&) {
+    std::vector<Reason> out;
+    if (s.topk_lens) out.push_back({"topk_lens", "topk_lens", "absent", "[T] i32", "reads every column of indices"});
+    return out;
+  }));
+  Context ctx(reg);
+  AttentionSpec spec = glm5_sparse(8);
+  spec.topk_lens = true;
+  const Selection s = ctx.explain(spec, describe_device("sm_90"), no_env());
+  ASSERT_FALSE(s.ok());
+  ASSERT_EQ(s.suggestions.size(), 1u);
+  EXPECT_EQ(s.suggestions[0].field, "topk_lens");
+  EXPECT_EQ(s.suggestions[0].value, "absent");
+  EXPECT_THAT(s.suggestions[0].text,
+              HasSubstr("without topk_lens (rows padded with -1 past their length) would be accepted by "
+                        "cuda.all_columns; today cuda.all_columns refuses: reads every column of indices"));
+  EXPECT_THAT(s.spec.summary(), HasSubstr("topk=2048 (+topk_lens)"));
+  EXPECT_EQ(nlohmann::json::parse(s.to_json())["spec"]["topk_lens"], true);
+}
+
+// A spec without rope (head_dim 512) refused by a 576-only backend says what 512 means.
+TEST_F(SelectorTest, ARefusedHeadDim512IsExplainedAsMlaWithoutRope) {
+  AttentionSpec spec = glm5_sparse(8);
+  spec.head_dim = kLatentDim;
+  const Selection s = context.explain(spec, describe_device("sm_90"), no_env());
+  ASSERT_FALSE(s.ok());
+  const RejectedBackend* r = rejected(s, "cuda.sparse_mla");
+  ASSERT_NE(r, nullptr);
+  ASSERT_EQ(r->reasons.size(), 1u);
+  EXPECT_EQ(r->reasons[0].code, "head_dim");
+  EXPECT_EQ(r->reasons[0].text,
+            "needs head_dim 576; this spec has 512 (MLA without rope: q and cache rows are the "
+            "512 latent values, rope_dim 0)");
+  EXPECT_THAT(s.spec.summary(), HasSubstr("d=512 (no rope)"));
+}
+
 TEST_F(SelectorTest, ForcingAValidBackendOverridesThePolicy) {
   SelectOptions o = no_env();
   o.force = {"cuda.sparse_mla"};

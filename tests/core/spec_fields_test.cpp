@@ -56,6 +56,7 @@ const std::vector<std::pair<std::string, std::function<void(AttentionSpec&)>>>& 
       {"kv_cache", [](AttentionSpec& s) { s.kv_cache = CacheFormat::fp8_ds_mla; }},
       {"scale", [](AttentionSpec& s) { s.scale = 0.125f; }},
       {"split_q", [](AttentionSpec& s) { s.split_q = true; }},
+      {"topk_lens", [](AttentionSpec& s) { s.topk_lens = true; }},
   };
   return fields;
 }

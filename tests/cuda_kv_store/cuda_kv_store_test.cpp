@@ -183,6 +183,20 @@ TEST_F(CudaKvStore, CheckModeReportsBadSlot) {
 
 // Host-only: Kernel::describe() says what each kernel writes and how, by op and cache format
 // (no GPU needed: the text depends only on the spec).
+// Host-only: rows without rope (GLM-5.3-Flash, head_dim 512) are written by cpu.reference only;
+// cuda.kv_store refuses their spec through its declared head dims.
+TEST(CudaKvStoreCaps, RefusesRowsWithoutRope) {
+  const auto be = Registry::global().find("cuda.kv_store");
+  if (!be) GTEST_SKIP() << "skipped: cuda.kv_store not built";
+  const AttentionSpec spec = attention_spec(load_model("glm-5.3-flash"), Op::kv_store);
+  ASSERT_EQ(spec.head_dim, 512);
+  const auto reasons = check(*be, spec, describe_device("sm_90"));
+  ASSERT_EQ(reasons.size(), 1u);
+  EXPECT_EQ(reasons[0].code, "head_dim");
+  EXPECT_NE(reasons[0].text.find("(MLA without rope"), std::string::npos) << reasons[0].text;
+  EXPECT_TRUE(check(*be, attention_spec(load_model("glm-5"), Op::kv_store), describe_device("sm_90")).empty());
+}
+
 TEST(CudaKvStoreDescribe, NamesTheRowLayoutPerOpAndFormat) {
   if (!Registry::global().find("cuda.kv_store")) GTEST_SKIP() << "skipped: cuda.kv_store not built";
   const DeviceInfo dev = describe_device("sm_120");

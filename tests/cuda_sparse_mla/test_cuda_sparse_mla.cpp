@@ -22,6 +22,7 @@
 #include "gpu_test_util.hpp"
 #include "latte/api.hpp"
 #include "latte/backend.hpp"
+#include "latte/context.hpp"
 #include "latte/device.hpp"
 #include "latte/error.hpp"
 #include "latte/formats.hpp"
@@ -1380,6 +1381,46 @@ TEST(CudaSparseMlaCaps, DeclaredCapabilities) {
   sp.num_heads = 64;
   sp.topk = 40000;
   EXPECT_FALSE(check(*be, sp, describe_device("sm_90")).empty());
+}
+
+// Host-only: MLA without rope (GLM-5.3-Flash, head_dim 512) and topk_lens are not computed by
+// cuda.sparse_mla yet: each refused with its reason, and selecting GLM-5.3-Flash's sparse_mla on
+// a GPU explains the refusal and names the nearest change (the CPU, where cpu.reference takes it).
+TEST(CudaSparseMlaCaps, RefusesRowsWithoutRopeAndTopkLensWithTheirReasons) {
+  auto be = Registry::global().find("cuda.sparse_mla");
+  if (!be) GTEST_SKIP() << "cuda.sparse_mla not built";
+  Deployment d;
+  d.tp = 8;
+  d.kv_cache = CacheFormat::fp8_ds_mla;
+  const AttentionSpec glm53 = attention_spec(load_model("glm-5.3-flash", d), Op::sparse_mla);
+  ASSERT_EQ(glm53.head_dim, 512);
+  const auto nope = check(*be, glm53, describe_device("sm_90"));
+  ASSERT_EQ(nope.size(), 1u);
+  EXPECT_EQ(nope[0].code, "head_dim");
+  EXPECT_EQ(nope[0].text, "needs head_dim 576; this spec has 512 (MLA without rope: q and cache rows are the 512 "
+                          "latent values, rope_dim 0)");
+  AttentionSpec lens = glm53;
+  lens.head_dim = kQkDim;
+  lens.topk_lens = true;
+  const auto lens_reasons = check(*be, lens, describe_device("sm_90"));
+  ASSERT_EQ(lens_reasons.size(), 1u);
+  EXPECT_EQ(lens_reasons[0].code, "topk_lens");
+  EXPECT_NE(lens_reasons[0].text.find("pad each row with -1 past its length and drop topk_lens"), std::string::npos);
+
+  const Selection s = Context::global().explain(glm53, describe_device("sm_90"));
+  EXPECT_FALSE(s.ok());
+  const std::string text = s.explain();
+  EXPECT_NE(text.find("cuda.sparse_mla"), std::string::npos);
+  EXPECT_NE(text.find("head_dim: needs head_dim 576; this spec has 512 (MLA without rope"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("device cpu would be accepted by cpu.reference"), std::string::npos) << text;
+  // With topk_lens on rows with rope, dropping them is the nearest change on the GPU.
+  const Selection t = Context::global().explain(lens, describe_device("sm_90"));
+  EXPECT_FALSE(t.ok());
+  EXPECT_NE(t.explain().find("without topk_lens (rows padded with -1 past their length) would be accepted by "
+                             "cuda.sparse_mla"),
+            std::string::npos)
+      << t.explain();
 }
 
 // Host-only: Kernel::describe() names the kernel variant, the splits and the grid the plan gives

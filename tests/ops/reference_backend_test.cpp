@@ -132,5 +132,56 @@ TEST(CpuReference, KernelRefusesACallOfAnotherSpecNamingBoth) {
   EXPECT_NO_THROW(backend->make(other, DeviceInfo{})->run(call, RunContext{}));
 }
 
+// MLA without rope: cpu.reference takes sparse_mla and kv_store of head_dim 512 (with
+// topk_lens), and refuses mla_decode of head_dim 512, whose arguments cannot say "no rope".
+TEST(CpuReference, AcceptsRowsWithoutRopeForSparseMlaAndKvStoreOnly) {
+  const auto backend = Registry::global().get("cpu.reference");
+  for (Op op : {Op::sparse_mla, Op::kv_store}) {
+    AttentionSpec spec = glm5_spec(op);
+    spec.head_dim = kLatentDim;
+    spec.topk_lens = op == Op::sparse_mla;
+    EXPECT_THAT(codes(check(*backend, spec, DeviceInfo{})), ::testing::IsEmpty()) << to_string(op);
+  }
+  AttentionSpec decode = glm5_spec(Op::mla_decode);
+  decode.head_dim = kLatentDim;
+  const auto reasons = check(*backend, decode, DeviceInfo{});
+  ASSERT_EQ(codes(reasons), std::vector<std::string>{"head_dim"});
+  EXPECT_THAT(reasons[0].text, ::testing::HasSubstr("computes mla_decode with rope only (d_qk 576)"));
+  AttentionSpec odd = glm5_spec(Op::sparse_mla);
+  odd.head_dim = 544;
+  EXPECT_THAT(codes(check(*backend, odd, DeviceInfo{})), ::testing::Contains("head_dim"));
+}
+
+// A kernel made for rows with rope does not run a call without (and the reverse), nor a call
+// with topk_lens unless made for them: each computes only what its spec says.
+TEST(CpuReference, KernelRefusesAnotherRopeDimOrUnexpectedTopkLens) {
+  const auto backend = Registry::global().get("cpu.reference");
+  ValidCalls calls;
+  const SparseMlaArgs nope = calls.sparse_mla_nope();  // rope_dim 0, with topk_lens
+  const AttentionSpec nope_spec = spec_from_args(nope);
+  EXPECT_EQ(nope_spec.head_dim, 512);
+  EXPECT_TRUE(nope_spec.topk_lens);
+  EXPECT_EQ(spec_from_args(calls.kv_store_nope()).head_dim, 512);
+  EXPECT_EQ(spec_from_args(calls.kv_store()).head_dim, 576);
+  const auto refused = [&](const AttentionSpec& spec, const OpArgs& args, const std::string& fragment) {
+    try {
+      backend->make(spec, DeviceInfo{})->run(args, RunContext{});
+      ADD_FAILURE() << "no error for " << fragment;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(fragment));
+    }
+  };
+  refused(spec_from_args(calls.sparse_mla()), nope, "made for head_dim 576 but the call has head_dim 512");
+  refused(nope_spec, calls.sparse_mla(), "made for head_dim 512 but the call has head_dim 576");
+  refused(spec_from_args(calls.kv_store()), calls.kv_store_nope(), "made for head_dim 576 but the call has head_dim 512");
+  AttentionSpec no_lens = nope_spec;
+  no_lens.topk_lens = false;
+  refused(no_lens, nope, "made for calls without topk_lens but the call has them");
+  SparseMlaArgs without = nope;
+  without.topk_lens = {};
+  EXPECT_NO_THROW(backend->make(nope_spec, DeviceInfo{})->run(without, RunContext{}));
+}
+
 }  // namespace
 }  // namespace latte::testing

@@ -42,9 +42,19 @@ struct ValidCalls {
   HostTensor positions{DType::i32, {T, TOPK}};
   HostTensor slots{DType::i32, {T, TOPK}};
 
+  // MLA without rope (rope_dim 0): the 512-dim query, rows of 512 bf16 or 528 fp8 bytes.
+  HostTensor nope_q{DType::bf16, {T, H, 512}};
+  HostTensor nope_bf16_cache{DType::bf16, {NB, BS, 512}};
+  HostTensor nope_fp8_cache{DType::u8, {NB, BS, 528}};
+  HostTensor topk_lens{DType::i32, {T}};
+
   ValidCalls() {
     std::mt19937 rng(1);
-    for (const HostTensor* t : {&q, &bf16_cache, &dq, &latent, &rope, &k}) fill_bf16(*t, rng);
+    for (const HostTensor* t : {&q, &bf16_cache, &dq, &latent, &rope, &k, &nope_q, &nope_bf16_cache}) {
+      fill_bf16(*t, rng);
+    }
+    const int32_t row_lens[T] = {3, 1, 0, 2};
+    for (int64_t i = 0; i < T; ++i) topk_lens.at<int32_t>(i) = row_lens[i];
     const int32_t idx[T][TOPK] = {{0, 1, -1}, {2, 15, 3}, {-1, -1, -1}, {7, 7, 8}};
     for (int64_t i = 0; i < T * TOPK; ++i) indices.at<int32_t>(i) = idx[i / TOPK][i % TOPK];
     const int32_t table[B][2] = {{0, 1}, {3, 2}};
@@ -67,6 +77,12 @@ struct ValidCalls {
   SparseMlaArgs sparse_mla() const {
     return {q, bf16_cache, indices, out, lse, 0.0625f};
   }
+  SparseMlaArgs sparse_mla_nope() const {
+    SparseMlaArgs a{nope_q, nope_bf16_cache, indices, out, lse, 0.0625f};
+    a.rope_dim = kNoRopeDim;
+    a.topk_lens = topk_lens;
+    return a;
+  }
   MlaDecodeArgs mla_decode() const {
     return {dq, fp8_cache, block_table, seq_lens, dout, dlse, 0.0625f};
   }
@@ -76,6 +92,9 @@ struct ValidCalls {
   IndexerTopkArgs indexer_topk() const { return {indexer_inputs(), itopk, IndexKind::physical}; }
   IndexerLogitsArgs indexer_logits() const { return {indexer_inputs(), logits}; }
   KvStoreArgs kv_store() const { return {latent, rope, slot_mapping, fp8_cache, Fp8ScaleKind::amax}; }
+  KvStoreArgs kv_store_nope() const {
+    return {latent, {}, slot_mapping, nope_fp8_cache, Fp8ScaleKind::amax, kNoRopeDim};
+  }
   IndexerKStoreArgs indexer_k_store() const { return {k, slot_mapping, k_cache, Fp8ScaleKind::pow2}; }
   LogicalToSlotsArgs logical_to_slots() const { return {positions, iblock_table, {}, slots, 4}; }
 };

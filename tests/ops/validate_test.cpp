@@ -327,6 +327,60 @@ std::vector<BadCase> bad_cases() {
       {"logical_to_slots_block_size", Stage::validate,
        [](C c) { auto a = c.logical_to_slots(); a.block_size = 0; return OpArgs(a); },
        {"logical_to_slots: block_size is 0"}},
+      // ---- MLA without rope (rope_dim 0) and topk_lens ----
+      {"rope_dim_32", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.rope_dim = 32; return OpArgs(a); },
+       {"sparse_mla: rope_dim is 32; expected 64", "or 0 (MLA without rope", "qk_rope_head_dim"}},
+      {"nope_with_q_rope", Stage::validate,
+       [](C c) { auto a = c.sparse_mla_nope(); a.q_rope = with_shape(c.q, {4, 2, 64}); return OpArgs(a); },
+       {"sparse_mla: q_rope is given but rope_dim is 0", "Drop q_rope", "or set rope_dim=64"}},
+      {"nope_with_576_q", Stage::validate,
+       [](C c) { auto a = c.sparse_mla_nope(); a.q = c.q; return OpArgs(a); },
+       {"q has 576 in dimension 2 but rope_dim is 0", "pass q[..., :512]", "rope_dim=64"}},
+      {"nope_with_bf16_576_cache", Stage::validate,
+       [](C c) { auto a = c.sparse_mla_nope(); a.kv_cache = c.bf16_cache; return OpArgs(a); },
+       {"kv_cache has 576 bf16 values per token, a row with rope, but rope_dim is 0",
+        "[num_blocks, block_size, 512] bf16", "rope_dim=64"}},
+      {"nope_with_u8_600_cache", Stage::validate,
+       [](C c) {
+         auto a = c.sparse_mla_nope();
+         a.kv_cache = with_shape(c.fp8_cache, {4, 4, 600});
+         return OpArgs(a);
+       },
+       {"kv_cache has 600 u8 values per token, which is no cache format without rope",
+        "528 u8 bytes (512 e4m3 + 4 f32 scales), or 656 u8 bytes"}},
+      {"rope_with_bf16_512_cache", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.kv_cache = c.nope_bf16_cache; return OpArgs(a); },
+       {"kv_cache has 512 bf16 values per token, a row without rope, but rope_dim is 64",
+        "set rope_dim=0"}},
+      {"rope_with_u8_528_cache", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.kv_cache = c.nope_fp8_cache; return OpArgs(a); },
+       {"kv_cache has 528 u8 values per token, a row without rope, but rope_dim is 64"}},
+      {"rope_q_512_without_q_rope", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.q = c.nope_q; return OpArgs(a); },
+       {"q has 512 in dimension 2, not 576 (rope_dim is 64 and q_rope is absent)", "as q_rope",
+        "set rope_dim=0"}},
+      {"topk_lens_length", Stage::validate,
+       [](C c) { auto a = c.sparse_mla_nope(); a.topk_lens = with_shape(c.topk_lens, {3}); return OpArgs(a); },
+       {"sparse_mla: topk_lens has 3 in dimension 0, not 4", "[4] i32"}},
+      {"topk_lens_dtype", Stage::validate,
+       [](C c) { auto a = c.sparse_mla(); a.topk_lens = with_dtype(c.topk_lens, DType::f32); return OpArgs(a); },
+       {"sparse_mla: topk_lens has dtype f32"}},
+      {"out_over_topk_lens", Stage::validate,
+       [](C c) { auto a = c.sparse_mla_nope(); a.lse = over(a.lse, c.topk_lens); return OpArgs(a); },
+       {"sparse_mla: lse shares memory with topk_lens"}},
+      {"kv_store_nope_with_rope", Stage::validate,
+       [](C c) { auto a = c.kv_store_nope(); a.rope = c.rope; return OpArgs(a); },
+       {"kv_store: rope is given but rope_dim is 0", "Drop rope, or set rope_dim=64"}},
+      {"kv_store_rope_absent", Stage::validate,
+       [](C c) { auto a = c.kv_store(); a.rope = {}; return OpArgs(a); },
+       {"kv_store: rope is absent", "absent only with rope_dim 0"}},
+      {"kv_store_nope_into_576_bf16", Stage::validate,
+       [](C c) { auto a = c.kv_store_nope(); a.kv_cache = c.bf16_cache; return OpArgs(a); },
+       {"kv_store: kv_cache has 576 bf16 values per token, a row with rope, but rope_dim is 0"}},
+      {"kv_store_rope_dim_minus_1", Stage::validate,
+       [](C c) { auto a = c.kv_store(); a.rope_dim = -1; return OpArgs(a); },
+       {"kv_store: rope_dim is -1; expected 64"}},
       // ---- values: check mode only ----
       {"slot_index_out_of_range", Stage::check_mode,
        [](C c) {
@@ -377,6 +431,28 @@ std::vector<BadCase> bad_cases() {
          return OpArgs(a);
        },
        {"indexer_logits: visible_lens[3] = 9 is out of range; allowed 0..8"}},
+      {"topk_len_above_topk", Stage::check_mode,
+       [](C c) {
+         auto a = c.sparse_mla_nope();
+         c.topk_lens.at<int32_t>(1) = 4;
+         return OpArgs(a);
+       },
+       {"sparse_mla: topk_lens[1] = 4 is out of range; allowed 0..3"}},
+      {"topk_len_negative", Stage::check_mode,
+       [](C c) {
+         auto a = c.sparse_mla();
+         a.topk_lens = c.topk_lens;
+         c.topk_lens.at<int32_t>(0) = -1;
+         return OpArgs(a);
+       },
+       {"sparse_mla: topk_lens[0] = -1 is out of range; allowed 0..3"}},
+      {"slot_index_out_of_range_within_topk_len", Stage::check_mode,
+       [](C c) {
+         auto a = c.sparse_mla_nope();
+         c.indices.at<int32_t>(3 * 3 + 1) = 16;  // row 3 uses 2 columns: column 1 is checked
+         return OpArgs(a);
+       },
+       {"sparse_mla: indices[3, 1] = 16 is out of range"}},
       {"position_out_of_range", Stage::check_mode,
        [](C c) {
          auto a = c.logical_to_slots();
@@ -447,9 +523,21 @@ TEST(Validate, ValidCallsPassAndReportTheirSizes) {
   EXPECT_EQ(validate(c.kv_store()).format, CacheFormat::fp8_ds_mla);
   EXPECT_EQ(validate(c.indexer_k_store()).block_size, 4);
   EXPECT_EQ(validate(c.logical_to_slots()).width, 3);
+  const SparseMlaShape n = validate(c.sparse_mla_nope());
+  EXPECT_EQ(n.rope_dim, 0);
+  EXPECT_EQ(n.qk_dim(), 512);
+  EXPECT_EQ(n.format, CacheFormat::bf16);
+  EXPECT_EQ(s.rope_dim, 64);
+  auto fp8_nope = c.sparse_mla_nope();
+  fp8_nope.kv_cache = c.nope_fp8_cache;
+  EXPECT_EQ(validate(fp8_nope).format, CacheFormat::fp8_ds_mla);
+  fp8_nope.kv_cache = c.fp8_cache;  // 656-byte rows, the last 128 bytes reserved
+  EXPECT_EQ(validate(fp8_nope).format, CacheFormat::fp8_ds_mla);
+  EXPECT_EQ(validate(c.kv_store_nope()).rope_dim, 0);
   for (const OpArgs& args : {OpArgs(c.sparse_mla()), OpArgs(c.mla_decode()), OpArgs(c.indexer_topk()),
                              OpArgs(c.indexer_logits()), OpArgs(c.kv_store()),
-                             OpArgs(c.indexer_k_store()), OpArgs(c.logical_to_slots())}) {
+                             OpArgs(c.indexer_k_store()), OpArgs(c.logical_to_slots()),
+                             OpArgs(c.sparse_mla_nope()), OpArgs(fp8_nope), OpArgs(c.kv_store_nope())}) {
     EXPECT_EQ(common_device(args), Device{});
     EXPECT_NO_THROW(run_reference(args, true)) << to_string(op_of(args));
   }
@@ -491,7 +579,9 @@ TEST(Validate, SparseMlaOverPositionsKeepsBothStepsApart) {
   l.slots = over(l.slots, c.bf16_cache, 4096);
   expect_error(both(l, c.sparse_mla()), {"sparse_mla: slots shares memory with kv_cache"});
   auto a = c.sparse_mla();
-  a.out = over(a.out, c.iblock_table);
+  // A view small enough to lie inside the block table (8 KB of out would reach whatever the heap
+  // put after it, slots say, and report that overlap first).
+  a.out = over(with_shape(a.out, {1, 1, 8}), c.iblock_table);
   expect_error(both(c.logical_to_slots(), a), {"sparse_mla: out shares memory with block_table"});
   a = c.sparse_mla();
   a.lse = over(a.lse, c.positions);

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -217,6 +219,29 @@ TEST_F(PluginTest, ASplitQueryIsRefusedByPlugins) {
   EXPECT_NE(reasons[0].text.find("concatenate q and q_rope"), std::string::npos);
   const Selection s = context.select(split, describe_device("cpu"), no_env());
   EXPECT_EQ(s.chosen, "cpu.test_reference");
+}
+
+TEST_F(PluginTest, RowsWithoutRopeAndTopkLensAreRefusedByPlugins) {
+  // ABI v1 has no rope_dim and no topk_lens: a plugin would read a row without rope as one with
+  // rope, and every column of indices. Each spec is refused with its reason.
+  context.load_plugin(LATTE_EXAMPLE_PLUGIN);
+  const auto& plugin = *registry.get("example.cpu_sparse_mla");
+  AttentionSpec nope = glm5_sparse(8);
+  nope.head_dim = kLatentDim;
+  const auto nope_reasons = check(plugin, nope, describe_device("cpu"));
+  const auto rope_dim = std::find_if(nope_reasons.begin(), nope_reasons.end(),
+                                     [](const Reason& r) { return r.code == "rope_dim"; });
+  ASSERT_NE(rope_dim, nope_reasons.end());
+  EXPECT_EQ(rope_dim->got, "512 (rope_dim 0: no rope)");
+  EXPECT_NE(rope_dim->text.find("the ABI has no rope_dim"), std::string::npos);
+  AttentionSpec lens = glm5_sparse(8);
+  lens.topk_lens = true;
+  const auto lens_reasons = check(plugin, lens, describe_device("cpu"));
+  ASSERT_EQ(lens_reasons.size(), 1u);
+  EXPECT_EQ(lens_reasons[0].code, "topk_lens");
+  EXPECT_NE(lens_reasons[0].text.find("pad each row with -1 past its length"), std::string::npos);
+  // The built-in reference (here a test backend with the same declared rules) takes topk_lens.
+  EXPECT_EQ(context.select(lens, describe_device("cpu"), no_env()).chosen, "cpu.test_reference");
 }
 
 TEST_F(PluginTest, UserPolicyOutranksThePluginRule) {

@@ -17,7 +17,8 @@ def f64(x: np.ndarray) -> np.ndarray:
 
 
 def attend(q: np.ndarray, c: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """q [H, 576], c [S, 576] -> out [H, 512], lse [H] (out = 0, lse = -inf when S = 0)."""
+    """q [H, d], c [S, d] (d 576, or 512 without rope) -> out [H, 512], lse [H] (out = 0, lse =
+    -inf when S = 0)."""
     if len(c) == 0:
         return np.zeros((q.shape[0], 512)), np.full(q.shape[0], -np.inf)
     scores = scale * (q @ c.T)
@@ -27,14 +28,16 @@ def attend(q: np.ndarray, c: np.ndarray, scale: float) -> tuple[np.ndarray, np.n
     return (p / total) @ c[:, :512], (m + np.log(total))[:, 0]
 
 
-def sparse_mla(q, slots_576, indices, scale):
+def sparse_mla(q, slots_576, indices, scale, topk_lens=None):
     """q [T, H, 576]; slots_576 [num_slots, 576] (the cache, flattened and dequantized);
-    indices [T, topk] slots, -1 or out of range = none."""
+    indices [T, topk] slots, -1 or out of range = none. Rows without rope: q [T, H, 512] and
+    slots [num_slots, 512]. topk_lens [T]: row t uses its first topk_lens[t] columns."""
     q, cache = f64(q), f64(slots_576)
     t_count, heads, _ = q.shape
     out, lse = np.zeros((t_count, heads, 512)), np.zeros((t_count, heads))
     for t in range(t_count):
-        valid = [int(s) for s in indices[t] if 0 <= s < len(cache)]
+        row = indices[t] if topk_lens is None else indices[t][:max(0, int(topk_lens[t]))]
+        valid = [int(s) for s in row if 0 <= s < len(cache)]
         out[t], lse[t] = attend(q[t], cache[valid], scale)
     return out, lse
 
@@ -101,6 +104,19 @@ def unpack_mla_cache(cache: np.ndarray) -> np.ndarray:
     if cache.dtype == np.uint8:
         return np.stack([unpack_fp8_ds_mla(tok) for tok in flat])
     return f64(flat)
+
+
+def unpack_nope_cache(cache: np.ndarray) -> np.ndarray:
+    """A cache of rows without rope -> [nb * bs, 512] float64: [nb, bs, 512] bf16, or uint8 rows of
+    528 bytes (4 groups of 128 e4m3, then 4 float32 scales) or 656 (the same, then 128 bytes not
+    read)."""
+    flat = cache.reshape(-1, cache.shape[-1])
+    if cache.dtype != np.uint8:
+        return f64(flat)
+    rows = np.ascontiguousarray(flat[:, :528])
+    codes = f64(rows[:, :512].view(E4M3))
+    scales = f64(rows[:, 512:528].copy().view(np.float32))
+    return codes * np.repeat(scales, 128, axis=1)
 
 
 def unpack_indexer_cache(k_cache: np.ndarray) -> np.ndarray:

@@ -109,6 +109,11 @@ SAME_AS_CPP = [
     ["select", "--model", "glm-5", "--exclude", "cpu.*"],
     ["select", "--model", "kimi-k2", "--tp", "5"],
     ["select", "--model", "no-such-model"],
+    # A hybrid model with a pooled indexer: what latte serves of it, in text and JSON.
+    ["select", "--model", "glm-5.3-flash", "--tp", "8", "--device", "sm_120", "--op", "all"],
+    ["select", "--model", "glm-5.3-flash", "--kv-cache", "fp8_ds_mla", "--op", "all", "--json"],
+    ["select", "--model", "glm-5.3-flash", "--op", "indexer_topk"],
+    ["run", "--model", "glm-5.3-flash", "--quiet"],
     ["policy", "show"],
     ["policy", "show", "--json"],
 ]

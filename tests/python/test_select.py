@@ -92,7 +92,11 @@ def test_set_policy_changes_the_global_layer():
 def test_model_spec():
     m = latte.model_spec("glm-5", tp=8)
     assert m["heads_per_rank"] == 8 and m["softmax_scale"] == 0.0625
-    assert m["indexer"] == {"num_heads": 32, "head_dim": 128, "topk": 2048}
+    assert m["indexer"] == {"num_heads": 32, "head_dim": 128, "topk": 2048, "kpool": 0,
+                            "kpool_compress": False, "kpool_always_select_tail": False,
+                            "attended_tokens": 2048}
+    assert m["layer_ops"] == ["kv_store", "indexer_k_store", "indexer_topk", "sparse_mla"]
+    assert m["mla_layers"] == list(range(78)) and not m["nope"] and m["rope_dim"] == 64
     assert latte.model_spec("deepseek-v3")["indexer"] is None
     assert "glm-5" in latte.model_presets()
 

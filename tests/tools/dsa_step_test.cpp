@@ -143,6 +143,25 @@ TEST(DsaStep, EveryOpRunsThroughTheFunctionalApi) {
   }
 }
 
+// GLM-5.3-Flash's step needs the pooled indexer, which latte lacks: refused before anything is
+// planned or allocated, naming what is missing and what latte serves of the model. A model
+// without rope but with a per-token indexer is refused too (the step writes rows with rope).
+TEST(DsaStep, AModelLatteCannotStepIsRefusedNamingWhatIsMissing) {
+  DsaStepConfig c = small_step(1, 64);
+  c.model = "glm-5.3-flash";
+  try {
+    (void)run_dsa_step(c);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot build a decode step of glm-5.3-flash: the step's indexer "
+                                               "stages (indexer_k_store, indexer_topk) have no pooled form"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("its other 34 layers are linear attention, which is not latte's"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("latte select --model glm-5.3-flash --op all"));
+  }
+  EXPECT_THROW((void)estimate_dsa_step_memory(c), Error);
+}
+
 // The estimate adds up the buffers the step allocates: at least their peak, and above it by no
 // more than the top-k check's per-row vectors (std::vectors, which the tally does not see).
 TEST(DsaStepMemory, TheEstimateIsWhatTheStepAllocatesAtItsPeak) {

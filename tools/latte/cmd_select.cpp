@@ -21,10 +21,7 @@ struct SelectArgs {
 
 std::vector<Op> ops_to_select(const SelectArgs& a, const ModelSpec& model) {
   if (a.op.empty()) return {model.is_dsa() ? Op::sparse_mla : Op::mla_decode};
-  if (a.op == "all") {
-    if (model.is_dsa()) return {Op::kv_store, Op::indexer_k_store, Op::indexer_topk, Op::sparse_mla};
-    return {Op::kv_store, Op::mla_decode};
-  }
+  if (a.op == "all") return model.layer_ops();
   const auto op = parse_op(a.op);
   if (!op) {
     std::string names;
@@ -54,6 +51,9 @@ void add_select(CLI::App& app) {
     attention.max_tokens = a->tokens;
     bool all_valid = true;
     nlohmann::json selections = nlohmann::json::array();
+    // What of the model latte serves (a hybrid model's other layers, a missing pooled indexer).
+    const std::string coverage = model.coverage();
+    if (!coverage.empty() && !a->json) fmt::print("model: {}\n\n", coverage);
     for (Op op : ops_to_select(*a, model)) {
       const Selection selection = Context::global().explain(attention_spec(model, op, attention), device, options);
       all_valid = all_valid && !selection.chosen.empty();
@@ -61,6 +61,7 @@ void add_select(CLI::App& app) {
       if (a->json) {
         nlohmann::json j = nlohmann::json::parse(selection.to_json());
         j["kernel"] = kernel;
+        if (!coverage.empty()) j["coverage"] = coverage;
         selections.push_back(std::move(j));
       } else {
         fmt::print("{}\n", selection.explain());

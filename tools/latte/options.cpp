@@ -11,7 +11,7 @@
 namespace latte::cli {
 
 void add_model_options(CLI::App* cmd, ModelOptions& o) {
-  cmd->add_option("--model", o.model, "Preset (glm-5, deepseek-v3.2, deepseek-v3, kimi-k2) or a config.json path")
+  cmd->add_option("--model", o.model, "Preset (glm-5, glm-5.3-flash, deepseek-v3.2, deepseek-v3, kimi-k2) or a config.json path")
       ->required();
   cmd->add_option("--tp", o.tp, "Tensor-parallel size (must divide the attention heads)");
   cmd->add_option("--kv-cache", o.kv_cache, "KV-cache format: bf16 or fp8_ds_mla");

@@ -180,6 +180,23 @@ StepPlan plan_step(const DsaStepConfig& config, const Context& context) {
                             "`latte select --model {} --op mla_decode`",
                             model.name, config.model));
   }
+  // The step's stages are latte's per-token indexer and rows with rope. What a model needs beyond
+  // them is named, with what latte does serve of it (`latte select --op all`).
+  if (model.indexer->pooled()) {
+    throw Error(ErrorCode::unsupported,
+                fmt::format("`latte run` cannot build a decode step of {}: the step's indexer stages "
+                            "(indexer_k_store, indexer_topk) have no pooled form in latte yet (no op writes pool "
+                            "keys or selects pools). {} See `latte select --model {} --op all` for the backends "
+                            "of what latte serves.",
+                            model.name, model.coverage(), config.model));
+  }
+  if (model.nope) {
+    throw Error(ErrorCode::unsupported,
+                fmt::format("`latte run` builds decode steps of MLA with rope; {} has none (qk_rope_head_dim 0). "
+                            "Its sparse_mla and kv_store run through latte::run with rope_dim 0 (cpu.reference); "
+                            "see `latte select --model {} --op all`.",
+                            model.name, config.model));
+  }
   if (config.batch < 1 || config.batch > 4096)
     throw Error(ErrorCode::invalid_argument,
                 fmt::format("--batch {} is out of range: use 1..4096 requests", config.batch));

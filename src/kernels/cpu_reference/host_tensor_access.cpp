@@ -12,12 +12,13 @@ void write_bf16_row(const double* values, int n, uint16_t* row) {
   for (int i = 0; i < n; ++i) row[i] = float_to_bf16(static_cast<float>(values[i]));
 }
 
-void read_mla_token(const TensorView& cache, CacheFormat format, int64_t block_size,
+void read_mla_token(const TensorView& cache, CacheFormat format, int rope_dim, int64_t block_size,
                     int64_t slot, CacheToken& out) {
   const int64_t block = slot / block_size;
   const int64_t offset = slot % block_size;
+  out.fill(0.0);
   if (format == CacheFormat::bf16) {
-    read_bf16_row(at<const uint16_t>(cache, {block, offset}), kQkDim, out.data());
+    read_bf16_row(at<const uint16_t>(cache, {block, offset}), kLatentDim + rope_dim, out.data());
     return;
   }
   const uint8_t* token = at<const uint8_t>(cache, {block, offset});
@@ -29,7 +30,7 @@ void read_mla_token(const TensorView& cache, CacheFormat format, int64_t block_s
           static_cast<double>(e4m3_to_float(token[i])) * static_cast<double>(scale);
     }
   }
-  for (int i = 0; i < kRopeDim; ++i) {
+  for (int i = 0; i < rope_dim; ++i) {
     uint16_t bits = 0;
     std::memcpy(&bits, token + kFp8DsMlaRopeOffset + 2 * i, 2);
     out[static_cast<std::size_t>(kLatentDim + i)] = bf16_to_float(bits);

@@ -30,12 +30,14 @@ void read_bf16_row(const uint16_t* row, int n, double* out);
 // Writes `n` doubles as bf16 (float64 -> float32 -> bf16, each round to nearest even).
 void write_bf16_row(const double* values, int n, uint16_t* row);
 
-// One token of an MLA cache in float64: [latent 512 ; rope 64].
+// One token of an MLA cache in float64: [latent 512 ; rope 64] (rope zero for rows without).
 using CacheToken = std::array<double, kQkDim>;
 
-// Decodes slot `slot` of a validated MLA cache. fp8 values are e4m3 * scale computed in
-// float64 (exact), so the oracle adds no dequantization rounding of its own.
-void read_mla_token(const TensorView& cache, CacheFormat format, int64_t block_size,
+// Decodes slot `slot` of a validated MLA cache whose rows have `rope_dim` rope values (64 or
+// 0). fp8 values are e4m3 * scale computed in float64 (exact), so the oracle adds no
+// dequantization rounding of its own. A row without rope is read from its first 528 bytes
+// (fp8) or 512 values (bf16) only: a 656-byte row's reserved tail is never read.
+void read_mla_token(const TensorView& cache, CacheFormat format, int rope_dim, int64_t block_size,
                     int64_t slot, CacheToken& out);
 
 // The indexer K of one token in float64: e4m3 * scale (exact).

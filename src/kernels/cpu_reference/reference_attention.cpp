@@ -15,12 +15,14 @@ namespace {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 // One query head against `count` decoded cache tokens: q_latent's 512 dims, then q_rope's 64
-// (q_rope = q_latent + 512 for a [.., 576] query).
+// (q_rope = q_latent + 512 for a [.., 576] query; null without rope: the score is the dot of
+// the 512 latent dims alone).
 void attend(const uint16_t* q_latent, const uint16_t* q_rope, const std::vector<CacheToken>& keys,
             std::size_t count, double scale, uint16_t* out_row, float* lse) {
   std::array<double, kQkDim> q{};
   read_bf16_row(q_latent, kLatentDim, q.data());
-  read_bf16_row(q_rope, kRopeDim, q.data() + kLatentDim);
+  if (q_rope) read_bf16_row(q_rope, kRopeDim, q.data() + kLatentDim);
+  const int qk_dim = q_rope ? kQkDim : kLatentDim;
   std::array<double, kLatentDim> out{};
   if (count == 0) {
     write_bf16_row(out.data(), kLatentDim, out_row);
@@ -31,7 +33,7 @@ void attend(const uint16_t* q_latent, const uint16_t* q_rope, const std::vector<
   double max_score = kNegInf;
   for (std::size_t k = 0; k < count; ++k) {
     double dot = 0.0;
-    for (int d = 0; d < kQkDim; ++d) dot += q[d] * keys[k][d];
+    for (int d = 0; d < qk_dim; ++d) dot += q[d] * keys[k][d];
     scores[k] = scale * dot;
     max_score = std::max(max_score, scores[k]);
   }
@@ -60,20 +62,25 @@ int64_t block_of(const TensorView& block_table, int64_t row, int64_t pos, int64_
 void compute(const SparseMlaProblem& p) {
   const SparseMlaArgs& a = *p.args;
   const SparseMlaShape& s = p;
+  const bool rope = s.rope_dim == kRopeDim;
   std::vector<CacheToken> keys;
   for (int64_t t = 0; t < s.tokens; ++t) {
+    // Row t uses its first topk_lens[t] columns (clamped to 0..topk); the rest are ignored.
+    const int64_t used = a.topk_lens.defined() ? std::clamp<int64_t>(read_i32(a.topk_lens, {t}), 0, s.topk) : s.topk;
     // Every valid entry counts, in column order; a repeated slot counts as often as it appears.
     keys.clear();
-    for (int64_t k = 0; k < s.topk; ++k) {
+    for (int64_t k = 0; k < used; ++k) {
       const int32_t slot = read_i32(a.indices, {t, k});
       if (slot < 0 || slot >= s.num_slots()) continue;  // -1 and out-of-range: no token
-      read_mla_token(a.kv_cache, s.format, s.block_size, slot, keys.emplace_back());
+      read_mla_token(a.kv_cache, s.format, s.rope_dim, s.block_size, slot, keys.emplace_back());
     }
     for (int64_t h = 0; h < s.heads; ++h) {
       const uint16_t* const q = at<const uint16_t>(a.q, {t, h});
-      attend(q, a.q_rope.defined() ? at<const uint16_t>(a.q_rope, {t, h}) : q + kLatentDim, keys,
-             keys.size(), a.scale,
-             at<uint16_t>(a.out, {t, h}), a.lse.defined() ? at<float>(a.lse, {t, h}) : nullptr);
+      const uint16_t* const q_rope = !rope                  ? nullptr
+                                     : a.q_rope.defined() ? at<const uint16_t>(a.q_rope, {t, h})
+                                                          : q + kLatentDim;
+      attend(q, q_rope, keys, keys.size(), a.scale, at<uint16_t>(a.out, {t, h}),
+             a.lse.defined() ? at<float>(a.lse, {t, h}) : nullptr);
     }
   }
 }
@@ -94,7 +101,7 @@ void compute(const MlaDecodeProblem& p) {
       const int64_t block = block_of(a.block_table, b, p, s.block_size, s.num_blocks);
       if (block < 0) continue;
       positions.push_back(p);
-      read_mla_token(a.kv_cache, s.format, s.block_size, block * s.block_size + p % s.block_size,
+      read_mla_token(a.kv_cache, s.format, kRopeDim, s.block_size, block * s.block_size + p % s.block_size,
                      keys.emplace_back());
     }
     for (int64_t i = 0; i < s.s_q; ++i) {

@@ -31,19 +31,25 @@ void compute(const KvStoreProblem& p) {
     const int64_t block = slot / s.block_size;
     const int64_t offset = slot % s.block_size;
     const auto* latent = at<const uint16_t>(a.latent, {t});
-    const auto* rope = at<const uint16_t>(a.rope, {t});
+    // Rows without rope (rope_dim 0) have no rope values: a 656-byte fp8 row keeps its reserved
+    // last 128 bytes as they are.
+    const auto* rope = s.rope_dim == kRopeDim ? at<const uint16_t>(a.rope, {t}) : nullptr;
     if (s.format == CacheFormat::bf16) {
       // bf16 in, bf16 out: the bits are copied unchanged.
       auto* token = at<uint16_t>(a.kv_cache, {block, offset});
       std::memcpy(token, latent, kLatentDim * sizeof(uint16_t));
-      std::memcpy(token + kLatentDim, rope, kRopeDim * sizeof(uint16_t));
+      if (rope) std::memcpy(token + kLatentDim, rope, kRopeDim * sizeof(uint16_t));
     } else {
       std::array<float, kLatentDim> latent_f{};
-      std::array<float, kRopeDim> rope_f{};
       to_floats(latent, kLatentDim, latent_f.data());
-      to_floats(rope, kRopeDim, rope_f.data());
-      pack_fp8_ds_mla_token(latent_f.data(), rope_f.data(), a.scale_kind,
-                            at<uint8_t>(a.kv_cache, {block, offset}));
+      uint8_t* token = at<uint8_t>(a.kv_cache, {block, offset});
+      if (rope) {
+        std::array<float, kRopeDim> rope_f{};
+        to_floats(rope, kRopeDim, rope_f.data());
+        pack_fp8_ds_mla_token(latent_f.data(), rope_f.data(), a.scale_kind, token);
+      } else {
+        pack_fp8_nope_token(latent_f.data(), a.scale_kind, token);
+      }
     }
   }
 }

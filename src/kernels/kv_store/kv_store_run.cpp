@@ -1,8 +1,11 @@
 // The cache-write kernels' host side: latte's validated problems to raw parameters, and the
 // one-line description of each kernel.
+#include <fmt/format.h>
+
 #include <cstdint>
 
 #include "kernels/kv_store/kv_store_run.hpp"
+#include "latte/error.hpp"
 
 namespace latte::cuda_kv_store {
 namespace {
@@ -13,6 +16,11 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 void launch(const KvStoreProblem& s, void* stream) {
   const KvStoreArgs& a = *s.args;
+  // The kernel writes rows with rope; the backend's capabilities (head_dim 576) refuse the others.
+  if (s.rope_dim != kRopeDim) {
+    throw Error(ErrorCode::internal,
+                fmt::format("cuda.kv_store was given rows with rope_dim {}, which it does not write", s.rope_dim));
+  }
   KvStoreParams p;
   p.latent = a.latent.data;
   p.lat_st = a.latent.stride(0);

@@ -47,6 +47,13 @@ void set_q_rope(MlaParams& p, const TensorView& q_rope) {
 
 MlaParams mla_params(const SparseMlaProblem& s) {
   const SparseMlaArgs& a = *s.args;
+  // The kernels read 576-dim rows and every column of indices; the backend's capabilities refuse
+  // other specs, and Kernel::run refuses calls that do not fit the spec, so this is a bug's net.
+  if (s.rope_dim != kRopeDim || a.topk_lens.defined()) {
+    throw Error(ErrorCode::internal,
+                fmt::format("cuda.sparse_mla was given a call with rope_dim {}{}, which it does not compute",
+                            s.rope_dim, a.topk_lens.defined() ? " and topk_lens" : ""));
+  }
   MlaParams p;
   fill_common(p, a.q, a.kv_cache, s.format, s.num_blocks, s.block_size, a.out, a.lse, a.scale);
   p.decode = false;
