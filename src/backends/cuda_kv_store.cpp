@@ -1,4 +1,4 @@
-// cuda.kv_store: kv_store (bf16 and fp8_ds_mla caches, amax or power-of-two scales),
+// cuda.kv_store: kv_store (bf16 and fp8_ds_mla caches, with or without rope, amax or power-of-two scales),
 // indexer_k_store and logical_to_slots on CUDA GPUs from sm_80. Bytes written are identical to
 // latte/formats.hpp's host packing.
 
@@ -21,7 +21,7 @@ Capabilities kv_store_capabilities() {
   caps.devices = {DeviceKind::cuda};
   caps.arch = IntRule::at_least(80);
   caps.kv_caches = {CacheFormat::bf16, CacheFormat::fp8_ds_mla};
-  caps.head_dim = IntRule::list({kQkDim, kIndexDim});
+  caps.head_dim = IntRule::list({kQkDim, kLatentDim, kIndexDim});  // 512: MLA rows without rope
   caps.block_size = IntRule::at_least(1);
   caps.workspace = "none";
   caps.notes = "cache writes through slot_mapping (-1 skips), bit-identical to formats.hpp; "
@@ -34,7 +34,7 @@ class KvStoreKernel final : public Kernel {
   using Kernel::Kernel;
   [[nodiscard]] std::size_t workspace_bytes() const override { return 0; }
   [[nodiscard]] std::string describe() const override {
-    return describe_cache_write(spec().op, spec().kv_cache);
+    return describe_cache_write(spec().op, spec().kv_cache, spec().head_dim);
   }
 
  protected:

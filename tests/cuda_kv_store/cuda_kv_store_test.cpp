@@ -183,18 +183,57 @@ TEST_F(CudaKvStore, CheckModeReportsBadSlot) {
 
 // Host-only: Kernel::describe() says what each kernel writes and how, by op and cache format
 // (no GPU needed: the text depends only on the spec).
-// Host-only: rows without rope (GLM-5.3-Flash, head_dim 512) are written by cpu.reference only;
-// cuda.kv_store refuses their spec through its declared head dims.
-TEST(CudaKvStoreCaps, RefusesRowsWithoutRope) {
+// Host-only: cuda.kv_store takes the cache writes of a model without rope (GLM-5.3-Flash,
+// head_dim 512) as well as GLM-5's, on every architecture it runs on.
+TEST(CudaKvStoreCaps, TakesRowsWithAndWithoutRope) {
   const auto be = Registry::global().find("cuda.kv_store");
   if (!be) GTEST_SKIP() << "skipped: cuda.kv_store not built";
   const AttentionSpec spec = attention_spec(load_model("glm-5.3-flash"), Op::kv_store);
   ASSERT_EQ(spec.head_dim, 512);
-  const auto reasons = check(*be, spec, describe_device("sm_90"));
-  ASSERT_EQ(reasons.size(), 1u);
-  EXPECT_EQ(reasons[0].code, "head_dim");
-  EXPECT_NE(reasons[0].text.find("(MLA without rope"), std::string::npos) << reasons[0].text;
-  EXPECT_TRUE(check(*be, attention_spec(load_model("glm-5"), Op::kv_store), describe_device("sm_90")).empty());
+  for (const char* arch : {"sm_80", "sm_90", "sm_120"}) {
+    EXPECT_TRUE(check(*be, spec, describe_device(arch)).empty()) << arch;
+    EXPECT_TRUE(check(*be, attention_spec(load_model("glm-5"), Op::kv_store), describe_device(arch)).empty()) << arch;
+  }
+}
+
+// Rows without rope: bf16 512-wide, fp8 528-byte and 656-byte rows (bytes 528..655 reserved)
+// identical to cpu.reference's, skipped slots and the reserved bytes as they were.
+TEST_F(CudaKvStore, RowsWithoutRopeMatchFormats) {
+  std::mt19937 rng(34);
+  struct Layout {
+    DType dtype;
+    int64_t width;
+  };
+  for (const Layout l : {Layout{DType::bf16, kLatentDim}, Layout{DType::u8, kFp8NopeBytes}, Layout{DType::u8, kFp8DsMlaBytes}})
+    for (Fp8ScaleKind kind : {Fp8ScaleKind::amax, Fp8ScaleKind::pow2}) {
+      if (l.dtype == DType::bf16 && kind == Fp8ScaleKind::pow2) continue;  // bf16 ignores the scale kind
+      const int64_t T = 200, nb = 7, bs = 32;
+      MirrorTensor latent(DType::bf16, {T, kLatentDim}), sm(DType::i32, {T});
+      MirrorTensor cache(l.dtype, {nb, bs, l.width});
+      for (int64_t t = 0; t < T; ++t)
+        for (int i = 0; i < kLatentDim; ++i) latent.host<uint16_t>()[t * kLatentDim + i] = float_to_bf16(draw(rng, t, i / 128));
+      const std::vector<int32_t> m = slot_mapping(rng, T, nb * bs);
+      std::memcpy(sm.host<int32_t>(), m.data(), m.size() * 4);
+      for (std::size_t i = 0; i < cache.bytes(); ++i) cache.host<uint8_t>()[i] = static_cast<uint8_t>(rng());
+      const std::vector<uint8_t> old(cache.host<uint8_t>(), cache.host<uint8_t>() + cache.bytes());
+      for (MirrorTensor* x : {&latent, &sm, &cache}) x->upload();
+      KvStoreArgs h, d;
+      h.latent = latent.host_view(); d.latent = latent.dev_view();
+      h.slot_mapping = sm.host_view(); d.slot_mapping = sm.dev_view();
+      h.kv_cache = cache.host_view(); d.kv_cache = cache.dev_view();
+      h.scale_kind = d.scale_kind = kind;
+      h.rope_dim = d.rope_dim = kNoRopeDim;
+      run_both(h, d, Op::kv_store);
+      std::vector<uint8_t> want(cache.host<uint8_t>(), cache.host<uint8_t>() + cache.bytes());
+      cache.download();
+      const std::string what = "width " + std::to_string(l.width) + " scale " + std::to_string(static_cast<int>(kind));
+      EXPECT_EQ(std::memcmp(want.data(), cache.host<uint8_t>(), want.size()), 0) << what;
+      if (l.width == kFp8DsMlaBytes)
+        for (int64_t row = 0; row < nb * bs; ++row)
+          ASSERT_EQ(std::memcmp(cache.host<uint8_t>() + row * l.width + kFp8NopeBytes, old.data() + row * l.width + kFp8NopeBytes,
+                                kFp8DsMlaBytes - kFp8NopeBytes), 0)
+              << what << ": reserved bytes of row " << row << " changed";
+    }
 }
 
 TEST(CudaKvStoreDescribe, NamesTheRowLayoutPerOpAndFormat) {
@@ -206,6 +245,12 @@ TEST(CudaKvStoreDescribe, NamesTheRowLayoutPerOpAndFormat) {
   EXPECT_NE(fp8.find("656-byte row per slot"), std::string::npos) << fp8;
   const std::string bf16 = text(Op::kv_store, CacheFormat::bf16);
   EXPECT_NE(bf16.find("the 576 bf16 values copied"), std::string::npos) << bf16;
+  AttentionSpec nope;
+  nope.op = Op::kv_store;
+  nope.head_dim = kLatentDim;
+  nope.kv_cache = CacheFormat::fp8_ds_mla;
+  const std::string fp8_nope = Registry::global().get("cuda.kv_store")->make(nope, dev)->describe();
+  EXPECT_NE(fp8_nope.find("no rope: the first 528 bytes"), std::string::npos) << fp8_nope;
   const std::string k = text(Op::indexer_k_store, CacheFormat::bf16);
   EXPECT_NE(k.find("128 values to e4m3 with one f32 scale"), std::string::npos) << k;
   const std::string slots = text(Op::logical_to_slots, CacheFormat::bf16);

@@ -10,11 +10,11 @@ namespace latte::cuda_kv_store {
 struct KvStoreParams {
   const void* latent = nullptr;  // [T, 512] bf16
   int64_t lat_st = 0;
-  const void* rope = nullptr;    // [T, 64] bf16
+  const void* rope = nullptr;    // [T, 64] bf16; null: rows without rope (512 bf16 / 528 bytes)
   int64_t rope_st = 0;
   const int32_t* slot_mapping = nullptr;  // [T]
   int64_t sm_s = 0;
-  void* cache = nullptr;  // bf16 [nb, bs, 576] (elements) or u8 [nb, bs, 656] (bytes)
+  void* cache = nullptr;  // bf16 [nb, bs, 576 | 512] (elements) or u8 [nb, bs, 656 | 528] (bytes)
   int64_t cache_sb = 0, cache_st = 0;  // block and token strides in elements
   int num_blocks = 0, block_size = 0;
   int64_t tokens = 0;

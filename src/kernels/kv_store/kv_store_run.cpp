@@ -1,11 +1,8 @@
 // The cache-write kernels' host side: latte's validated problems to raw parameters, and the
 // one-line description of each kernel.
-#include <fmt/format.h>
-
 #include <cstdint>
 
 #include "kernels/kv_store/kv_store_run.hpp"
-#include "latte/error.hpp"
 
 namespace latte::cuda_kv_store {
 namespace {
@@ -16,16 +13,13 @@ bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 
 
 void launch(const KvStoreProblem& s, void* stream) {
   const KvStoreArgs& a = *s.args;
-  // The kernel writes rows with rope; the backend's capabilities (head_dim 576) refuse the others.
-  if (s.rope_dim != kRopeDim) {
-    throw Error(ErrorCode::internal,
-                fmt::format("cuda.kv_store was given rows with rope_dim {}, which it does not write", s.rope_dim));
-  }
   KvStoreParams p;
   p.latent = a.latent.data;
   p.lat_st = a.latent.stride(0);
-  p.rope = a.rope.data;
-  p.rope_st = a.rope.stride(0);
+  // Rows without rope (rope_dim 0): no rope tensor, the row ends with the latent (and its scales).
+  const bool rope = s.rope_dim == kRopeDim;
+  p.rope = rope ? a.rope.data : nullptr;
+  p.rope_st = rope ? a.rope.stride(0) : 0;
   p.slot_mapping = a.slot_mapping.ptr<const int32_t>();
   p.sm_s = a.slot_mapping.stride(0);
   p.cache = a.kv_cache.data;
@@ -37,7 +31,7 @@ void launch(const KvStoreProblem& s, void* stream) {
   p.fp8 = s.format == CacheFormat::fp8_ds_mla;
   p.pow2 = a.scale_kind == Fp8ScaleKind::pow2 ? 1 : 0;
   const int64_t esz = p.fp8 ? 1 : 2;
-  p.vec = aligned16(p.latent) && aligned16(p.rope) && aligned16(p.cache) && (p.lat_st * 2) % 16 == 0 &&
+  p.vec = aligned16(p.latent) && (!rope || aligned16(p.rope)) && aligned16(p.cache) && (p.lat_st * 2) % 16 == 0 &&
           (p.rope_st * 2) % 16 == 0 && (p.cache_sb * esz) % 16 == 0 && (p.cache_st * esz) % 16 == 0;
   launch_kv_store(p, stream);
 }
@@ -82,16 +76,21 @@ void launch(const LogicalToSlotsProblem& s, void* stream) {
   launch_logical_to_slots(p, stream);
 }
 
-std::string describe_cache_write(Op op, CacheFormat format) {
+std::string describe_cache_write(Op op, CacheFormat format, int head_dim) {
+  const bool rope = head_dim != kLatentDim;
   switch (op) {
     case Op::kv_store:
-      return format == CacheFormat::fp8_ds_mla
-                 ? "one warp per token: 4 groups of 128 latent values to e4m3 with an f32 scale each (amax / "
-                   "448, or the power of two at or above it when the call asks for pow2 scales), the 64 rope "
-                   "values kept bf16: one 656-byte row per slot, bit-identical to formats.hpp; slot -1 or outside "
-                   "the cache skips the token"
-                 : "one warp per token: the 576 bf16 values copied into the slot's row (16-byte stores when every "
-                   "row is 16-byte aligned); slot -1 or outside the cache skips the token";
+      if (format == CacheFormat::fp8_ds_mla) {
+        return std::string("one warp per token: 4 groups of 128 latent values to e4m3 with an f32 scale each (amax / "
+                           "448, or the power of two at or above it when the call asks for pow2 scales)") +
+               (rope ? ", the 64 rope values kept bf16: one 656-byte row per slot"
+                     : ", no rope: the first 528 bytes of the slot's row (bytes 528..655 of a 656-byte row left as "
+                       "they are)") +
+               ", bit-identical to formats.hpp; slot -1 or outside the cache skips the token";
+      }
+      return std::string("one warp per token: the ") + (rope ? "576" : "512 (no rope)") +
+             " bf16 values copied into the slot's row (16-byte stores when every row is 16-byte aligned); slot -1 "
+             "or outside the cache skips the token";
     case Op::indexer_k_store:
       return "one warp per token: 128 values to e4m3 with one f32 scale (amax / 448, or the power of two at or "
              "above it when the call asks for pow2 scales) in the page's scale area, bit-identical to formats.hpp; "

@@ -13,7 +13,8 @@ void launch(const KvStoreProblem& problem, void* stream);
 void launch(const IndexerKStoreProblem& problem, void* stream);
 void launch(const LogicalToSlotsProblem& problem, void* stream);
 
-// What the kernel for `op` (and, for kv_store, the cache format) writes and how, in one line.
-std::string describe_cache_write(Op op, CacheFormat format);
+// What the kernel for `op` (and, for kv_store, the cache format and head_dim: 512 = rows without
+// rope) writes and how, in one line.
+std::string describe_cache_write(Op op, CacheFormat format, int head_dim);
 
 }  // namespace latte::cuda_kv_store

@@ -49,14 +49,15 @@ __global__ void kv_store_bf16_kernel(KvStoreParams p) {
   auto* dst = reinterpret_cast<uint16_t*>(p.cache) + blk * p.cache_sb + off * p.cache_st;
   const auto* lat = reinterpret_cast<const uint16_t*>(p.latent) + t * p.lat_st;
   const auto* rope = reinterpret_cast<const uint16_t*>(p.rope) + t * p.rope_st;
+  const int dims = p.rope != nullptr ? 576 : 512;  // rows without rope: the latent alone
   if (p.vec) {
-    // 512 latent = 64 x 16 B, 64 rope = 8 x 16 B: 72 vectors.
-    for (int v = lane; v < 72; v += 32) {
+    // 512 latent = 64 x 16 B, 64 rope = 8 x 16 B: 72 vectors (64 without rope).
+    for (int v = lane; v < dims / 8; v += 32) {
       const uint4 x = v < 64 ? reinterpret_cast<const uint4*>(lat)[v] : reinterpret_cast<const uint4*>(rope)[v - 64];
       reinterpret_cast<uint4*>(dst)[v] = x;
     }
   } else {
-    for (int i = lane; i < 576; i += 32) dst[i] = i < 512 ? lat[i] : rope[i - 512];
+    for (int i = lane; i < dims; i += 32) dst[i] = i < 512 ? lat[i] : rope[i - 512];
   }
 }
 
@@ -89,11 +90,13 @@ __global__ void kv_store_fp8_kernel(KvStoreParams p) {
     for (int e = 0; e < 4; ++e)
       w[j] |= static_cast<uint32_t>(cuda::float_to_e4m3(x[4 * j + e] / scale)) << (8 * e);
   }
-  const uint32_t r = lane < 32 ? (static_cast<uint32_t>(rope[2 * lane]) | (static_cast<uint32_t>(rope[2 * lane + 1]) << 16)) : 0;
+  // Rows without rope end at byte 528 (the rest of a 656-byte row is reserved: left as it is).
+  const bool has_rope = p.rope != nullptr;
+  const uint32_t r = has_rope ? (static_cast<uint32_t>(rope[2 * lane]) | (static_cast<uint32_t>(rope[2 * lane + 1]) << 16)) : 0;
   if (p.vec) {
     reinterpret_cast<uint4*>(dst)[lane] = make_uint4(w[0], w[1], w[2], w[3]);
     if ((lane & 7) == 0) reinterpret_cast<float*>(dst + 512)[lane >> 3] = scale;
-    reinterpret_cast<uint32_t*>(dst + 528)[lane] = r;
+    if (has_rope) reinterpret_cast<uint32_t*>(dst + 528)[lane] = r;
   } else {
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -102,7 +105,8 @@ __global__ void kv_store_fp8_kernel(KvStoreParams p) {
       const uint32_t sb = __float_as_uint(scale);
       for (int e = 0; e < 4; ++e) dst[512 + 4 * (lane >> 3) + e] = static_cast<uint8_t>(sb >> (8 * e));
     }
-    for (int e = 0; e < 4; ++e) dst[528 + 4 * lane + e] = static_cast<uint8_t>(r >> (8 * e));
+    if (has_rope)
+      for (int e = 0; e < 4; ++e) dst[528 + 4 * lane + e] = static_cast<uint8_t>(r >> (8 * e));
   }
 }
 
