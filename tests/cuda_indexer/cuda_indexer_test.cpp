@@ -855,6 +855,26 @@ TEST_F(CudaIndexer, ScoredSpreadGraphReplayEqualsEager) {
   LATTE_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+// Host-only: the fused path's workspace bound is finite for every topk cuda.indexer declares (it
+// planned a context past the one-CTA top-k's rows for topk > 2824 and threw: every such call
+// failed when its kernel was made), and a kernel made for topk 4096 has a workspace.
+TEST(TopkPlan, FusedWorkspaceBoundForEveryTopk) {
+  DeviceTraits dev;
+  dev.arch = 90;
+  dev.sm_count = 132;
+  for (int topk : {1, 2048, 2825, 3313, 3806, cuda_indexer::kMaxTopk})
+    for (int64_t tokens : {1, 9, 106})
+      EXPECT_GT(cuda_indexer::fused_workspace_bound(tokens, topk, 92, true, dev), 0u) << topk << " " << tokens;
+  AttentionSpec spec;
+  spec.op = Op::indexer_topk;
+  spec.num_heads = 92;
+  spec.head_dim = kIndexDim;
+  spec.q_dtype = DType::e4m3;
+  spec.topk = cuda_indexer::kMaxTopk;
+  spec.max_tokens = 9;
+  EXPECT_GT(Registry::global().get("cuda.indexer")->make(spec, describe_device("sm_90"))->workspace_bytes(), 0u);
+}
+
 // Host-only: the scored spread kernel's automatic rule (measured on the H200) and its knob.
 TEST(ScoredSpreadRule, FewTokensOverAtLeast32KKeysInSlicesOfAtMost1024) {
   DeviceTraits dev;

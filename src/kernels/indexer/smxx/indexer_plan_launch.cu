@@ -504,9 +504,12 @@ std::size_t fused_workspace_bound(int64_t tokens, int topk, int heads, bool q_fp
   p.tokens = static_cast<int>(std::max<int64_t>(1, tokens));
   p.heads = heads;
   p.q_fp8 = q_fp8;
-  // A context long enough that the chunk count is bounded by the token count only.
+  // A context long enough that the chunk count is bounded by the token count only, or the
+  // longest rows the fused path runs (its final select is the one-CTA top-k; longer rows take
+  // the unfused path): planning longer ones threw for topk past 2824, failing every call.
   p.block_size = 1;
-  p.max_blocks = static_cast<int>(kMaxFusedChunks * 2 * static_cast<int64_t>(std::max(1, topk)) + kStageTokens);
+  p.max_blocks = static_cast<int>(std::min(kMaxFusedChunks * 2 * static_cast<int64_t>(std::max(1, topk)) + kStageTokens,
+                                           cuda::topk_max_positions(std::max(1, topk))));
   return fused_bytes(p, std::max(1, topk), dev);
 }
 
