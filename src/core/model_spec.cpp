@@ -218,6 +218,10 @@ void read_kpool(const ConfigReader& reader, const json& text, const std::string&
 }
 
 constexpr std::string_view kDsaLayer = "deepseek_sparse_attention";  // MLA + indexer: latte's
+// transformers normalizes the attention layers' names when it loads a config (vLLM hands latte
+// that form): "indexed_attention" for a DSA layer, "full_attention" before normalization.
+constexpr std::string_view kIndexedLayer = "indexed_attention";
+constexpr std::string_view kFullLayer = "full_attention";
 constexpr std::string_view kLinearLayer = "linear_attention";        // not latte's
 
 // Which layers are MLA (latte's): layer_types when the config lists them (hybrid models), else
@@ -246,17 +250,17 @@ void read_layers(const ConfigReader& reader, const json& text, const std::string
     const std::string path = fmt::format("{}[{}]", key, i);
     if (!type.is_string()) reader.fail(path, fmt::format("= {} must be a string", detail::show_json(type)));
     const std::string name = type.get<std::string>();
-    if (name == kDsaLayer) {
-      if (!spec.is_dsa()) {
+    if (name == kDsaLayer || name == kIndexedLayer || name == kFullLayer) {
+      if (name != kFullLayer && !spec.is_dsa()) {
         reader.fail(path, fmt::format("= \"{}\" but the config has no index_topk: a DSA layer needs the "
                                       "indexer's fields (index_n_heads, index_head_dim, index_topk)",
                                       name));
       }
       spec.mla_layers.push_back(i);
     } else if (name != kLinearLayer) {
-      reader.fail(path, fmt::format("= \"{}\" is not a layer type latte knows: {} (MLA with the DSA indexer, "
-                                    "which latte computes) or {} (which latte does not)",
-                                    name, kDsaLayer, kLinearLayer));
+      reader.fail(path, fmt::format("= \"{}\" is not a layer type latte knows: {} or {} (MLA with the DSA "
+                                    "indexer, which latte computes), {} (MLA), or {} (which latte does not)",
+                                    name, kDsaLayer, kIndexedLayer, kFullLayer, kLinearLayer));
     }
   }
   if (spec.mla_layers.empty()) {

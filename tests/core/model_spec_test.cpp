@@ -366,6 +366,21 @@ std::string config_with(const std::string& replace_key, const std::string& value
   return out + "}";
 }
 
+// transformers names a config's attention layers its own way when it loads one (vLLM hands latte
+// that form): "indexed_attention" for DSA layers, "full_attention" before normalization. Both are
+// latte's layers, as "deepseek_sparse_attention" is; "linear_attention" is not.
+TEST(ModelConfig, LayerTypesInTransformersNamesAreLattesLayers) {
+  const ModelSpec all = parse_model_config(
+      config_with("index_topk", "2048, \"layer_types\": [\"indexed_attention\", \"full_attention\", \"indexed_attention\"]"),
+      "test");
+  EXPECT_EQ(all.mla_layers, (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(all.coverage().empty()) << all.coverage();
+  const ModelSpec hybrid = parse_model_config(
+      config_with("index_topk", "2048, \"layer_types\": [\"linear_attention\", \"indexed_attention\"]"), "test");
+  EXPECT_EQ(hybrid.mla_layers, (std::vector<int>{1}));
+  EXPECT_EQ(hybrid.num_layers, 2);
+}
+
 class MalformedConfigs : public ::testing::TestWithParam<BadConfig> {};
 
 TEST_P(MalformedConfigs, GiveAClearMessage) {
