@@ -142,123 +142,122 @@ __device__ __forceinline__ void spread_clear_last_pass(const SpreadArgs& g, cons
   for (int i = sl.s * kSpreadThreads + threadIdx.x; i < kSpreadBins; i += sl.S * kSpreadThreads) last[i] = 0;
 }
 
-// The selection of the slice's keys `ks` (shared memory, written by the caller and visible after
-// a __syncthreads the caller made or the first pass makes) by the row's CTAs together.
-// first_ready: the first pass's histogram came counted (key_histogram.cuh); this thread's four
-// bins of it in v0 (bins kSpreadBins - 1 - 4 tid - j).
-__device__ __forceinline__ void spread_select(const TopkArgs& a, const SpreadArgs& g, const SpreadSlice& sl,
-                                              const uint32_t* ks, SpreadShared& sh, bool first_ready,
-                                              const int (&v0)[4]) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int S = sl.S, row = sl.row, s = sl.s, cnt = sl.cnt, brow = sl.brow, nblk = sl.nblk;
-  const int64_t s0 = sl.s0, blk0 = sl.blk0;
-  auto pass_hist = [&](int pass) { return spread_pass_hist(g, pass, row); };
-  unsigned* state = g.state + static_cast<int64_t>(row) * kSpreadStateWords;
-  int* counts = g.counts + static_cast<int64_t>(row) * S * 2;
-  uint64_t* glist = g.list + static_cast<int64_t>(row) * kSpreadListCap;
-  // Warp w's contiguous run of the slice: [w0, w1), lanes interleaved.
-  const int wlen = (cnt + 32 * kSpreadWarps - 1) / (32 * kSpreadWarps) * 32;
-  const int w0 = warp * wlen, w1 = min(cnt, w0 + wlen);
+// What the digit passes found, the same in every CTA of the row. Modes: kSpreadAll (every
+// valid key: the row has at most topk), kSpreadGe (every key whose digits >= prefix: the bin's
+// keys are exactly the ones still needed), kSpreadList (the bin's few keys ranked from the row's
+// list), kSpreadEq (the bin is one key value: its keys go by position).
+enum SpreadMode : int { kSpreadAll, kSpreadGe, kSpreadList, kSpreadEq };
 
-  // The digit passes. Modes after them: kAll (every valid key: the row has at most topk),
-  // kGe (every key whose digits >= prefix: the bin's keys are exactly the ones still needed),
-  // kList (the bin's few keys ranked from the row's list), kEq (the bin is one key value: its
-  // keys go by position).
-  enum { kAll, kGe, kList, kEq };
-  int mode = kEq, need = a.topk, shift = 32;
+struct SpreadChoice {
+  int mode = kSpreadEq, need = 0, shift = 32;
   uint32_t prefix = 0;
-  unsigned arrivals = 0;
-  for (int pass = 0; pass < kSpreadPasses; ++pass) {
-    const int width = pass < kSpreadPasses - 1 ? 11 : 10;
-    shift -= width;
-    const uint32_t mask = (1u << width) - 1u;
-    int* gh = pass_hist(pass);
-    if (pass > 0 || !first_ready) {
-      for (int b = tid; b < kSpreadBins; b += kSpreadThreads) sh.hist[b] = 0;
-      __syncthreads();
-      for (int i = tid; i < (cnt + 31) / 32 * 32; i += kSpreadThreads) {
-        const uint32_t k = i < cnt ? ks[i] : 0u;
-        const bool hit = k != 0u && (pass == 0 || (k >> (shift + width)) == prefix);
-        cuda::warp_hist_add_direct(sh.hist, hit, (k >> shift) & mask);
-      }
-      __syncthreads();
-      for (int b = tid; b <= static_cast<int>(mask); b += kSpreadThreads)
-        if (sh.hist[b] != 0) atomicAdd(&gh[b], sh.hist[b]);
-      spread_row_barrier(state, ++arrivals * static_cast<unsigned>(S), arrivals == 1 ? a.prof : nullptr);
-    } else {
-      __syncthreads();  // the slice is in shared memory
-    }
-    // Thread t holds the four bins below nb - 4t, highest first.
-    const int nb = static_cast<int>(mask) + 1;
-    int v[4], sum = 0;
+  uint64_t tau = 0;  // kSpreadList: the need-th largest composite of the row's list
+  // `sure` keys are taken; `member` keys are the bin's (kSpreadList / kSpreadEq: some taken).
+  __device__ __forceinline__ bool sure(uint32_t k) const {
+    if (k == 0u) return false;
+    if (mode == kSpreadAll) return true;
+    if (mode == kSpreadGe) return (k >> shift) >= prefix;
+    return (k >> shift) > prefix;
+  }
+  __device__ __forceinline__ bool member(uint32_t k) const {
+    return (mode == kSpreadList || mode == kSpreadEq) && k != 0u && (k >> shift) == prefix;
+  }
+  __device__ __forceinline__ bool taken(uint32_t k, int64_t p) const {
+    return sure(k) || (mode == kSpreadList && member(k) && composite_key(k, static_cast<uint32_t>(p)) >= tau);
+  }
+};
+
+// The digit width of pass `pass` (11 / 11 / 10 bits).
+__device__ __forceinline__ int spread_digit_width(int pass) { return pass < kSpreadPasses - 1 ? 11 : 10; }
+
+// This CTA's counts of the pass's digit over the slice's keys under c's prefix, into sh.hist
+// (bins 0 .. 2^width - 1), visible to the block when it returns.
+__device__ __forceinline__ void spread_slice_hist(const uint32_t* ks, int cnt, int pass, const SpreadChoice& c,
+                                                  SpreadShared& sh) {
+  const int tid = threadIdx.x, width = spread_digit_width(pass), shift = c.shift - width;
+  const uint32_t mask = (1u << width) - 1u;
+  for (int b = tid; b < kSpreadBins; b += kSpreadThreads) sh.hist[b] = 0;
+  __syncthreads();
+  for (int i = tid; i < (cnt + 31) / 32 * 32; i += kSpreadThreads) {
+    const uint32_t k = i < cnt ? ks[i] : 0u;
+    const bool hit = k != 0u && (pass == 0 || (k >> c.shift) == c.prefix);
+    cuda::warp_hist_add_direct(sh.hist, hit, (k >> shift) & mask);
+  }
+  __syncthreads();
+}
+
+// One pass's choice from the row's histogram, of which thread t holds the four bins below
+// 2^width - 4t, highest first, in v. Updates c (need, prefix, shift, mode) and returns whether
+// the passes stop. The same in every CTA of the row (they all read the same histogram).
+__device__ __forceinline__ bool spread_choose(const int (&v)[4], int pass, SpreadChoice& c, SpreadShared& sh) {
+  const int tid = threadIdx.x, width = spread_digit_width(pass), nb = 1 << width;
+  const int sum = v[0] + v[1] + v[2] + v[3];
+  int total = 0;
+  const int above = cuda::block_exclusive_scan<kSpreadThreads>(sum, sh.scan, &total);
+  if (pass == 0 && total <= c.need) {
+    c.mode = kSpreadAll;
+    return true;
+  }
+  if (above < c.need && c.need <= above + sum) {
+    int acc = above;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-      const int b = nb - 1 - 4 * tid - j;
-      v[j] = pass == 0 && first_ready ? v0[j] : b >= 0 ? __ldcg(&gh[b]) : 0;
-      sum += v[j];
-    }
-    int total = 0;
-    const int above = cuda::block_exclusive_scan<kSpreadThreads>(sum, sh.scan, &total);
-    if (pass == 0 && total <= need) {
-      mode = kAll;
-      break;
-    }
-    if (above < need && need <= above + sum) {
-      int acc = above;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (acc + v[j] >= need) {
-          sh.bin = nb - 1 - 4 * tid - j;
-          sh.above = acc;
-          sh.bin_count = v[j];
-          break;
-        }
-        acc += v[j];
+      if (acc + v[j] >= c.need) {
+        sh.bin = nb - 1 - 4 * tid - j;
+        sh.above = acc;
+        sh.bin_count = v[j];
+        break;
       }
-    }
-    __syncthreads();
-    const int bin = sh.bin, bin_count = sh.bin_count;
-    need -= sh.above;
-    prefix = (prefix << width) | static_cast<uint32_t>(bin);
-    __syncthreads();  // sh is rewritten by the next pass
-    if (bin_count == need) {
-      mode = kGe;
-      break;
-    }
-    if (bin_count <= kSpreadListCap) {
-      mode = kList;
-      break;
+      acc += v[j];
     }
   }
-  prof_mark(a.prof, blockIdx.x, 2);
-  if (a.prof != nullptr && blockIdx.x == 0 && tid == 0) a.prof[12] = arrivals, a.prof[13] = mode;
-  // Key classes: `sure` keys are taken; `member` keys are the bin's (kList / kEq: some taken).
-  const bool ranks = mode == kList || mode == kEq;
-  auto sure = [&](uint32_t k) {
-    if (k == 0u) return false;
-    if (mode == kAll) return true;
-    if (mode == kGe) return (k >> shift) >= prefix;
-    return (k >> shift) > prefix;
-  };
-  auto member = [&](uint32_t k) { return ranks && k != 0u && (k >> shift) == prefix; };
+  __syncthreads();
+  const int bin = sh.bin, bin_count = sh.bin_count;
+  c.need -= sh.above;
+  c.shift -= width;
+  c.prefix = (c.prefix << width) | static_cast<uint32_t>(bin);
+  __syncthreads();  // sh is rewritten by the next pass
+  if (bin_count == c.need) {
+    c.mode = kSpreadGe;
+    return true;
+  }
+  if (bin_count <= kSpreadListCap) {
+    c.mode = kSpreadList;
+    return true;
+  }
+  return false;
+}
 
-  // Counts of this slice, and its bin keys into the row's list (kList: at most kSpreadListCap
-  // in the row).
+// Warp w's contiguous run of the slice, [w0, w1), which its lanes read interleaved.
+struct SpreadWarpRun {
+  int w0, w1;
+  __device__ __forceinline__ explicit SpreadWarpRun(int cnt) {
+    const int wlen = (cnt + 32 * kSpreadWarps - 1) / (32 * kSpreadWarps) * 32;
+    w0 = (threadIdx.x >> 5) * wlen;
+    w1 = min(cnt, w0 + wlen);
+  }
+  __device__ __forceinline__ int end() const { return w0 < w1 ? (w1 + 31) / 32 * 32 : w0; }
+};
+
+// This slice's counts of sure and bin keys (thread 0 gets them), its bin keys' composites handed
+// to append(ballot, composite, is_member) in kSpreadList mode (every lane of a warp whose ballot
+// is not zero calls it).
+template <typename Append>
+__device__ __forceinline__ void spread_slice_counts(const SpreadSlice& sl, const uint32_t* ks, const SpreadChoice& c,
+                                                    SpreadShared& sh, int& sure_count, int& member_count,
+                                                    Append&& append) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const SpreadWarpRun run(sl.cnt);
   int my_sure = 0, my_member = 0;
-  for (int i = w0; i < (w1 + 31) / 32 * 32 && w0 < w1; i += 32) {
+  for (int i = run.w0; i < run.end(); i += 32) {
     const int j = i + lane;
-    const uint32_t k = j < w1 ? ks[j] : 0u;
-    my_sure += sure(k) ? 1 : 0;
-    const bool m = member(k);
+    const uint32_t k = j < run.w1 ? ks[j] : 0u;
+    my_sure += c.sure(k) ? 1 : 0;
+    const bool m = c.member(k);
     my_member += m ? 1 : 0;
-    if (mode == kList) {
+    if (c.mode == kSpreadList) {
       const unsigned mb = __ballot_sync(0xffffffffu, m);
-      if (mb != 0u) {
-        unsigned at = 0;
-        if (lane == __ffs(mb) - 1) at = atomicAdd(&state[1], static_cast<unsigned>(__popc(mb)));
-        at = __shfl_sync(0xffffffffu, at, __ffs(mb) - 1);
-        if (m) glist[at + __popc(mb & lanemask_lt())] = composite_key(k, static_cast<uint32_t>(s0 + j));
-      }
+      if (mb != 0u) append(mb, composite_key(k, static_cast<uint32_t>(sl.s0 + j)), m);
     }
   }
   my_sure = __reduce_add_sync(0xffffffffu, my_sure);
@@ -268,59 +267,44 @@ __device__ __forceinline__ void spread_select(const TopkArgs& a, const SpreadArg
     sh.warp_b[warp] = my_member;
   }
   __syncthreads();
-  if (tid == 0) {
-    int cs = 0, cm = 0;
-    for (int w = 0; w < kSpreadWarps; ++w) cs += sh.warp_a[w], cm += sh.warp_b[w];
-    __stcg(&counts[2 * s], cs);
-    __stcg(&counts[2 * s + 1], cm);
-  }
-  spread_row_barrier(state, ++arrivals * static_cast<unsigned>(S));
-  prof_mark(a.prof, blockIdx.x, 3);
+  sure_count = member_count = 0;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < kSpreadWarps; ++w) sure_count += sh.warp_a[w], member_count += sh.warp_b[w];
+}
 
-  // The slices before this one (their sure keys, their bin keys) and the row's list, read at once.
-  int sb = 0, mb = 0;
-  for (int j = tid; j < s; j += kSpreadThreads) {
-    sb += __ldcg(&counts[2 * j]);
-    mb += __ldcg(&counts[2 * j + 1]);
+// kSpreadList: every CTA ranks the row's list (c entries, this thread's entry x if tid < c) and
+// finds tau, the need-th largest composite; returns the list's taken composites below position
+// s0 (the bin keys taken before this slice). Every thread must call it.
+__device__ __forceinline__ int spread_rank_list(SpreadChoice& ch, int c, uint64_t x, int64_t s0, SpreadShared& sh) {
+  const int tid = threadIdx.x;
+  if (tid < c) sh.list[tid] = x;
+  __syncthreads();
+  bool before = false;
+  if (tid < c) {
+    int rank = 0;
+    for (int j = 0; j < c; ++j) rank += sh.list[j] > x ? 1 : 0;
+    if (rank == ch.need - 1) sh.tau = x;
+    before = rank < ch.need && static_cast<int64_t>(~static_cast<uint32_t>(x)) < s0;
   }
-  const int c = mode == kList ? static_cast<int>(__ldcg(&state[1])) : 0;
-  uint64_t x = 0;
-  if (mode == kList && tid < kSpreadListCap) x = __ldcg(&glist[tid]);
-  const int sure_before = spread_block_sum(sb, sh);
-  const int member_before = mode == kEq ? spread_block_sum(mb, sh) : 0;
-  // kList: tau = the need-th largest composite of the list (every CTA ranks the same list); the
-  // bin keys taken before this slice are the list's composites >= tau below s0. kEq: the first
-  // `need` bin keys by position.
-  int taken_before = 0;
-  uint64_t tau = 0;
-  if (mode == kList) {
-    if (tid < c) sh.list[tid] = x;
-    __syncthreads();
-    bool before = false;
-    if (tid < c) {
-      int rank = 0;
-      for (int j = 0; j < c; ++j) rank += sh.list[j] > x ? 1 : 0;
-      if (rank == need - 1) sh.tau = x;
-      before = rank < need && static_cast<int64_t>(~static_cast<uint32_t>(x)) < s0;
-    }
-    taken_before = spread_block_sum(before ? 1 : 0, sh);  // its barriers publish sh.tau
-    tau = sh.tau;
-  } else if (mode == kEq) {
-    taken_before = member_before < need ? member_before : need;
-  }
-  const int quota = mode == kEq ? (need - taken_before > 0 ? need - taken_before : 0) : 0;
-  auto taken = [&](uint32_t k, int64_t p) {
-    return sure(k) || (mode == kList && member(k) && composite_key(k, static_cast<uint32_t>(p)) >= tau);
-  };
+  const int taken_before = spread_block_sum(before ? 1 : 0, sh);  // its barriers publish sh.tau
+  ch.tau = sh.tau;
+  return taken_before;
+}
 
-  // Winners per warp (taken keys; kEq: bin keys, of which the first `quota` of the slice go),
-  // the warps' prefixes, then the writes in position order.
+// The slice's winners written in position order at offset sure_before + taken_before of the
+// row's output (kSpreadEq: the first `quota` bin keys of the slice go too); the last slice pads
+// with -1.
+__device__ __forceinline__ void spread_write_winners(const TopkArgs& a, const SpreadSlice& sl, const uint32_t* ks,
+                                                     const SpreadChoice& c, int base, int quota, SpreadShared& sh) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const SpreadWarpRun run(sl.cnt);
+  // Winners per warp (taken keys; kSpreadEq: bin keys), the warps' prefixes, then the writes.
   int wt = 0, we = 0;
-  for (int i = w0; i < (w1 + 31) / 32 * 32 && w0 < w1; i += 32) {
+  for (int i = run.w0; i < run.end(); i += 32) {
     const int j = i + lane;
-    const uint32_t k = j < w1 ? ks[j] : 0u;
-    wt += __popc(__ballot_sync(0xffffffffu, taken(k, s0 + j)));
-    if (mode == kEq) we += __popc(__ballot_sync(0xffffffffu, member(k)));
+    const uint32_t k = j < run.w1 ? ks[j] : 0u;
+    wt += __popc(__ballot_sync(0xffffffffu, c.taken(k, sl.s0 + j)));
+    if (c.mode == kSpreadEq) we += __popc(__ballot_sync(0xffffffffu, c.member(k)));
   }
   if (lane == 0) {
     sh.warp_a[warp] = wt;
@@ -334,26 +318,98 @@ __device__ __forceinline__ void spread_select(const TopkArgs& a, const SpreadArg
     ct += sh.warp_a[w];
     ce += sh.warp_b[w];
   }
-  const int base = sure_before + taken_before;
-  int32_t* out = a.out + static_cast<int64_t>(row) * a.out_sr;
-  for (int i = w0; i < (w1 + 31) / 32 * 32 && w0 < w1; i += 32) {
+  int32_t* out = a.out + static_cast<int64_t>(sl.row) * a.out_sr;
+  for (int i = run.w0; i < run.end(); i += 32) {
     const int j = i + lane;
-    const int64_t p = s0 + j;
-    const uint32_t k = j < w1 ? ks[j] : 0u;
-    const bool t = taken(k, p), e = mode == kEq && member(k);
+    const int64_t p = sl.s0 + j;
+    const uint32_t k = j < run.w1 ? ks[j] : 0u;
+    const bool t = c.taken(k, p), e = c.mode == kSpreadEq && c.member(k);
     const unsigned bt = __ballot_sync(0xffffffffu, t), be = __ballot_sync(0xffffffffu, e);
     const int t_at = rt + __popc(bt & lanemask_lt()), e_at = re + __popc(be & lanemask_lt());
     int at = -1;
     if (t) at = base + t_at + (e_at < quota ? e_at : quota);
     else if (e && e_at < quota) at = base + t_at + e_at;
-    if (at >= 0 && at < a.topk) out[static_cast<int64_t>(at) * a.out_sc] = spread_out_value(a, brow, p, sh.blocks, blk0, nblk);
+    if (at >= 0 && at < a.topk)
+      out[static_cast<int64_t>(at) * a.out_sc] = spread_out_value(a, sl.brow, p, sh.blocks, sl.blk0, sl.nblk);
     rt += __popc(bt);
     re += __popc(be);
   }
-  if (s == S - 1) {
+  if (sl.s == sl.S - 1) {
     const int written = base + ct + (ce < quota ? ce : quota);
     for (int i = written + tid; i < a.topk; i += kSpreadThreads) out[static_cast<int64_t>(i) * a.out_sc] = -1;
   }
+}
+
+// The selection of the slice's keys `ks` (shared memory, written by the caller and visible after
+// a __syncthreads the caller made or the first pass makes) by the row's CTAs together, meeting at
+// grid barriers through global memory. first_ready: the first pass's histogram came counted
+// (key_histogram.cuh); this thread's four bins of it in v0 (bins kSpreadBins - 1 - 4 tid - j).
+__device__ __forceinline__ void spread_select(const TopkArgs& a, const SpreadArgs& g, const SpreadSlice& sl,
+                                              const uint32_t* ks, SpreadShared& sh, bool first_ready,
+                                              const int (&v0)[4]) {
+  const int tid = threadIdx.x, lane = tid & 31;
+  const int S = sl.S, row = sl.row, s = sl.s;
+  unsigned* state = g.state + static_cast<int64_t>(row) * kSpreadStateWords;
+  int* counts = g.counts + static_cast<int64_t>(row) * S * 2;
+  uint64_t* glist = g.list + static_cast<int64_t>(row) * kSpreadListCap;
+
+  SpreadChoice c;
+  c.need = a.topk;
+  unsigned arrivals = 0;
+  for (int pass = 0; pass < kSpreadPasses; ++pass) {
+    const int nb = 1 << spread_digit_width(pass);
+    int* gh = spread_pass_hist(g, pass, row);
+    if (pass > 0 || !first_ready) {
+      spread_slice_hist(ks, sl.cnt, pass, c, sh);
+      for (int b = tid; b < nb; b += kSpreadThreads)
+        if (sh.hist[b] != 0) atomicAdd(&gh[b], sh.hist[b]);
+      spread_row_barrier(state, ++arrivals * static_cast<unsigned>(S), arrivals == 1 ? a.prof : nullptr);
+    } else {
+      __syncthreads();  // the slice is in shared memory
+    }
+    int v[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int b = nb - 1 - 4 * tid - j;
+      v[j] = pass == 0 && first_ready ? v0[j] : b >= 0 ? __ldcg(&gh[b]) : 0;
+    }
+    if (spread_choose(v, pass, c, sh)) break;
+  }
+  prof_mark(a.prof, blockIdx.x, 2);
+  if (a.prof != nullptr && blockIdx.x == 0 && tid == 0) a.prof[12] = arrivals, a.prof[13] = c.mode;
+
+  // Counts of this slice, and its bin keys into the row's list (kSpreadList: at most
+  // kSpreadListCap in the row).
+  int my_sure = 0, my_member = 0;
+  spread_slice_counts(sl, ks, c, sh, my_sure, my_member, [&](unsigned mb, uint64_t comp, bool m) {
+    unsigned at = 0;
+    if (lane == __ffs(mb) - 1) at = atomicAdd(&state[1], static_cast<unsigned>(__popc(mb)));
+    at = __shfl_sync(0xffffffffu, at, __ffs(mb) - 1);
+    if (m) glist[at + __popc(mb & lanemask_lt())] = comp;
+  });
+  if (tid == 0) {
+    __stcg(&counts[2 * s], my_sure);
+    __stcg(&counts[2 * s + 1], my_member);
+  }
+  spread_row_barrier(state, ++arrivals * static_cast<unsigned>(S));
+  prof_mark(a.prof, blockIdx.x, 3);
+
+  // The slices before this one (their sure keys, their bin keys) and the row's list, read at once.
+  int sb = 0, mb = 0;
+  for (int j = tid; j < s; j += kSpreadThreads) {
+    sb += __ldcg(&counts[2 * j]);
+    mb += __ldcg(&counts[2 * j + 1]);
+  }
+  const int nlist = c.mode == kSpreadList ? static_cast<int>(__ldcg(&state[1])) : 0;
+  uint64_t x = 0;
+  if (c.mode == kSpreadList && tid < kSpreadListCap) x = __ldcg(&glist[tid]);
+  const int sure_before = spread_block_sum(sb, sh);
+  const int member_before = c.mode == kSpreadEq ? spread_block_sum(mb, sh) : 0;
+  int taken_before = 0;
+  if (c.mode == kSpreadList) taken_before = spread_rank_list(c, nlist, x, sl.s0, sh);
+  else if (c.mode == kSpreadEq) taken_before = member_before < c.need ? member_before : c.need;
+  const int quota = c.mode == kSpreadEq ? (c.need - taken_before > 0 ? c.need - taken_before : 0) : 0;
+  spread_write_winners(a, sl, ks, c, sure_before + taken_before, quota, sh);
   prof_mark(a.prof, blockIdx.x, 5);
 }
 
