@@ -962,18 +962,12 @@ TEST_F(CudaIndexer, RowTopkSplitGraphCapture) {
   }
 }
 
-// Rows spread over many CTAs (launch_rows_topk with a workspace, up to 8 rows), meeting in
-// clusters (sm_90+, where the rows' clusters fit) and at grid barriers (LATTE_CUDA_TOPK_CLUSTER=0,
-// and every GPU): exact against the host, deterministic, with a stale workspace, on distinct
-// values at lengths around topk and past the one-CTA kernel's limit, 1 to 8 rows, topk 1 / 2048 /
-// 4096, and on ties (16 levels, all equal, signed zeros), ascending rows, NaN and -inf, few large
+// Rows spread over many CTAs that meet at grid barriers (launch_rows_topk with a workspace, up
+// to 8 rows): exact against the host, deterministic, with a stale workspace, on distinct values
+// at lengths around topk and past the one-CTA kernel's limit, 1 to 8 rows, topk 1 / 2048 / 4096,
+// and on ties (16 levels, all equal, signed zeros), ascending rows, NaN and -inf, few large
 // values, one narrow 11-bit bin, half -inf, fewer valid numbers than topk.
-class CudaIndexerSpread : public CudaIndexer, public ::testing::WithParamInterface<const char*> {};
-
-INSTANTIATE_TEST_SUITE_P(ClusterKnob, CudaIndexerSpread, ::testing::Values("1", "0"));
-
-TEST_P(CudaIndexerSpread, RowTopkSpreadExact) {
-  const ScopedEnv cluster("LATTE_CUDA_TOPK_CLUSTER", GetParam());
+TEST_F(CudaIndexer, RowTopkSpreadExact) {
   const DeviceTraits dev = traits_of(gpu());
   std::mt19937 rng(26);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -983,12 +977,6 @@ TEST_P(CudaIndexerSpread, RowTopkSpreadExact) {
                            std::tuple{5, int64_t{9001}, 1}, std::tuple{5, int64_t{50000}, 4096},
                            std::tuple{1, int64_t{500000}, 2048}, std::tuple{7, int64_t{700}, 4096}}) {
     ASSERT_TRUE(cuda::topk_spreads(rows, n, dev.sm_count)) << rows << " x " << n;
-    const int cluster = cuda::spread_cluster_size(rows, n, dev.sm_count);
-    if (std::string(GetParam()) == "0") EXPECT_EQ(cluster, 0);
-    // One row of 32768 positions goes to 16 or 8 CTAs in one cluster wherever clusters exist.
-    if (std::string(GetParam()) == "1" && dev.arch >= 90 && rows == 1 && n == 32768) EXPECT_GT(cluster, 0);
-    std::printf("  %d x %lld: %s\n", rows, static_cast<long long>(n),
-                cluster > 0 ? ("clusters of " + std::to_string(cluster)).c_str() : "grid barriers");
     std::vector<float> d(static_cast<std::size_t>(rows * n));
     for (float& x : d) x = normal(rng);
     check_rows(d, rows, n, k, "spread distinct", true);

@@ -1,5 +1,4 @@
-// A kernel launch with programmatic dependent launch, cooperative launch and clusters optional
-// (host side).
+// A kernel launch with programmatic dependent launch optional (host side).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,19 +11,18 @@
 namespace latte::cuda {
 
 // kernel<<<grid, threads, smem, stream>>>(args...), with the programmatic stream
-// serialization attribute when `pdl` (on the same stream, so stream capture keeps it), as a
+// serialization attribute when `pdl` (on the same stream, so stream capture keeps it), and as a
 // cooperative launch when `cooperative` (every CTA resident at once, or the launch fails:
-// kernels whose CTAs wait for each other), and in clusters of `cluster` CTAs when it is above 0
-// (sm_90+; grid a multiple of it).
+// kernels whose CTAs wait for each other).
 template <typename... Params, typename... Args>
-void launch_clustered(void (*kernel)(Params...), unsigned grid, unsigned cluster, unsigned threads, std::size_t smem,
-                      bool pdl, bool cooperative, cudaStream_t stream, Args&&... args) {
+void launch_kernel(void (*kernel)(Params...), unsigned grid, unsigned threads, std::size_t smem, bool pdl,
+                   bool cooperative, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(threads);
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cudaLaunchAttribute attr[3];
+  cudaLaunchAttribute attr[2];
   unsigned n = 0;
   if (pdl) {
     attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -36,23 +34,9 @@ void launch_clustered(void (*kernel)(Params...), unsigned grid, unsigned cluster
     attr[n].val.cooperative = 1;
     ++n;
   }
-  if (cluster > 0) {
-    attr[n].id = cudaLaunchAttributeClusterDimension;
-    attr[n].val.clusterDim.x = cluster;
-    attr[n].val.clusterDim.y = 1;
-    attr[n].val.clusterDim.z = 1;
-    ++n;
-  }
   cfg.attrs = n > 0 ? attr : nullptr;
   cfg.numAttrs = n;
   LATTE_CUDA_TRY(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
-}
-
-// launch_clustered without clusters.
-template <typename... Params, typename... Args>
-void launch_kernel(void (*kernel)(Params...), unsigned grid, unsigned threads, std::size_t smem, bool pdl,
-                   bool cooperative, cudaStream_t stream, Args&&... args) {
-  launch_clustered(kernel, grid, 0, threads, smem, pdl, cooperative, stream, std::forward<Args>(args)...);
 }
 
 template <typename... Params, typename... Args>

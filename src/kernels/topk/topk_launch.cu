@@ -15,7 +15,6 @@
 #include "kernels/common/launch.hpp"
 #include "kernels/common/smem_limit.hpp"
 #include "kernels/topk/topk_kernel.cuh"
-#include "kernels/topk/topk_spread_cluster_dsmem_sm90.cuh"
 #include "kernels/topk/topk_spread_grid_barrier.cuh"
 #include "latte/error.hpp"
 
@@ -53,7 +52,6 @@ struct SplitPlan {
 // pass's histograms and the counters).
 struct SpreadPlan {
   int slices = 0, slice_len = 0;
-  int cluster = 0;  // > 0: the cluster kernel, one row per cluster of `slices` CTAs
   std::size_t state = 0, hist = 0, clear = 0, counts = 0, list = 0, total = 0;
   [[nodiscard]] bool on() const { return slices > 0; }
 };
@@ -218,56 +216,7 @@ SpreadPlan spread_layout(int64_t rows, int slices, int slice_len) {
   return sp;
 }
 
-bool spread_cluster_enabled() {
-  return env_knob_choice("cuda top-k", "LATTE_CUDA_TOPK_CLUSTER", {"0", "1"}) != 0;
-}
-
-// How many clusters of c spread CTAs the current device runs at once (0: none, or no clusters
-// below sm_90), asked once per device and size.
-int spread_clusters_at_once(int c) {
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices][2] = {};  // value + 1; 0 = not asked yet
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kDevices) return 0;
-  std::atomic<int>& slot = known[dev][c == kSpreadMaxCluster ? 1 : 0];
-  if (const int v = slot.load(); v > 0) return v - 1;
-  int major = 0, n = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9) {
-    auto* kernel = topk_spread_cluster_kernel<kSrcKeys>;
-    const int smem = kSpreadMaxSlice * 4;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(static_cast<unsigned>(c));
-    cfg.blockDim = dim3(kSpreadThreads);
-    cfg.dynamicSmemBytes = static_cast<std::size_t>(smem);
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = static_cast<unsigned>(c);
-    attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem) != cudaSuccess ||
-        (c > 8 && cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) ||
-        cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) {
-      n = 0;
-      (void)cudaGetLastError();  // a refusal here only means no clusters of this size
-    }
-  }
-  slot.store(n + 1);
-  return n;
-}
-
-// Clusters of 16 (or 8) CTAs per row where the device runs every row's cluster at once and the
-// grid plan has at least as many slices (so the cluster plan's workspace is never larger).
-int spread_cluster_for(int64_t rows, int64_t grid_slices) {
-  if (!spread_cluster_enabled()) return 0;
-  for (const int c : {kSpreadMaxCluster, 8})
-    if (c <= grid_slices && spread_clusters_at_once(c) >= rows) return c;
-  return 0;
-}
-
-// cluster_ok: the cluster kernel may run the rows (not for kernels that run the grid barrier
-// path's selection themselves: the scored spread kernel).
-SpreadPlan plan_spread(int64_t rows, int64_t n, int sm_count, bool cluster_ok = true) {
+SpreadPlan plan_spread(int64_t rows, int64_t n, int sm_count) {
   if (!spread_enabled() || rows <= 0 || rows > kSpreadMaxRows || n <= 0) return {};
   // More keys: the split or one-CTA kernels, unless the rows are too long for them (at any topk
   // up to kSamples, which covers both indexers' limits).
@@ -277,17 +226,7 @@ SpreadPlan plan_spread(int64_t rows, int64_t n, int sm_count, bool cluster_ok = 
   const int64_t L = ceil_div(ceil_div(n, S), 4) * 4;
   S = ceil_div(n, L);
   if (L > kSpreadMaxSlice || rows * S > sm_count) return {};
-  const SpreadPlan grid = spread_layout(rows, static_cast<int>(S), static_cast<int>(L));
-  if (const int c = cluster_ok ? spread_cluster_for(rows, S) : 0; c > 0) {
-    const int64_t Lc = ceil_div(ceil_div(n, c), 4) * 4;
-    if (Lc <= kSpreadMaxSlice) {
-      SpreadPlan sp = spread_layout(rows, c, static_cast<int>(Lc));
-      sp.cluster = c;
-      sp.total = grid.total;  // the same workspace either way (LATTE_CUDA_TOPK_CLUSTER switches freely)
-      return sp;
-    }
-  }
-  return grid;
+  return spread_layout(rows, static_cast<int>(S), static_cast<int>(L));
 }
 
 // The spread kernel's arguments over workspace `ws` laid out by sp.
@@ -415,25 +354,14 @@ template <int SRC>
 void launch_topk_spread(const TopkArgs& a, const SpreadPlan& sp, uint8_t* ws, bool first_ready, bool pdl,
                         cudaStream_t stream) {
   if (a.rows <= 0) return;
-  static std::atomic<uint64_t> done{0}, done_cluster{0};
+  static std::atomic<uint64_t> done{0};
+  allow_smem(topk_spread_kernel<SRC>, done);
   const SpreadArgs g = spread_args(sp, a.rows, ws, first_ready);
   TopkArgs b = a;
   b.prof = topk_prof_buffer();
   topk_prof_begin(stream);
-  const auto grid = static_cast<unsigned>(static_cast<int64_t>(a.rows) * sp.slices);
-  const std::size_t smem = static_cast<std::size_t>(sp.slice_len) * 4;
-  if (sp.cluster > 0) {  // spread_clusters_at_once set the kernel's cluster attributes
-    allow_smem(topk_spread_cluster_kernel<SRC>, done_cluster);
-    if (sp.cluster > 8) {
-      LATTE_CUDA_TRY(cudaFuncSetAttribute(topk_spread_cluster_kernel<SRC>,
-                                          cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-    }
-    launch_clustered(topk_spread_cluster_kernel<SRC>, grid, static_cast<unsigned>(sp.cluster), kSpreadThreads, smem,
-                     pdl, false, stream, b, g);
-  } else {
-    allow_smem(topk_spread_kernel<SRC>, done);
-    launch_kernel(topk_spread_kernel<SRC>, grid, kSpreadThreads, smem, pdl, true, stream, b, g);
-  }
+  launch_kernel(topk_spread_kernel<SRC>, static_cast<unsigned>(static_cast<int64_t>(a.rows) * sp.slices),
+                kSpreadThreads, static_cast<std::size_t>(sp.slice_len) * 4, pdl, true, stream, b, g);
   topk_prof_end("spread", stream);
 }
 
@@ -549,8 +477,6 @@ std::size_t split_workspace_bound(int64_t rows, int64_t max_len, int topk, int s
 
 bool topk_spreads(int64_t rows, int64_t n, int sm_count) { return plan_spread(rows, n, sm_count).on(); }
 
-int spread_cluster_size(int64_t rows, int64_t n, int sm_count) { return plan_spread(rows, n, sm_count).cluster; }
-
 bool spread_beats_fused(int64_t rows, int64_t n, int sm_count) {
   return rows * n <= kSpreadBeatsFusedKeys && topk_spreads(rows, n, sm_count);
 }
@@ -601,31 +527,23 @@ bool keys_count_first_pass(int64_t rows, int64_t n) {
   return n <= kKeyHistMaxLen;
 }
 
-// The scored spread kernel runs the grid barrier path's selection itself: no cluster plans.
 SpreadShape spread_shape(int64_t rows, int64_t n, int sm_count) {
-  const SpreadPlan sp = plan_spread(rows, n, sm_count, false);
+  const SpreadPlan sp = plan_spread(rows, n, sm_count);
   return sp.on() ? SpreadShape{sp.slices, sp.slice_len, sp.total} : SpreadShape{};
 }
 
-namespace {
-SpreadArgs prepare_spread_plan(const IndexerParams& p, void* workspace, std::size_t workspace_bytes, int sm_count,
-                               bool cluster_ok, cudaStream_t stream) {
-  const SpreadPlan sp = plan_spread(p.tokens, p.max_len(), sm_count, cluster_ok);
+SpreadArgs prepare_spread(const IndexerParams& p, void* workspace, std::size_t workspace_bytes, int sm_count,
+                          cudaStream_t stream) {
+  const SpreadPlan sp = plan_spread(p.tokens, p.max_len(), sm_count);
   if (!sp.on() || workspace == nullptr || sp.total > workspace_bytes) return SpreadArgs{};
   LATTE_CUDA_TRY(cudaMemsetAsync(workspace, 0, sp.clear, stream));
   return spread_args(sp, p.tokens, static_cast<uint8_t*>(workspace), false);
-}
-}  // namespace
-
-SpreadArgs prepare_spread(const IndexerParams& p, void* workspace, std::size_t workspace_bytes, int sm_count,
-                          cudaStream_t stream) {
-  return prepare_spread_plan(p, workspace, workspace_bytes, sm_count, false, stream);
 }
 
 int* prepare_keys_topk(const IndexerParams& p, int topk, void* workspace, std::size_t workspace_bytes, int sm_count,
                        cudaStream_t stream) {
   if (p.tokens <= 0 || topk <= 0) return nullptr;
-  const SpreadArgs g = prepare_spread_plan(p, workspace, workspace_bytes, sm_count, true, stream);
+  const SpreadArgs g = prepare_spread(p, workspace, workspace_bytes, sm_count, stream);
   if (g.slices == 0 || !keys_count_first_pass(p.tokens, p.max_len())) return nullptr;
   return g.hist;
 }

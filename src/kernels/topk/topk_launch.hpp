@@ -88,12 +88,8 @@ void launch_fused_final(const TopkArgs& list, const TopkArgs& repair, const Topk
                         cudaStream_t stream);
 
 // Whether rows of up to n positions take the spread path (up to 8 rows, each over many CTAs
-// that meet at grid barriers or, on sm_90+, in one cluster per row; LATTE_CUDA_TOPK_SPREAD=0
-// turns it off) when the workspace holds it.
+// that meet at grid barriers; LATTE_CUDA_TOPK_SPREAD=0 turns it off) when the workspace holds it.
 [[nodiscard]] bool topk_spreads(int64_t rows, int64_t n, int sm_count);
-// The CTAs per row's cluster when the spread path runs such rows in clusters on the current
-// device (topk_spread_cluster_dsmem_sm90.cuh; LATTE_CUDA_TOPK_CLUSTER=0 turns it off), else 0.
-[[nodiscard]] int spread_cluster_size(int64_t rows, int64_t n, int sm_count);
 // Whether an indexer's unfused path with the spread top-k is faster than its fused path for
 // `rows` query tokens over rows of up to n positions (measured on the H200); both indexers'
 // path rules ask it first.
