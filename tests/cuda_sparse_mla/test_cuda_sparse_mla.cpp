@@ -336,6 +336,23 @@ std::vector<int64_t> sample_tokens(const SparseCase& c) {
   return ts;
 }
 
+// The valid slots of an index row's first `len` entries, in column order (-1 / out of range skipped).
+std::vector<int64_t> listed_slots(const int32_t* row, int len, int64_t slots) {
+  std::vector<int64_t> out;
+  for (int k = 0; k < len; ++k)
+    if (row[k] >= 0 && row[k] < slots) out.push_back(row[k]);
+  return out;
+}
+
+// Runs cpu.reference on the host arguments `a` (whose out and lse are `out`, `lse`) and copies
+// the results into ref / ref_lse.
+void reference_into(const Backend& cpu, const SparseMlaArgs& a, const std::vector<uint16_t>& out,
+                    const std::vector<float>& lse, std::vector<double>& ref, std::vector<double>& ref_lse) {
+  cpu.make(spec_from_args(a), describe_device("cpu"))->run(a, RunContext{});
+  for (std::size_t i = 0; i < out.size(); ++i) ref[i] = bf16_to_float(out[i]);
+  for (std::size_t i = 0; i < lse.size(); ++i) ref_lse[i] = lse[i];
+}
+
 // Oracle for the sampled tokens: cpu.reference when registered, else the loop above.
 void oracle_sparse(const SparseSetup& s, const std::vector<int64_t>& ts, std::vector<double>& ref,
                    std::vector<double>& ref_lse) {
@@ -363,20 +380,11 @@ void oracle_sparse(const SparseSetup& s, const std::vector<int64_t>& ts, std::ve
     a.out = TensorView::contiguous(out.data(), DType::bf16, {n, H, 512});
     a.lse = TensorView::contiguous(lse.data(), DType::f32, {n, H});
     a.scale = kGlmScale;
-    AttentionSpec sp = s.spec;
-    sp.max_tokens = n;
-    auto k = cpu->make(sp, describe_device("cpu"));
-    k->run(a, RunContext{});
-    for (std::size_t i = 0; i < out.size(); ++i) ref[i] = bf16_to_float(out[i]);
-    for (std::size_t i = 0; i < lse.size(); ++i) ref_lse[i] = lse[i];
+    reference_into(*cpu, a, out, lse, ref, ref_lse);
     return;
   }
   for (std::size_t i = 0; i < ts.size(); ++i) {
-    std::vector<int64_t> slots;
-    for (int k = 0; k < K; ++k) {
-      const int32_t v = s.idx[static_cast<std::size_t>(ts[i]) * K + k];
-      if (v >= 0 && v < s.cache.slots()) slots.push_back(v);
-    }
+    const auto slots = listed_slots(&s.idx[static_cast<std::size_t>(ts[i]) * K], K, s.cache.slots());
     for (int h = 0; h < H; ++h) {
       oracle_row(s.cache, &s.q[(static_cast<std::size_t>(ts[i]) * H + h) * 576], slots, kGlmScale,
                  &ref[(i * H + h) * 512], &ref_lse[i * H + h]);
@@ -1098,7 +1106,8 @@ std::string name_of(const NopeCase& c) {
          " bs=" + std::to_string(c.base.bs) + " T=" + std::to_string(c.base.T) + (c.lens ? " topk_lens" : "");
 }
 
-// Row lengths for topk_lens: every kind of value (0, negative, past topk, 1, topk, in between);
+// Row lengths for topk_lens: every kind of value (0, negative, past topk, 1, topk, in between;
+// a lone token in between);
 // the entries past a row's length are replaced by valid slots (garbage a kernel that read them
 // would attend to).
 std::vector<int32_t> make_lens(int64_t T, int topk, int64_t slots, std::vector<int32_t>& idx, std::mt19937& rng) {
@@ -1107,7 +1116,7 @@ std::vector<int32_t> make_lens(int64_t T, int topk, int64_t slots, std::vector<i
   std::uniform_int_distribution<int64_t> pick(0, slots - 1);
   for (int64_t t = 0; t < T; ++t) {
     int32_t len;
-    switch (t % 8) {
+    switch (T == 1 ? 7 : t % 8) {  // a lone token: a length in between
       case 0: len = 0; break;
       case 1: len = -3; break;
       case 2: len = topk + 5; break;
@@ -1233,18 +1242,11 @@ void oracle_nope(const NopeSetup& s, const std::vector<int64_t>& ts, std::vector
     a.out = TensorView::contiguous(out.data(), DType::bf16, {n, H, 512});
     a.lse = TensorView::contiguous(lse.data(), DType::f32, {n, H});
     a.scale = s.c.scale;
-    auto k = cpu->make(spec_from_args(a), describe_device("cpu"));
-    k->run(a, RunContext{});
-    for (std::size_t i = 0; i < out.size(); ++i) ref[i] = bf16_to_float(out[i]);
-    for (std::size_t i = 0; i < lse.size(); ++i) ref_lse[i] = lse[i];
+    reference_into(*cpu, a, out, lse, ref, ref_lse);
     return;
   }
   for (std::size_t i = 0; i < ts.size(); ++i) {
-    std::vector<int64_t> slots;
-    for (int k = 0; k < nope_len(s, ts[i]); ++k) {
-      const int32_t v = s.idx[static_cast<std::size_t>(ts[i]) * K + k];
-      if (v >= 0 && v < s.src.slots()) slots.push_back(v);
-    }
+    const auto slots = listed_slots(&s.idx[static_cast<std::size_t>(ts[i]) * K], nope_len(s, ts[i]), s.src.slots());
     for (int h = 0; h < H; ++h) {
       uint16_t q576[576] = {};  // the latent query, zero rope: the 512-dim dot product
       std::memcpy(q576, &s.q[(static_cast<std::size_t>(ts[i]) * H + h) * 512], 512 * 2);
@@ -1394,21 +1396,18 @@ TEST_F(CudaSparseMla, SanitizerNoRope) {
     }
     have_first = true;
   }
+  const auto run_all = [&](const std::vector<NopeCase>& cs, const std::string& tag) {
+    for (const NopeCase& c : cs) run_nope_vs_oracle(run, *setup_nope(c, 3), tag + name_of(c));
+  };
   // the few-heads kernel (fp8, <= 8 heads; the row-tile kernel on devices that hold one per SM)
-  for (const NopeCase& c : {nope_case(NopeRows::fp8_528, 5, 300, 16, 3, true),
-                            nope_case(NopeRows::fp8_656, 8, 700, 1, 2, true),
-                            nope_case(NopeRows::fp8_656, 2, 64, 64, 3, false)}) {
-    auto s = setup_nope(c, 3);
-    run_nope_vs_oracle(run, *s, "few heads " + name_of(c));
-  }
+  run_all({nope_case(NopeRows::fp8_528, 5, 300, 16, 3, true), nope_case(NopeRows::fp8_656, 8, 700, 1, 2, true),
+           nope_case(NopeRows::fp8_656, 2, 64, 64, 3, false)},
+          "few heads ");
   // the row-group kernel: whole CTAs, row groups past the heads, consecutive splits in one CTA
   const ScopedEnv forced("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1");
-  for (const NopeCase& c : {nope_case(NopeRows::bf16_512, 64, 700, 16, 3, true),
-                            nope_case(NopeRows::bf16_512, 40, 700, 16, 3, false),
-                            nope_case(NopeRows::bf16_512, 128, 300, 64, 2, true)}) {
-    auto s = setup_nope(c, 3);
-    run_nope_vs_oracle(run, *s, "row groups " + name_of(c));
-  }
+  run_all({nope_case(NopeRows::bf16_512, 64, 700, 16, 3, true), nope_case(NopeRows::bf16_512, 40, 700, 16, 3, false),
+           nope_case(NopeRows::bf16_512, 128, 300, 64, 2, true)},
+          "row groups ");
   const ScopedEnv chunk("LATTE_CUDA_SPARSE_MLA_CHUNK", "32");
   auto s = setup_nope(nope_case(NopeRows::bf16_512, 64, 2048, 16, 3, true), 3);
   run_nope_vs_oracle(run, *s, "row groups packed " + name_of(s->c));
@@ -1488,8 +1487,11 @@ TEST_F(CudaSparseMla, TopkLensEqualsPaddedRows) {
         // a graph captured now, replayed after the lengths (and garbage) changed, equals eager
         // with the new lengths: the launch does not depend on them
         {
-          std::vector<int32_t> lens2 = lens;
-          std::rotate(lens2.begin(), lens2.begin() + 1, lens2.end());
+          std::vector<int32_t> lens2(lens.size());  // every row's length changes
+          for (std::size_t t = 0; t < lens.size(); ++t) {
+            const int len = std::clamp(lens[t], 0, f.topk);
+            lens2[t] = len == 0 ? f.topk / 3 + 1 : len / 2;
+          }
           RunContext ctx;
           ctx.stream = run.stream();
           DeviceBuffer ws(std::max<std::size_t>(k_with->workspace_bytes(), 1));
@@ -1867,18 +1869,12 @@ TEST(CudaSparseMlaCaps, AcceptsRowsWithoutRopeAndTopkLens) {
         const Selection s = Context::global().explain(glm53, describe_device("sm_90"));
         EXPECT_TRUE(s.ok()) << s.explain();
         EXPECT_EQ(s.chosen, "cuda.sparse_mla") << s.explain();
+        AttentionSpec with_rope = glm53;  // the same shape with rope (and topk_lens)
+        with_rope.head_dim = kQkDim;
+        EXPECT_TRUE(check(*be, with_rope, describe_device("sm_90")).empty());
       }
     }
   }
-  // rows with rope and topk_lens
-  AttentionSpec lens;
-  lens.op = Op::sparse_mla;
-  lens.num_heads = 64;
-  lens.kv_cache = CacheFormat::fp8_ds_mla;
-  lens.block_size = 64;
-  lens.topk = 2048;
-  lens.topk_lens = true;
-  EXPECT_TRUE(check(*be, lens, describe_device("sm_90")).empty());
   // dense decode has rope only: head_dim 512 refused with its reason
   AttentionSpec dec;
   dec.op = Op::mla_decode;
