@@ -27,11 +27,12 @@ __global__ void fill_bf16(__nv_bfloat16* p, int64_t n, uint64_t seed, float amp)
   }
 }
 
-// fp8_ds_mla tokens: random finite e4m3 codes, scales in [0.002, 0.02), bf16 rope
-__global__ void fill_fp8_cache(uint8_t* p, int64_t tokens, uint64_t seed) {
+// fp8_ds_mla tokens of row_bytes (656, or 528 without rope): random finite e4m3 codes, scales in
+// [0.002, 0.02), bf16 rope (or, in a 656-byte row without rope, random bf16 in the unread bytes)
+__global__ void fill_fp8_cache(uint8_t* p, int64_t tokens, uint64_t seed, int row_bytes) {
   for (int64_t t = blockIdx.x; t < tokens; t += gridDim.x) {
-    uint8_t* row = p + t * 656;
-    for (int i = threadIdx.x; i < 656 / 4; i += blockDim.x) {
+    uint8_t* row = p + t * row_bytes;
+    for (int i = threadIdx.x; i < row_bytes / 4; i += blockDim.x) {
       const uint32_t h = mix(seed * 0x9E3779B97F4A7C15ULL + t * 164 + i);
       uint32_t w;
       if (i < 128) {  // e4m3 codes; avoid 0x7f / 0xff (NaN)
@@ -56,6 +57,6 @@ void bench_fill_bf16(void* p, int64_t n, uint64_t seed, float amp, cudaStream_t 
   fill_bf16<<<8192, 256, 0, s>>>(static_cast<__nv_bfloat16*>(p), n, seed, amp);
 }
 
-void bench_fill_fp8_cache(void* p, int64_t tokens, uint64_t seed, cudaStream_t s) {
-  fill_fp8_cache<<<8192, 128, 0, s>>>(static_cast<uint8_t*>(p), tokens, seed);
+void bench_fill_fp8_cache(void* p, int64_t tokens, uint64_t seed, cudaStream_t s, int row_bytes) {
+  fill_fp8_cache<<<8192, 128, 0, s>>>(static_cast<uint8_t*>(p), tokens, seed, row_bytes);
 }

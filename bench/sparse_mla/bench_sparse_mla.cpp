@@ -16,6 +16,10 @@
 //   graph_us  the calls (one per rotated input set) captured once in a CUDA graph and the
 //             graph replayed; total GPU time / calls (no host work at all).
 //   host_us   the host time of one run() call (validation, plan, launches), median.
+// --rope-dim 64 (default) | 0 | both: sparse shapes with rope, without rope (MLA without rope,
+// GLM-5.3-Flash's rope_dim 0: fp8 rows of 528 and 656 bytes, bf16 rows of 512 values), or each
+// shape with rope followed by its variants without rope, in one process (NoPE against 576 at
+// the same shape). Dense decode has rope only.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -115,6 +119,9 @@ struct Shape {
   latte::CacheFormat fmt;
   int H, T, topk, ctx;
   float scale;
+  // 0: rows with rope; else a sparse shape without rope whose cache rows are this many bytes
+  // (fp8 528 or 656, of which 528 are read; bf16 1024)
+  int nope_row_bytes = 0;
 };
 
 constexpr int kBlock = 64;
@@ -122,7 +129,10 @@ constexpr int kBlock = 64;
 // kernel_groups: the groups per call the kernel is made for (spec.max_tokens), 0 = the shape's own.
 void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters, int kernel_groups) {
   using namespace latte;
-  const std::size_t tb = sh.fmt == CacheFormat::bf16 ? 1152 : 656;
+  const bool nope = sh.nope_row_bytes > 0;
+  const std::size_t tb = nope ? sh.nope_row_bytes : sh.fmt == CacheFormat::bf16 ? 1152 : 656;
+  const std::size_t tb_read = nope && sh.fmt == CacheFormat::fp8_ds_mla ? 528 : tb;  // bytes a row's gather reads
+  const int qd = nope ? 512 : 576;  // query dims
   const std::size_t l2 = 60u << 20;
   // One context per request (decode) or one shared context (prefill); rotated copies so that
   // consecutive calls touch more than 4x the L2.
@@ -139,11 +149,11 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   if (sh.fmt == CacheFormat::bf16) {
     bench_fill_bf16(cache, cache_bytes / 2, 3, 1.f, s);
   } else {
-    bench_fill_fp8_cache(cache, nblocks * kBlock, 3, s);
+    bench_fill_fp8_cache(cache, nblocks * kBlock, 3, s, static_cast<int>(tb));
   }
   const int rows_per_group = sh.H;
   const int64_t groups = sh.T;
-  const std::size_t q_elems = static_cast<std::size_t>(groups) * rows_per_group * 576;
+  const std::size_t q_elems = static_cast<std::size_t>(groups) * rows_per_group * qd;
   std::vector<void*> qs(nrot), idxs(nrot), tables(nrot);
   for (int r = 0; r < nrot; ++r) {
     CK(cudaMalloc(&qs[r], q_elems * 2));
@@ -207,6 +217,7 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   spec.s_q = 1;
   spec.max_tokens = std::max<int64_t>(groups, kernel_groups);
   spec.scale = sh.scale;
+  if (nope) spec.head_dim = latte::kLatentDim;
   const DeviceInfo dev = describe_device("cuda:0");
   auto be = Registry::global().get("cuda.sparse_mla");
   auto kernel = be->make(spec, dev);
@@ -219,8 +230,8 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   const Device d{DeviceKind::cuda, 0};
   auto args_for = [&](int r) -> OpArgs {
     TensorView kv = sh.fmt == CacheFormat::bf16
-                        ? TensorView::contiguous(cache, DType::bf16, {nblocks, kBlock, 576}, d)
-                        : TensorView::contiguous(cache, DType::u8, {nblocks, kBlock, 656}, d);
+                        ? TensorView::contiguous(cache, DType::bf16, {nblocks, kBlock, static_cast<int64_t>(tb / 2)}, d)
+                        : TensorView::contiguous(cache, DType::u8, {nblocks, kBlock, static_cast<int64_t>(tb)}, d);
     if (sh.decode) {
       MlaDecodeArgs a;
       a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, 1, sh.H, 576}, d);
@@ -233,8 +244,9 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
       return a;
     }
     SparseMlaArgs a;
-    a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, sh.H, 576}, d);
+    a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, sh.H, qd}, d);
     a.kv_cache = kv;
+    if (nope) a.rope_dim = latte::kNoRopeDim;
     a.indices = TensorView::contiguous(idxs[r], DType::i32, {groups, sh.topk}, d);
     a.out = TensorView::contiguous(out, DType::bf16, {groups, sh.H, 512}, d);
     a.lse = TensorView::contiguous(lse, DType::f32, {groups, sh.H}, d);
@@ -326,19 +338,19 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   } else {
     kv_tokens = static_cast<double>(groups) * std::min(sh.topk, sh.ctx);
   }
-  const double flops = 2.0 * sh.H * kv_tokens * (576 + 512);
-  const double bytes = static_cast<double>(q_elems) * 2 + kv_tokens * tb + out_elems * 2.0 +
+  const double flops = 2.0 * sh.H * kv_tokens * (qd + 512);
+  const double bytes = static_cast<double>(q_elems) * 2 + kv_tokens * tb_read + out_elems * 2.0 +
                        out_elems / 512 * 4.0;
   const double roof_us = std::max(flops / (ceil.mm_tflops * 1e12), bytes / (ceil.copy_gbs * 1e9)) * 1e6;
   std::printf(
       "{\"name\":\"%s\",\"op\":\"%s\",\"fmt\":\"%s\",\"H\":%d,\"T\":%d,\"topk\":%d,\"ctx\":%d,"
       "\"time_us\":%.2f,\"sync_us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.2f,\"gbs\":%.1f,"
-      "\"roof_pct\":%.1f,\"ws_bytes\":%zu,\"rot\":%d,\"kernel_tokens\":%lld}\n",
+      "\"roof_pct\":%.1f,\"ws_bytes\":%zu,\"rot\":%d,\"kernel_tokens\":%lld,\"rope_dim\":%d,\"row_bytes\":%zu}\n",
       sh.name.c_str(), sh.decode ? "mla_decode" : "sparse_mla",
       sh.fmt == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla", sh.H, sh.T, sh.topk, sh.ctx, t_us,
       sync_us, graph_us, host_us,
       flops / (t_us * 1e-6) / 1e12, bytes / (t_us * 1e-6) / 1e9, 100.0 * roof_us / t_us,
-      kernel->workspace_bytes(), nrot, static_cast<long long>(spec.max_tokens));
+      kernel->workspace_bytes(), nrot, static_cast<long long>(spec.max_tokens), nope ? 0 : 64, tb);
   std::fflush(stdout);
   CK(cudaEventDestroy(e0));
   CK(cudaEventDestroy(e1));
@@ -382,8 +394,24 @@ bool counts_from_env(const char* name, std::vector<int>* out) {
 
 int main(int argc, char** argv) {
   using latte::CacheFormat;
-  const char* only = argc > 1 ? argv[1] : nullptr;  // substring filter on the shape name
-  const int iters = argc > 2 ? std::atoi(argv[2]) : 30;
+  // [--rope-dim 64|0|both] [name filter] [iterations]
+  bool with_rope = true, without_rope = false;
+  std::vector<const char*> pos;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--rope-dim") == 0 && i + 1 < argc) {
+      const std::string v = argv[++i];
+      if (v != "64" && v != "0" && v != "both") {
+        std::fprintf(stderr, "--rope-dim %s: expected 64 (rows with rope), 0 (without) or both\n", v.c_str());
+        return 2;
+      }
+      with_rope = v != "0";
+      without_rope = v != "64";
+    } else {
+      pos.push_back(argv[i]);
+    }
+  }
+  const char* only = pos.size() > 0 ? pos[0] : nullptr;  // substring filter on the shape name
+  const int iters = pos.size() > 1 ? std::atoi(pos[1]) : 30;
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   // LATTE_BENCH_QUICK=1 (profiling runs): skip the ceilings, use the H200 figures of
@@ -421,21 +449,36 @@ int main(int argc, char** argv) {
     dense_fp8 = dense_bf16;
   }
   std::vector<Shape> shapes;
+  // a sparse shape with rope and / or its variants without rope (" nope528" / " nope656" fp8
+  // rows, " nope512" bf16 rows), adjacent
+  const auto sparse = [&](const Shape& sh) {
+    if (with_rope) shapes.push_back(sh);
+    if (!without_rope) return;
+    const std::vector<int> rows = sh.fmt == CacheFormat::bf16 ? std::vector<int>{1024} : std::vector<int>{528, 656};
+    for (int rb : rows) {
+      Shape n = sh;
+      n.nope_row_bytes = rb;
+      n.name += rb == 1024 ? " nope512" : " nope" + std::to_string(rb);
+      shapes.push_back(n);
+    }
+  };
   for (CacheFormat f : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
     const std::string fs = f == CacheFormat::bf16 ? "bf16" : "fp8";
     for (int T : decode_tokens) {
-      shapes.push_back({"glm5-tp8 decode " + fs + " T=" + std::to_string(T), false, f, 8, T, topk, 32768, glm});
-      shapes.push_back({"glm5-tp1 decode " + fs + " T=" + std::to_string(T), false, f, 64, T, topk, 32768, glm});
-      shapes.push_back({"dsv32 decode " + fs + " T=" + std::to_string(T), false, f, 128, T, topk, 32768, ds});
+      sparse({"glm5-tp8 decode " + fs + " T=" + std::to_string(T), false, f, 8, T, topk, 32768, glm});
+      sparse({"glm5-tp1 decode " + fs + " T=" + std::to_string(T), false, f, 64, T, topk, 32768, glm});
+      sparse({"dsv32 decode " + fs + " T=" + std::to_string(T), false, f, 128, T, topk, 32768, ds});
     }
-    shapes.push_back({"glm5-tp1 prefill " + fs + " T=4096", false, f, 64, 4096, topk, 32768, glm});
-    shapes.push_back({"glm5-tp8 prefill " + fs + " T=4096", false, f, 8, 4096, topk, 32768, glm});
+    sparse({"glm5-tp1 prefill " + fs + " T=4096", false, f, 64, 4096, topk, 32768, glm});
+    sparse({"glm5-tp8 prefill " + fs + " T=4096", false, f, 8, 4096, topk, 32768, glm});
   }
-  shapes.push_back({"dsv32 prefill bf16 T=4096", false, CacheFormat::bf16, 128, 4096, topk, 32768, ds});
-  for (int B : dense_bf16)
-    shapes.push_back({"dsv3 dense decode bf16 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 32768, ds});
-  for (int B : dense_fp8)
-    shapes.push_back({"dsv3 dense decode fp8 B=" + std::to_string(B), true, CacheFormat::fp8_ds_mla, 128, B, 0, 32768, ds});
+  sparse({"dsv32 prefill bf16 T=4096", false, CacheFormat::bf16, 128, 4096, topk, 32768, ds});
+  if (with_rope) {
+    for (int B : dense_bf16)
+      shapes.push_back({"dsv3 dense decode bf16 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 32768, ds});
+    for (int B : dense_fp8)
+      shapes.push_back({"dsv3 dense decode fp8 B=" + std::to_string(B), true, CacheFormat::fp8_ds_mla, 128, B, 0, 32768, ds});
+  }
   for (const Shape& sh : shapes) {
     if (only && sh.name.find(only) == std::string::npos) continue;
     run_shape(sh, c, s, iters, kernel_tokens.front());

@@ -23,7 +23,7 @@ Capabilities declared() {
   caps.q_dtypes = {DType::bf16};
   caps.kv_caches = {CacheFormat::bf16, CacheFormat::fp8_ds_mla};
   caps.heads = IntRule::range(1, kMaxHeads);
-  caps.head_dim = IntRule::list({kQkDim});  // rows with rope only: MLA without rope (512) is refused
+  caps.head_dim = IntRule::list({kQkDim, kLatentDim});  // 512: sparse_mla rows without rope (rope_dim 0)
   caps.block_size = IntRule::at_least(1);
   caps.topk = IntRule::range(1, kMaxTopk);
   caps.s_q = IntRule::range(1, kMaxDecodeSq);
@@ -35,7 +35,9 @@ Capabilities declared() {
   caps.notes =
       "portable mma.sync/ldmatrix/cp.async kernels for sm_80..sm_120 (<= 101376 B shared memory "
       "per block), bf16 / f16 math; fp8_ds_mla converted in the fragment path; fp8 sparse calls of "
-      "<= 8 heads on GPUs with two such blocks per SM: the heads on the mma's N dimension";
+      "<= 8 heads on GPUs with two such blocks per SM: the heads on the mma's N dimension; sparse_mla "
+      "without rope (head_dim 512: 1024-byte bf16 rows, the first 528 bytes of fp8 rows) and with "
+      "topk_lens (the splits past a row's length do no work)";
   return caps;
 }
 
@@ -86,7 +88,8 @@ class CudaSparseMlaBackend final : public Backend {
   CudaSparseMlaBackend()
       : info_{"cuda.sparse_mla",
               "portable CUDA sparse MLA and dense paged MLA decode (sm_80..sm_120), bf16 or "
-              "fp8_ds_mla cache, any heads 1..128, topk 1..32768, block size >= 1",
+              "fp8_ds_mla cache, any heads 1..128, topk 1..32768, block size >= 1; sparse_mla with "
+              "or without rope, with or without topk_lens",
               declared(), "built-in"} {}
 
   [[nodiscard]] const BackendInfo& info() const override { return info_; }
@@ -94,10 +97,10 @@ class CudaSparseMlaBackend final : public Backend {
   [[nodiscard]] std::vector<Reason> custom_checks(const AttentionSpec& spec,
                                                   const DeviceInfo& device) const override {
     std::vector<Reason> out;
-    if (spec.op == Op::sparse_mla && spec.topk_lens) {
-      out.push_back({"topk_lens", "topk_lens", "absent", "[T] i32 row lengths",
-                     "cuda.sparse_mla reads every column of indices and takes no topk_lens; pad each row "
-                     "with -1 past its length and drop topk_lens, or use cpu.reference"});
+    if (spec.op == Op::mla_decode && spec.head_dim == kLatentDim) {
+      out.push_back({"head_dim", "head_dim", "576 for mla_decode", "512",
+                     "cuda.sparse_mla computes mla_decode with rope only (d_qk 576): its arguments have no "
+                     "rope_dim; a model without rope runs sparse_mla"});
     }
     if (spec.head_dim_v != kLatentDim) {
       out.push_back({"head_dim_v", "head_dim_v", std::to_string(kLatentDim),

@@ -336,6 +336,23 @@ std::vector<int64_t> sample_tokens(const SparseCase& c) {
   return ts;
 }
 
+// The valid slots of an index row's first `len` entries, in column order (-1 / out of range skipped).
+std::vector<int64_t> listed_slots(const int32_t* row, int len, int64_t slots) {
+  std::vector<int64_t> out;
+  for (int k = 0; k < len; ++k)
+    if (row[k] >= 0 && row[k] < slots) out.push_back(row[k]);
+  return out;
+}
+
+// Runs cpu.reference on the host arguments `a` (whose out and lse are `out`, `lse`) and copies
+// the results into ref / ref_lse.
+void reference_into(const Backend& cpu, const SparseMlaArgs& a, const std::vector<uint16_t>& out,
+                    const std::vector<float>& lse, std::vector<double>& ref, std::vector<double>& ref_lse) {
+  cpu.make(spec_from_args(a), describe_device("cpu"))->run(a, RunContext{});
+  for (std::size_t i = 0; i < out.size(); ++i) ref[i] = bf16_to_float(out[i]);
+  for (std::size_t i = 0; i < lse.size(); ++i) ref_lse[i] = lse[i];
+}
+
 // Oracle for the sampled tokens: cpu.reference when registered, else the loop above.
 void oracle_sparse(const SparseSetup& s, const std::vector<int64_t>& ts, std::vector<double>& ref,
                    std::vector<double>& ref_lse) {
@@ -363,20 +380,11 @@ void oracle_sparse(const SparseSetup& s, const std::vector<int64_t>& ts, std::ve
     a.out = TensorView::contiguous(out.data(), DType::bf16, {n, H, 512});
     a.lse = TensorView::contiguous(lse.data(), DType::f32, {n, H});
     a.scale = kGlmScale;
-    AttentionSpec sp = s.spec;
-    sp.max_tokens = n;
-    auto k = cpu->make(sp, describe_device("cpu"));
-    k->run(a, RunContext{});
-    for (std::size_t i = 0; i < out.size(); ++i) ref[i] = bf16_to_float(out[i]);
-    for (std::size_t i = 0; i < lse.size(); ++i) ref_lse[i] = lse[i];
+    reference_into(*cpu, a, out, lse, ref, ref_lse);
     return;
   }
   for (std::size_t i = 0; i < ts.size(); ++i) {
-    std::vector<int64_t> slots;
-    for (int k = 0; k < K; ++k) {
-      const int32_t v = s.idx[static_cast<std::size_t>(ts[i]) * K + k];
-      if (v >= 0 && v < s.cache.slots()) slots.push_back(v);
-    }
+    const auto slots = listed_slots(&s.idx[static_cast<std::size_t>(ts[i]) * K], K, s.cache.slots());
     for (int h = 0; h < H; ++h) {
       oracle_row(s.cache, &s.q[(static_cast<std::size_t>(ts[i]) * H + h) * 576], slots, kGlmScale,
                  &ref[(i * H + h) * 512], &ref_lse[i * H + h]);
@@ -1071,6 +1079,462 @@ TEST_F(CudaSparseMla, SanitizerRowGroupsPacked) {
                        {CacheFormat::bf16, 32, 2, 16, 2, {300, 1000}});
 }
 
+// ---------------------------------------------------------------- MLA without rope, topk_lens
+// sparse_mla with rope_dim 0 (GLM-5.3-Flash: q [T, H, 512], cache rows of the 512 latent values)
+// in its three cache layouts, and per-row lengths (topk_lens), against cpu.reference.
+enum class NopeRows { bf16_512, fp8_528, fp8_656 };
+
+struct NopeCase {
+  SparseCase base;  // base.fmt: the cache format of the rows (bf16 for bf16_512, else fp8)
+  NopeRows rows;
+  bool lens = false;          // topk_lens: lengths 0, negative, past topk and in between, garbage past them
+  float scale = 0.0731f;      // not a power of two
+};
+
+NopeCase nope_case(NopeRows rows, int H, int topk, int bs, int T, bool lens, IndexOpts opts = row1_empty(),
+                   float scale = 0.0731f) {
+  const CacheFormat fmt = rows == NopeRows::bf16_512 ? CacheFormat::bf16 : CacheFormat::fp8_ds_mla;
+  return NopeCase{SparseCase{fmt, H, topk, bs, T, std::move(opts)}, rows, lens, scale};
+}
+
+int nope_row_bytes(NopeRows r) { return r == NopeRows::bf16_512 ? 1024 : r == NopeRows::fp8_528 ? 528 : 656; }
+
+std::string name_of(const NopeCase& c) {
+  const char* rows = c.rows == NopeRows::bf16_512 ? "no rope bf16 512" : c.rows == NopeRows::fp8_528 ? "no rope fp8 528"
+                                                                                                 : "no rope fp8 656";
+  return std::string(rows) + " H=" + std::to_string(c.base.H) + " topk=" + std::to_string(c.base.topk) +
+         " bs=" + std::to_string(c.base.bs) + " T=" + std::to_string(c.base.T) + (c.lens ? " topk_lens" : "");
+}
+
+// Row lengths for topk_lens: every kind of value (0, negative, past topk, 1, topk, in between;
+// a lone token in between);
+// the entries past a row's length are replaced by valid slots (garbage a kernel that read them
+// would attend to).
+std::vector<int32_t> make_lens(int64_t T, int topk, int64_t slots, std::vector<int32_t>& idx, std::mt19937& rng) {
+  std::vector<int32_t> lens(static_cast<std::size_t>(T));
+  std::uniform_int_distribution<int> any(1, topk);
+  std::uniform_int_distribution<int64_t> pick(0, slots - 1);
+  for (int64_t t = 0; t < T; ++t) {
+    int32_t len;
+    switch (T == 1 ? 7 : t % 8) {  // a lone token: a length in between
+      case 0: len = 0; break;
+      case 1: len = -3; break;
+      case 2: len = topk + 5; break;
+      case 3: len = 1; break;
+      case 4: len = topk; break;
+      default: len = any(rng); break;
+    }
+    lens[static_cast<std::size_t>(t)] = len;
+    for (int k = std::clamp(len, 0, topk); k < topk; ++k)
+      idx[static_cast<std::size_t>(t * topk + k)] = static_cast<int32_t>(pick(rng));
+  }
+  return lens;
+}
+
+struct NopeSetup {
+  NopeCase c;
+  Cache src;                  // the same rows with rope (the float64 fallback oracle's source)
+  std::vector<uint8_t> rows;  // the cache without rope, as uploaded
+  std::vector<uint16_t> q;    // [T, H, 512]
+  std::vector<int32_t> idx, lens;
+  DeviceBuffer d_q, d_cache, d_idx, d_lens, d_out, d_lse;
+  SparseMlaArgs args;
+  AttentionSpec spec;
+};
+
+std::unique_ptr<NopeSetup> setup_nope(const NopeCase& c, uint32_t seed) {
+  auto s = std::make_unique<NopeSetup>();
+  s->c = c;
+  const SparseCase& b = c.base;
+  std::mt19937 rng(seed);
+  const int64_t slots = std::max<int64_t>(2 * b.topk, 257);
+  s->src = make_cache(b.fmt, b.bs, slots, rng, b.kv_amp_log2_span);
+  const std::size_t rb = static_cast<std::size_t>(nope_row_bytes(c.rows));
+  const std::size_t n = static_cast<std::size_t>(s->src.slots());
+  s->rows.resize(n * rb);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (std::size_t t = 0; t < n; ++t) {
+    const uint8_t* from = s->src.bytes.data() + t * token_bytes(b.fmt);
+    uint8_t* to = s->rows.data() + t * rb;
+    std::memcpy(to, from, b.fmt == CacheFormat::bf16 ? 1024 : 528);  // the latent (and fp8 scales)
+    if (c.rows == NopeRows::fp8_656) {
+      // bytes 528..655 are reserved and never read: NaN (0xFF / 0x7FC0 as bf16), inf / huge
+      // values and random bytes, so that a rope step run on them would show in the output
+      for (std::size_t k = 528; k < 656; ++k) {
+        switch (t % 4) {
+          case 0: to[k] = 0xFF; break;
+          case 1: to[k] = (k & 1) ? 0x7F : 0xC0; break;
+          case 2: to[k] = (k & 1) ? 0x7F : 0x80; break;  // bf16 0x7F80 = +inf
+          default: to[k] = static_cast<uint8_t>(byte(rng)); break;
+        }
+      }
+    }
+  }
+  s->q.resize(static_cast<std::size_t>(b.T) * b.H * 512);
+  std::uniform_real_distribution<float> u(-b.q_amp, b.q_amp);
+  for (auto& v : s->q) v = float_to_bf16(u(rng));
+  s->idx = make_indices(b.T, b.topk, slots, b.opts, rng);
+  if (c.lens) s->lens = make_lens(b.T, b.topk, slots, s->idx, rng);
+  s->d_q = DeviceBuffer(s->q.size() * 2);
+  s->d_q.upload(s->q.data(), s->q.size() * 2);
+  s->d_cache = DeviceBuffer(s->rows.size());  // exactly the rows: a read past them is out of bounds
+  s->d_cache.upload(s->rows.data(), s->rows.size());
+  s->d_idx = DeviceBuffer(s->idx.size() * 4);
+  s->d_idx.upload(s->idx.data(), s->idx.size() * 4);
+  s->d_out = DeviceBuffer(static_cast<std::size_t>(b.T) * b.H * 512 * 2);
+  s->d_lse = DeviceBuffer(static_cast<std::size_t>(b.T) * b.H * 4);
+  const Device dev{DeviceKind::cuda, 0};
+  SparseMlaArgs& a = s->args;
+  a.rope_dim = 0;
+  a.q = TensorView::contiguous(s->d_q.get(), DType::bf16, {b.T, b.H, 512}, dev);
+  a.kv_cache = c.rows == NopeRows::bf16_512
+                   ? TensorView::contiguous(s->d_cache.get(), DType::bf16, {s->src.num_blocks, b.bs, 512}, dev)
+                   : TensorView::contiguous(s->d_cache.get(), DType::u8,
+                                            {s->src.num_blocks, b.bs, static_cast<int64_t>(rb)}, dev);
+  a.indices = TensorView::contiguous(s->d_idx.get(), DType::i32, {b.T, b.topk}, dev);
+  if (c.lens) {
+    s->d_lens = DeviceBuffer(s->lens.size() * 4);
+    s->d_lens.upload(s->lens.data(), s->lens.size() * 4);
+    a.topk_lens = TensorView::contiguous(s->d_lens.get(), DType::i32, {b.T}, dev);
+  }
+  a.out = TensorView::contiguous(s->d_out.get(), DType::bf16, {b.T, b.H, 512}, dev);
+  a.lse = TensorView::contiguous(s->d_lse.get(), DType::f32, {b.T, b.H}, dev);
+  a.scale = c.scale;
+  s->spec = spec_from_args(a);
+  s->spec.max_tokens = b.T;
+  EXPECT_EQ(s->spec.head_dim, kLatentDim);
+  EXPECT_EQ(s->spec.topk_lens, c.lens);
+  return s;
+}
+
+// The row's effective length, as cpu.reference and the validation layer read topk_lens.
+int nope_len(const NopeSetup& s, int64_t t) {
+  return s.c.lens ? std::clamp(s.lens[static_cast<std::size_t>(t)], 0, s.c.base.topk) : s.c.base.topk;
+}
+
+// Oracle for the sampled tokens: cpu.reference on the same rows without rope (and the same
+// topk_lens) when registered, else the float64 loop on the rows with rope and a zero rope query.
+void oracle_nope(const NopeSetup& s, const std::vector<int64_t>& ts, std::vector<double>& ref,
+                 std::vector<double>& ref_lse) {
+  const int H = s.c.base.H, K = s.c.base.topk;
+  ref.assign(ts.size() * H * 512, 0.0);
+  ref_lse.assign(ts.size() * H, 0.0);
+  const auto n = static_cast<int64_t>(ts.size());
+  if (auto cpu = Registry::global().find("cpu.reference")) {
+    std::vector<uint16_t> q(ts.size() * H * 512), out(ts.size() * H * 512);
+    std::vector<int32_t> idx(ts.size() * K), lens(ts.size());
+    std::vector<float> lse(ts.size() * H);
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      std::memcpy(&q[i * H * 512], &s.q[static_cast<std::size_t>(ts[i]) * H * 512], H * 512 * 2);
+      std::memcpy(&idx[i * K], &s.idx[static_cast<std::size_t>(ts[i]) * K], K * 4);
+      if (s.c.lens) lens[i] = s.lens[static_cast<std::size_t>(ts[i])];
+    }
+    SparseMlaArgs a;
+    a.rope_dim = 0;
+    a.q = TensorView::contiguous(q.data(), DType::bf16, {n, H, 512});
+    auto* rows = const_cast<uint8_t*>(s.rows.data());
+    a.kv_cache = s.c.rows == NopeRows::bf16_512
+                     ? TensorView::contiguous(rows, DType::bf16, {s.src.num_blocks, s.c.base.bs, 512})
+                     : TensorView::contiguous(rows, DType::u8,
+                                              {s.src.num_blocks, s.c.base.bs, nope_row_bytes(s.c.rows)});
+    a.indices = TensorView::contiguous(idx.data(), DType::i32, {n, K});
+    if (s.c.lens) a.topk_lens = TensorView::contiguous(lens.data(), DType::i32, {n});
+    a.out = TensorView::contiguous(out.data(), DType::bf16, {n, H, 512});
+    a.lse = TensorView::contiguous(lse.data(), DType::f32, {n, H});
+    a.scale = s.c.scale;
+    reference_into(*cpu, a, out, lse, ref, ref_lse);
+    return;
+  }
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const auto slots = listed_slots(&s.idx[static_cast<std::size_t>(ts[i]) * K], nope_len(s, ts[i]), s.src.slots());
+    for (int h = 0; h < H; ++h) {
+      uint16_t q576[576] = {};  // the latent query, zero rope: the 512-dim dot product
+      std::memcpy(q576, &s.q[(static_cast<std::size_t>(ts[i]) * H + h) * 512], 512 * 2);
+      oracle_row(s.src, q576, slots, s.c.scale, &ref[(i * H + h) * 512], &ref_lse[i * H + h]);
+    }
+  }
+}
+
+// Runs a kernel made for the case's spec over all its tokens (outputs poisoned), checks the
+// sampled tokens against the oracle and every empty row (all -1, or a length of 0 or below):
+// out exactly 0, lse -inf.
+Result run_nope_vs_oracle(Runner& run, const NopeSetup& s, const std::string& what) {
+  auto k = run.make(s.spec);
+  const SparseCase& b = s.c.base;
+  const std::size_t n = static_cast<std::size_t>(b.T) * b.H;
+  const Result r = run.run(*k, s.args, n * 512, n);
+  expect_all_written(r, what);
+  std::vector<int64_t> ts = sample_tokens(b);
+  if (s.c.lens) {  // a token of every length kind
+    for (int64_t t = 0; t < std::min<int64_t>(b.T, 8); ++t) ts.push_back(t);
+    std::sort(ts.begin(), ts.end());
+    ts.erase(std::unique(ts.begin(), ts.end()), ts.end());
+  }
+  std::vector<double> ref, ref_lse;
+  oracle_nope(s, ts, ref, ref_lse);
+  compare(r, ts, b.H, ref, ref_lse, what);
+  for (int64_t t = 0; t < b.T; ++t) {
+    const bool empty = nope_len(s, t) == 0 ||
+                       std::find(b.opts.empty.begin(), b.opts.empty.end(), t) != b.opts.empty.end();
+    if (!empty) continue;
+    for (int h = 0; h < b.H; ++h) {
+      const std::size_t row = static_cast<std::size_t>(t) * b.H + h;
+      EXPECT_TRUE(std::isinf(r.lse[row]) && r.lse[row] < 0) << what << " token " << t;
+      const auto nonzero = std::count_if(r.out.begin() + static_cast<std::ptrdiff_t>(row * 512),
+                                         r.out.begin() + static_cast<std::ptrdiff_t>(row * 512 + 512),
+                                         [](uint16_t v) { return v != 0; });
+      EXPECT_EQ(nonzero, 0) << what << " token " << t << " head " << h << ": an empty row's output";
+    }
+  }
+  return r;
+}
+
+// Each kernel family on the H200 (sm_90): fp8 with at most 8 heads the few-heads kernel, bf16
+// with 64 / 128 heads in kernels for more than 8 tokens the row-group kernel, the rest the
+// row-tile kernel (16- and 32-row tiles, the dim split at T = 1, 3 CTAs per SM for large grids).
+// Heads 1, 2, 8, 16, 64, 128; topk 1, 64, 2048, 2176; block sizes 1, 16, 64; all three layouts.
+std::vector<NopeCase> nope_accuracy_cases() {
+  IndexOpts dense;
+  dense.pad = 0;
+  dense.oob = 0;
+  IndexOpts heavy;  // half the entries -1, tokens 0 and 2 all -1
+  heavy.pad = 0.5;
+  heavy.empty = {0, 2};
+  using R = NopeRows;
+  return {
+      nope_case(R::fp8_528, 1, 1, 1, 3, false),
+      nope_case(R::fp8_656, 1, 64, 16, 9, true),
+      nope_case(R::fp8_656, 2, 64, 16, 5, true),
+      nope_case(R::fp8_528, 2, 2176, 64, 40, false, heavy),
+      nope_case(R::fp8_528, 8, 2048, 64, 128, true),
+      nope_case(R::fp8_656, 8, 2176, 16, 300, true, row1_empty(), 0.0441941738f),
+      nope_case(R::bf16_512, 1, 64, 1, 7, true),
+      nope_case(R::bf16_512, 2, 2176, 16, 3, true),
+      nope_case(R::bf16_512, 8, 2048, 64, 128, false),
+      nope_case(R::fp8_528, 16, 2176, 1, 64, true),
+      nope_case(R::bf16_512, 16, 64, 16, 200, true),
+      nope_case(R::fp8_656, 16, 1, 64, 128, false),
+      nope_case(R::fp8_656, 64, 2048, 64, 1, false, dense),
+      nope_case(R::fp8_528, 64, 2048, 64, 1, true),
+      nope_case(R::fp8_528, 64, 2048, 64, 128, true),
+      nope_case(R::fp8_656, 64, 2176, 16, 32, true, heavy),
+      nope_case(R::bf16_512, 64, 2048, 64, 128, true),
+      nope_case(R::bf16_512, 64, 2176, 16, 4, false),
+      nope_case(R::bf16_512, 64, 1, 1, 1, false, dense),
+      nope_case(R::fp8_656, 128, 2176, 16, 32, true),
+      nope_case(R::fp8_528, 128, 64, 64, 3, false, dense, 0.1353f),
+      nope_case(R::bf16_512, 128, 2048, 1, 32, true),
+      nope_case(R::bf16_512, 128, 2176, 16, 2, true, heavy),
+      nope_case(R::fp8_528, 64, 2048, 16, 400, true),
+  };
+}
+
+TEST_F(CudaSparseMla, NoRopeVsOracle) {
+  Runner run;
+  uint32_t seed = 9100;
+  std::printf("  oracle: %s\n", Registry::global().find("cpu.reference") ? "cpu.reference" : "float64 loop (test)");
+  for (const NopeCase& c : nope_accuracy_cases()) {
+    auto s = setup_nope(c, seed++);
+    run_nope_vs_oracle(run, *s, name_of(c));
+  }
+}
+
+// Peaked softmax and fp8 group scales over 24 octaves (the few-heads kernel's scale reference
+// moves) without rope.
+TEST_F(CudaSparseMla, NoRopePeakedAndWideScales) {
+  Runner run;
+  for (NopeRows rows : {NopeRows::bf16_512, NopeRows::fp8_528, NopeRows::fp8_656}) {
+    for (int heads : {8, 64}) {
+      NopeCase c = nope_case(rows, heads, 700, 16, 4, true, IndexOpts{});
+      c.base.q_amp = 40.f;
+      auto s = setup_nope(c, 31 + heads);
+      run_nope_vs_oracle(run, *s, "peaked " + name_of(c));
+      if (rows == NopeRows::bf16_512) continue;
+      NopeCase w = nope_case(rows, heads, 2048, 16, 8, false, IndexOpts{});
+      w.base.kv_amp_log2_span = 24.f;
+      auto sw = setup_nope(w, 41 + heads);
+      run_nope_vs_oracle(run, *sw, "wide scales " + name_of(w));
+    }
+  }
+}
+
+// Every configuration of the row-tile kernel (forced through the tuning variables) computes
+// bitwise the same rows without rope, and matches the oracle; the few-heads and the row-group
+// kernel (forced) too. Small problems: also the compute-sanitizer test of the rope-less
+// instantiations (a read past byte 528 of the compact rows' last slot is out of bounds).
+TEST_F(CudaSparseMla, SanitizerNoRope) {
+  Runner run;
+  const std::vector<NopeCase> cases = {
+      nope_case(NopeRows::fp8_528, 40, 700, 16, 3, true),
+      nope_case(NopeRows::fp8_656, 40, 700, 16, 3, false),
+      nope_case(NopeRows::bf16_512, 40, 700, 16, 3, true),
+      nope_case(NopeRows::bf16_512, 5, 33, 1, 2, false),
+      nope_case(NopeRows::fp8_528, 5, 300, 16, 9, true),
+  };
+  std::vector<Result> first(cases.size());
+  struct Config {
+    const char *warps, *tile, *ctas, *dims;
+  };
+  bool have_first = false;
+  for (const auto& [warps, tile, ctas, dims] :
+       {Config{"4", "16", "2", "1"}, Config{"4", "16", "2", "2"}, Config{"4", "16", "3", "1"},
+        Config{"4", "32", "2", "1"}, Config{"8", "16", "2", "1"}, Config{"8", "16", "2", "2"},
+        Config{"8", "16", "3", "1"}, Config{"8", "32", "2", "1"}}) {
+    const ScopedEnv only("LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY", "1");
+    const ScopedEnv w("LATTE_CUDA_SPARSE_MLA_WARPS", warps), t("LATTE_CUDA_SPARSE_MLA_ROW_TILE", tile),
+        ct("LATTE_CUDA_SPARSE_MLA_CTAS", ctas), d("LATTE_CUDA_SPARSE_MLA_DIM_SPLIT", dims);
+    for (std::size_t i = 0; i < cases.size(); ++i) {
+      auto s = setup_nope(cases[i], 3);
+      const std::string what = std::string("warps ") + warps + " tile " + tile + " ctas " + ctas + " dims " + dims +
+                               " " + name_of(cases[i]);
+      const Result r = run_nope_vs_oracle(run, *s, what);
+      if (!have_first) {
+        first[i] = r;
+      } else {
+        EXPECT_TRUE(bitwise_equal(first[i], r)) << what << " vs warps 4 tile 16 ctas 2 dims 1";
+      }
+    }
+    have_first = true;
+  }
+  const auto run_all = [&](const std::vector<NopeCase>& cs, const std::string& tag) {
+    for (const NopeCase& c : cs) run_nope_vs_oracle(run, *setup_nope(c, 3), tag + name_of(c));
+  };
+  // the few-heads kernel (fp8, <= 8 heads; the row-tile kernel on devices that hold one per SM)
+  run_all({nope_case(NopeRows::fp8_528, 5, 300, 16, 3, true), nope_case(NopeRows::fp8_656, 8, 700, 1, 2, true),
+           nope_case(NopeRows::fp8_656, 2, 64, 64, 3, false)},
+          "few heads ");
+  // the row-group kernel: whole CTAs, row groups past the heads, consecutive splits in one CTA
+  const ScopedEnv forced("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1");
+  run_all({nope_case(NopeRows::bf16_512, 64, 700, 16, 3, true), nope_case(NopeRows::bf16_512, 40, 700, 16, 3, false),
+           nope_case(NopeRows::bf16_512, 128, 300, 64, 2, true)},
+          "row groups ");
+  const ScopedEnv chunk("LATTE_CUDA_SPARSE_MLA_CHUNK", "32");
+  auto s = setup_nope(nope_case(NopeRows::bf16_512, 64, 2048, 16, 3, true), 3);
+  run_nope_vs_oracle(run, *s, "row groups packed " + name_of(s->c));
+}
+
+// A call with topk_lens equals the same call with every column past a row's length set to -1
+// and no topk_lens, value for value (out and lse; a split past a row's length contributes
+// exactly nothing to the combine), with rope and without, in every kernel family, with several
+// splits per row (128-token chunks) and the default ones; the topk_lens call also replays from a
+// CUDA graph captured before the lengths changed (the plan reads no device memory).
+TEST_F(CudaSparseMla, TopkLensEqualsPaddedRows) {
+  Runner run;
+  struct Family {
+    CacheFormat fmt;
+    int H, topk, T;
+  };
+  const std::vector<Family> families = {
+      {CacheFormat::fp8_ds_mla, 8, 2048, 16},    // few heads
+      {CacheFormat::fp8_ds_mla, 64, 2048, 16},   // row tiles (32 rows)
+      {CacheFormat::fp8_ds_mla, 64, 2176, 1},    // row tiles, 16 rows, dim split
+      {CacheFormat::bf16, 64, 2048, 16},         // row groups
+      {CacheFormat::bf16, 16, 700, 40},          // row tiles
+  };
+  const auto same_values = [](const Result& a, const Result& b) {
+    for (std::size_t i = 0; i < a.out.size(); ++i)
+      if (bf16_to_float(a.out[i]) != bf16_to_float(b.out[i])) return false;
+    for (std::size_t i = 0; i < a.lse.size(); ++i)
+      if (!(a.lse[i] == b.lse[i])) return false;
+    return true;
+  };
+  for (const char* chunk : {"128", ""}) {
+    std::unique_ptr<ScopedEnv> forced;
+    if (*chunk) forced = std::make_unique<ScopedEnv>("LATTE_CUDA_SPARSE_MLA_CHUNK", chunk);
+    for (const Family& f : families) {
+      for (bool rope : {true, false}) {
+        std::mt19937 rng(17);
+        const std::string what = std::string(rope ? "rope " : "no rope ") +
+                                 (f.fmt == CacheFormat::bf16 ? "bf16" : "fp8") + " H=" + std::to_string(f.H) +
+                                 " topk=" + std::to_string(f.topk) + " T=" + std::to_string(f.T) +
+                                 (*chunk ? " chunk 128" : "");
+        // the call with topk_lens (garbage past each length), then the padded call
+        std::unique_ptr<SparseSetup> rs;
+        std::unique_ptr<NopeSetup> ns;
+        SparseMlaArgs args;
+        AttentionSpec spec;
+        std::vector<int32_t>* idx = nullptr;
+        DeviceBuffer* d_idx = nullptr;
+        int64_t slots = 0;
+        if (rope) {
+          rs = setup_sparse(SparseCase{f.fmt, f.H, f.topk, 16, f.T, IndexOpts{}}, 23);
+          args = rs->args;
+          spec = rs->spec;
+          idx = &rs->idx;
+          d_idx = &rs->d.idx;
+          slots = rs->cache.slots();
+        } else {
+          const NopeRows rows = f.fmt == CacheFormat::bf16 ? NopeRows::bf16_512 : NopeRows::fp8_656;
+          ns = setup_nope(nope_case(rows, f.H, f.topk, 16, f.T, false, IndexOpts{}), 23);
+          args = ns->args;
+          spec = ns->spec;
+          idx = &ns->idx;
+          d_idx = &ns->d_idx;
+          slots = ns->src.slots();
+        }
+        std::vector<int32_t> lens = make_lens(f.T, f.topk, slots, *idx, rng);
+        d_idx->upload(idx->data(), idx->size() * 4);
+        DeviceBuffer d_lens(lens.size() * 4);
+        d_lens.upload(lens.data(), lens.size() * 4);
+        SparseMlaArgs with = args;
+        with.topk_lens = TensorView::contiguous(d_lens.get(), DType::i32, {f.T}, Device{DeviceKind::cuda, 0});
+        AttentionSpec with_spec = spec;
+        with_spec.topk_lens = true;
+        const std::size_t n = static_cast<std::size_t>(f.T) * f.H;
+        auto k_with = run.make(with_spec);
+        const Result got = run.run(*k_with, with, n * 512, n);
+        expect_all_written(got, what);
+        // a graph captured now, replayed after the lengths (and garbage) changed, equals eager
+        // with the new lengths: the launch does not depend on them
+        {
+          std::vector<int32_t> lens2(lens.size());  // every row's length changes
+          for (std::size_t t = 0; t < lens.size(); ++t) {
+            const int len = std::clamp(lens[t], 0, f.topk);
+            lens2[t] = len == 0 ? f.topk / 3 + 1 : len / 2;
+          }
+          RunContext ctx;
+          ctx.stream = run.stream();
+          DeviceBuffer ws(std::max<std::size_t>(k_with->workspace_bytes(), 1));
+          ctx.workspace = ws.get();
+          ctx.workspace_bytes = k_with->workspace_bytes();
+          cudaGraph_t g;
+          cudaGraphExec_t ge;
+          LATTE_CUDA_CHECK(cudaStreamBeginCapture(run.stream(), cudaStreamCaptureModeThreadLocal));
+          k_with->run(with, ctx);
+          LATTE_CUDA_CHECK(cudaStreamEndCapture(run.stream(), &g));
+          LATTE_CUDA_CHECK(cudaGraphInstantiate(&ge, g, 0));
+          LATTE_CUDA_CHECK(cudaStreamSynchronize(run.stream()));
+          d_lens.upload(lens2.data(), lens2.size() * 4);
+          LATTE_CUDA_CHECK(cudaMemsetAsync(with.out.data, 0xFF, n * 512 * 2, run.stream()));
+          LATTE_CUDA_CHECK(cudaMemsetAsync(with.lse.data, 0xFF, n * 4, run.stream()));
+          LATTE_CUDA_CHECK(cudaGraphLaunch(ge, run.stream()));
+          LATTE_CUDA_CHECK(cudaStreamSynchronize(run.stream()));
+          Result replay;
+          replay.out.resize(n * 512);
+          replay.lse.resize(n);
+          LATTE_CUDA_CHECK(cudaMemcpy(replay.out.data(), with.out.data, n * 512 * 2, cudaMemcpyDeviceToHost));
+          LATTE_CUDA_CHECK(cudaMemcpy(replay.lse.data(), with.lse.data, n * 4, cudaMemcpyDeviceToHost));
+          LATTE_CUDA_CHECK(cudaGraphExecDestroy(ge));
+          LATTE_CUDA_CHECK(cudaGraphDestroy(g));
+          const Result eager2 = run.run(*k_with, with, n * 512, n);
+          EXPECT_TRUE(bitwise_equal(replay, eager2)) << what << ": graph replay with changed topk_lens vs eager";
+          d_lens.upload(lens.data(), lens.size() * 4);
+        }
+        // the padded call: -1 past each length, no topk_lens
+        for (int64_t t = 0; t < f.T; ++t)
+          for (int k = std::clamp(lens[static_cast<std::size_t>(t)], 0, f.topk); k < f.topk; ++k)
+            (*idx)[static_cast<std::size_t>(t * f.topk + k)] = -1;
+        d_idx->upload(idx->data(), idx->size() * 4);
+        const Result padded = run.run(*run.make(spec), args, n * 512, n);
+        expect_all_written(padded, what);
+        EXPECT_TRUE(same_values(got, padded)) << what << ": topk_lens vs -1 padded rows";
+        // a kernel made for topk_lens runs the padded call (no topk_lens) the same way
+        EXPECT_TRUE(same_values(run.run(*k_with, args, n * 512, n), padded)) << what;
+      }
+    }
+  }
+}
+
 // Host-only: 16-row tiles run 3 CTAs per SM when the grid is more than one wave of 2 and the
 // device holds 3 (the H200, not an A100), else 2; 32-row tiles always 2.
 TEST(CudaSparseMlaPlan, CtasPerSmRule) {
@@ -1383,44 +1847,115 @@ TEST(CudaSparseMlaCaps, DeclaredCapabilities) {
   EXPECT_FALSE(check(*be, sp, describe_device("sm_90")).empty());
 }
 
-// Host-only: MLA without rope (GLM-5.3-Flash, head_dim 512) and topk_lens are not computed by
-// cuda.sparse_mla yet: each refused with its reason, and selecting GLM-5.3-Flash's sparse_mla on
-// a GPU explains the refusal and names the nearest change (the CPU, where cpu.reference takes it).
-TEST(CudaSparseMlaCaps, RefusesRowsWithoutRopeAndTopkLensWithTheirReasons) {
+// Host-only: MLA without rope (GLM-5.3-Flash, head_dim 512) and topk_lens are computed on every
+// architecture: the specs pass the capabilities and the custom checks, and selecting
+// GLM-5.3-Flash's sparse_mla on a GPU chooses cuda.sparse_mla; mla_decode stays with rope only.
+TEST(CudaSparseMlaCaps, AcceptsRowsWithoutRopeAndTopkLens) {
   auto be = Registry::global().find("cuda.sparse_mla");
   if (!be) GTEST_SKIP() << "cuda.sparse_mla not built";
-  Deployment d;
-  d.tp = 8;
-  d.kv_cache = CacheFormat::fp8_ds_mla;
-  const AttentionSpec glm53 = attention_spec(load_model("glm-5.3-flash", d), Op::sparse_mla);
-  ASSERT_EQ(glm53.head_dim, 512);
-  const auto nope = check(*be, glm53, describe_device("sm_90"));
-  ASSERT_EQ(nope.size(), 1u);
-  EXPECT_EQ(nope[0].code, "head_dim");
-  EXPECT_EQ(nope[0].text, "needs head_dim 576; this spec has 512 (MLA without rope: q and cache rows are the 512 "
-                          "latent values, rope_dim 0)");
-  AttentionSpec lens = glm53;
-  lens.head_dim = kQkDim;
-  lens.topk_lens = true;
-  const auto lens_reasons = check(*be, lens, describe_device("sm_90"));
-  ASSERT_EQ(lens_reasons.size(), 1u);
-  EXPECT_EQ(lens_reasons[0].code, "topk_lens");
-  EXPECT_NE(lens_reasons[0].text.find("pad each row with -1 past its length and drop topk_lens"), std::string::npos);
+  for (int tp : {1, 8}) {
+    for (CacheFormat fmt : {CacheFormat::bf16, CacheFormat::fp8_ds_mla}) {
+      Deployment d;
+      d.tp = tp;
+      d.kv_cache = fmt;
+      AttentionSpec glm53 = attention_spec(load_model("glm-5.3-flash", d), Op::sparse_mla);
+      ASSERT_EQ(glm53.head_dim, 512);
+      for (bool lens : {false, true}) {
+        glm53.topk_lens = lens;
+        for (const char* arch : {"sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"}) {
+          const auto reasons = check(*be, glm53, describe_device(arch));
+          EXPECT_TRUE(reasons.empty()) << arch << " tp " << tp << ": " << (reasons.empty() ? "" : reasons[0].text);
+        }
+        const Selection s = Context::global().explain(glm53, describe_device("sm_90"));
+        EXPECT_TRUE(s.ok()) << s.explain();
+        EXPECT_EQ(s.chosen, "cuda.sparse_mla") << s.explain();
+        AttentionSpec with_rope = glm53;  // the same shape with rope (and topk_lens)
+        with_rope.head_dim = kQkDim;
+        EXPECT_TRUE(check(*be, with_rope, describe_device("sm_90")).empty());
+      }
+    }
+  }
+  // dense decode has rope only: head_dim 512 refused with its reason
+  AttentionSpec dec;
+  dec.op = Op::mla_decode;
+  dec.num_heads = 16;
+  dec.kv_cache = CacheFormat::bf16;
+  dec.head_dim = kLatentDim;
+  dec.s_q = 1;
+  const auto refused = check(*be, dec, describe_device("sm_90"));
+  ASSERT_EQ(refused.size(), 1u);
+  EXPECT_EQ(refused[0].code, "head_dim");
+  EXPECT_NE(refused[0].text.find("mla_decode with rope only"), std::string::npos) << refused[0].text;
+  dec.head_dim = kQkDim;
+  EXPECT_TRUE(check(*be, dec, describe_device("sm_90")).empty());
+}
 
-  const Selection s = Context::global().explain(glm53, describe_device("sm_90"));
-  EXPECT_FALSE(s.ok());
-  const std::string text = s.explain();
-  EXPECT_NE(text.find("cuda.sparse_mla"), std::string::npos);
-  EXPECT_NE(text.find("head_dim: needs head_dim 576; this spec has 512 (MLA without rope"), std::string::npos)
-      << text;
-  EXPECT_NE(text.find("device cpu would be accepted by cpu.reference"), std::string::npos) << text;
-  // With topk_lens on rows with rope, dropping them is the nearest change on the GPU.
-  const Selection t = Context::global().explain(lens, describe_device("sm_90"));
-  EXPECT_FALSE(t.ok());
-  EXPECT_NE(t.explain().find("without topk_lens (rows padded with -1 past their length) would be accepted by "
-                             "cuda.sparse_mla"),
-            std::string::npos)
-      << t.explain();
+// Host-only: rows without rope and topk_lens leave the plan as it is for rows with rope (the
+// split, the row tile, the kernel, the grid): a function of the spec and the call's size only,
+// never of the lengths in device memory (so a call with topk_lens is capturable in a CUDA graph).
+TEST(CudaSparseMlaPlan, RowsWithoutRopeAndTopkLensKeepThePlan) {
+  const int32_t lens_stub = 0;  // never read on the host
+  for (CacheFormat fmt : {CacheFormat::bf16, CacheFormat::fp8_ds_mla}) {
+    for (int heads : {1, 2, 8, 16, 64, 128}) {
+      for (int topk : {1, 64, 2048, 2176}) {
+        for (int64_t kernel_tokens : {int64_t{1}, int64_t{32}, int64_t{128}, int64_t{0}}) {
+          for (int T : {1, 32, 128}) {
+            cuda_sparse_mla::MlaParams p;
+            p.format = fmt;
+            p.heads = heads;
+            p.topk = topk;
+            p.groups = T;
+            const cuda_sparse_mla::Tuning tuning;
+            const cuda_sparse_mla::PlanDevice dev{132, kH200SmemPerSm};
+            const auto want = cuda_sparse_mla::make_plan(p, dev, std::size_t{1} << 30, tuning, kernel_tokens);
+            p.rope = false;
+            p.topk_lens = &lens_stub;
+            const auto got = cuda_sparse_mla::make_plan(p, dev, std::size_t{1} << 30, tuning, kernel_tokens);
+            const std::string what = std::string(fmt == CacheFormat::bf16 ? "bf16" : "fp8") + " H=" +
+                                     std::to_string(heads) + " topk=" + std::to_string(topk) + " T=" + std::to_string(T);
+            EXPECT_EQ(got.chunk, want.chunk) << what;
+            EXPECT_EQ(got.nsplit, want.nsplit) << what;
+            EXPECT_EQ(got.row_tile, want.row_tile) << what;
+            EXPECT_EQ(got.row_tiles, want.row_tiles) << what;
+            EXPECT_EQ(got.few_heads, want.few_heads) << what;
+            EXPECT_EQ(got.row_groups, want.row_groups) << what;
+            EXPECT_EQ(got.ctas_per_sm, want.ctas_per_sm) << what;
+            EXPECT_EQ(got.dim_split, want.dim_split) << what;
+            EXPECT_EQ(got.chunks_per_cta, want.chunks_per_cta) << what;
+            EXPECT_EQ(got.slab, want.slab) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Host-only: Kernel::describe() of a kernel for rows without rope says so, in every kernel family.
+TEST(CudaSparseMlaCaps, DescribeNamesRowsWithoutRope) {
+  auto be = Registry::global().find("cuda.sparse_mla");
+  if (!be) GTEST_SKIP() << "cuda.sparse_mla not built";
+  const auto has = [](const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; };
+  AttentionSpec sp;
+  sp.op = Op::sparse_mla;
+  sp.head_dim = kLatentDim;
+  sp.topk = 2048;
+  sp.topk_lens = true;
+  sp.kv_cache = CacheFormat::fp8_ds_mla;
+  sp.num_heads = 8;
+  sp.max_tokens = 128;
+  const std::string few = be->make(sp, describe_device("sm_90"))->describe();
+  EXPECT_PRED2(has, few, "few-heads kernel: the 8 heads on the mma's N dimension");
+  EXPECT_PRED2(has, few, "rows without rope (512-dim QK, 528 bytes read per row)");
+  sp.num_heads = 64;
+  const std::string tile = be->make(sp, describe_device("sm_90"))->describe();
+  EXPECT_PRED2(has, tile, "row-tile kernel: 32-row tiles");
+  EXPECT_PRED2(has, tile, "rows without rope (512-dim QK, 528 bytes read per row)");
+  sp.kv_cache = CacheFormat::bf16;
+  const std::string groups = be->make(sp, describe_device("sm_90"))->describe();
+  EXPECT_PRED2(has, groups, "row-group kernel");
+  EXPECT_PRED2(has, groups, "rows without rope (512-dim QK, 1024-byte rows)");
+  sp.head_dim = kQkDim;  // with rope: not mentioned
+  EXPECT_FALSE(has(be->make(sp, describe_device("sm_90"))->describe(), "without rope"));
 }
 
 // Host-only: Kernel::describe() names the kernel variant, the splits and the grid the plan gives

@@ -19,13 +19,21 @@ namespace latte::cuda_sparse_mla {
 // (query i, head h) pairs that share the group's KV token list: row = i * heads + h.
 struct MlaParams {
   // q: [groups, s_q, heads, 576] bf16 in elements: group, query, head strides; last dim contiguous.
+  // Without rope ([groups, heads, 512]) the 512 latent dims only.
   const __nv_bfloat16* q = nullptr;
   int64_t q_sg = 0, q_si = 0, q_sh = 0;
   // The query's 64 rope dims: q + 512 with q's strides, or a tensor of its own (sparse_mla's
-  // q_rope, [groups, heads, 64]: group and head strides, the query stride unused).
+  // q_rope, [groups, heads, 64]: group and head strides, the query stride unused). Unused (null)
+  // without rope.
   const __nv_bfloat16* q_rope = nullptr;
   int64_t qr_sg = 0, qr_si = 0, qr_sh = 0;
-  // cache: [num_blocks, block_size, 576 bf16 | 656 u8]; byte strides of block and token.
+  // false: MLA without rope (sparse_mla's rope_dim 0, sparse only): the score is q.c over the 512
+  // latent dims, and a cache row holds no rope (bf16: 1024 bytes; fp8_ds_mla: 512 e4m3 + 4 f32
+  // scales, the first 528 bytes of a 528- or 656-byte row, the only ones read). The kernels
+  // take it as a template parameter (no rope loads or rope mma.sync).
+  bool rope = true;
+  // cache: [num_blocks, block_size, 576 bf16 | 656 u8] (without rope: 512 bf16 | 528 or 656 u8);
+  // byte strides of block and token.
   const uint8_t* kv = nullptr;
   int64_t kv_sblock = 0, kv_stok = 0;
   int64_t num_blocks = 0;
@@ -35,6 +43,12 @@ struct MlaParams {
   const int32_t* indices = nullptr;
   int64_t idx_s = 0;
   int topk = 0;
+  // sparse, optional: topk_lens [groups] i32 (element stride tl_s); group g reads indices[g, 0 :
+  // clamp(topk_lens[g], 0, topk)] only (sparse_list_len). The plan still covers topk columns
+  // (it never reads device memory); splits past a group's length exit at once and the combine
+  // takes only the group's own splits.
+  const int32_t* topk_lens = nullptr;
+  int64_t tl_s = 1;
   // decode: block_table [groups, max_blocks] i32, seq_lens [groups] i32.
   bool decode = false;
   const int32_t* block_table = nullptr;

@@ -22,6 +22,9 @@ std::string describe_plan(const MlaParams& p, const MlaPlan& plan, const PlanDev
                          plan.ctas_per_sm, plan.dim_split > 1 ? ", output dims over 2 CTAs" : "",
                          fp8 ? "e4m3 widened in the fragments" : "bf16 mma.sync");
   }
+  // rows without rope: the 512-dim QK (no rope loads or mma), and the bytes each row gather reads
+  if (!p.rope) kernel += fp8 ? ", rows without rope (512-dim QK, 528 bytes read per row)"
+                             : ", rows without rope (512-dim QK, 1024-byte rows)";
   std::string splits;
   if (p.decode) {
     splits = fmt::format("splits of {} positions, as many as a request's length needs", plan.chunk);

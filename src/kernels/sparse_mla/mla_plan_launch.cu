@@ -256,9 +256,9 @@ void launch_mla(const MlaParams& p, const MlaPlan& plan, void* workspace, cudaSt
     } else if (plan.row_groups) {
       launch_bf16_rowgroups(device, grid, p, la, stream);
     } else if (fp8) {
-      launch_fwd_fp8(device, config, grid, p, la, stream);
+      (p.rope ? launch_fwd_fp8 : launch_fwd_fp8_nope)(device, config, grid, p, la, stream);
     } else {
-      launch_fwd_bf16(device, config, grid, p, la, stream);
+      (p.rope ? launch_fwd_bf16 : launch_fwd_bf16_nope)(device, config, grid, p, la, stream);
     }
   }
 }

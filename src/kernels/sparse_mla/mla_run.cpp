@@ -47,13 +47,6 @@ void set_q_rope(MlaParams& p, const TensorView& q_rope) {
 
 MlaParams mla_params(const SparseMlaProblem& s) {
   const SparseMlaArgs& a = *s.args;
-  // The kernels read 576-dim rows and every column of indices; the backend's capabilities refuse
-  // other specs, and Kernel::run refuses calls that do not fit the spec, so this is a bug's net.
-  if (s.rope_dim != kRopeDim || a.topk_lens.defined()) {
-    throw Error(ErrorCode::internal,
-                fmt::format("cuda.sparse_mla was given a call with rope_dim {}{}, which it does not compute",
-                            s.rope_dim, a.topk_lens.defined() ? " and topk_lens" : ""));
-  }
   MlaParams p;
   fill_common(p, a.q, a.kv_cache, s.format, s.num_blocks, s.block_size, a.out, a.lse, a.scale);
   p.decode = false;
@@ -63,7 +56,9 @@ MlaParams mla_params(const SparseMlaProblem& s) {
   p.q_sg = a.q.stride(0);
   p.q_si = 0;
   p.q_sh = a.q.stride(1);
-  set_q_rope(p, a.q_rope);
+  // rope_dim 0: q and the cache rows are the 512 latent dims (the kernels' rope-less instantiations)
+  p.rope = s.rope_dim != kNoRopeDim;
+  if (p.rope) set_q_rope(p, a.q_rope);
   p.o_sg = a.out.stride(0);
   p.o_si = 0;
   p.o_sh = a.out.stride(1);
@@ -75,6 +70,10 @@ MlaParams mla_params(const SparseMlaProblem& s) {
   p.indices = a.indices.ptr<const int32_t>();
   p.idx_s = a.indices.stride(0);
   p.topk = static_cast<int>(s.topk);
+  if (a.topk_lens.defined()) {
+    p.topk_lens = a.topk_lens.ptr<const int32_t>();
+    p.tl_s = a.topk_lens.stride(0);
+  }
   return p;
 }
 
@@ -110,6 +109,7 @@ MlaParams nominal_params(const AttentionSpec& spec, int64_t max_groups) {
   MlaParams p;
   p.decode = spec.op == Op::mla_decode;
   p.format = spec.kv_cache;
+  p.rope = p.decode || spec.head_dim != kLatentDim;  // head_dim 512: sparse rows without rope
   p.s_q = p.decode ? std::max(1, spec.s_q) : 1;
   p.heads = std::max(1, spec.num_heads);
   p.topk = std::max(1, spec.topk);

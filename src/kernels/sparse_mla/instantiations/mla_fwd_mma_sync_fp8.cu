@@ -1,11 +1,11 @@
-// Instantiations of the forward kernel for the fp8_ds_mla cache (mla_fwd_launch.cuh).
+// Instantiations of the forward kernel for the fp8_ds_mla cache, rows with rope (mla_fwd_launch.cuh).
 #include "kernels/sparse_mla/smxx/mla_fwd_launch.cuh"
 
 namespace latte::cuda_sparse_mla {
 
 void launch_fwd_fp8(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                     cudaStream_t stream) {
-  detail::launch_fwd<true>(device, c, grid, p, la, stream);
+  detail::launch_fwd<true, true>(device, c, grid, p, la, stream);
 }
 
 }  // namespace latte::cuda_sparse_mla

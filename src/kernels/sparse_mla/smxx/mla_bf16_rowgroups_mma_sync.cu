@@ -25,6 +25,8 @@
 // (the kernel is chosen by format, rows and the kernel's size only, mla_plan_launch.cu).
 // The fp8_ds_mla cache keeps the row-tile kernel: widening each tile into a bf16 copy here
 // measured slower and rounds K to bf16 (docs/kernels/sparse_mla.md).
+// ROPE = false (sparse rope_dim 0): 1024-byte rows, each warp's QK half 256 dims (16 k16 steps,
+// 64 Q registers). topk_lens: a token's list ends at its own length; splits past it exit at once.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -42,15 +44,17 @@
 namespace latte::cuda_sparse_mla {
 namespace {
 
+template <bool ROPE>
 struct RowGroupsCfg {
   static constexpr int kWarps = 8;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int R = kRowGroupsRows;  // rows per CTA: 4 groups of 16
   static constexpr int BN = 32;             // tokens per tile
-  static constexpr int ROWB = 1152;         // bytes per token: 576 bf16
+  static constexpr int ROWB = ROPE ? 1152 : 1024;  // bytes per token: 576 bf16 (512 without rope)
   static constexpr int CHUNKS = ROWB / 16;  // 16-byte chunks per token
   static constexpr int NSTAGE = 2;
-  static constexpr int KSTEPS = 18;         // k16 steps of a warp's QK half (288 dims)
+  static constexpr int HALF = ROWB / 4;     // dims of a warp's QK half: 288 (256 without rope)
+  static constexpr int KSTEPS = HALF / 16;  // its k16 steps: 18 (16)
   static constexpr int ST_OFF = 0;
   static constexpr int X_OFF = ST_OFF + NSTAGE * BN * ROWB;
   static constexpr int VALID_OFF = X_OFF + kWarps * 4 * 32 * 16;  // [stage][token] int
@@ -66,8 +70,9 @@ struct RowGroupsCfg {
 // and chunk_at(t + 16, j) = chunk_at(t, j) + 16 ROWB: a lane's ldmatrix and cp.async addresses are
 // a few bases computed once plus immediates (recomputing each swizzle cost 3 instructions per
 // ldmatrix).
+template <int ROWB>
 __device__ __forceinline__ uint32_t chunk_at(int t, int j) {
-  return static_cast<uint32_t>(t * RowGroupsCfg::ROWB + 16 * ((j & ~7) | ((j ^ t) & 7)));
+  return static_cast<uint32_t>(t * ROWB + 16 * ((j & ~7) | ((j ^ t) & 7)));
 }
 
 // The barrier of row group rg's two warps (ids 1-4; 0 is __syncthreads).
@@ -76,11 +81,12 @@ __device__ __forceinline__ void pair_barrier(int rg) { asm volatile("bar.sync %0
 // DECODE: dense paged decode (mla_decode): group = request, rows = (query i, head h) pairs
 // i * heads + h, the token list the request's positions 0 .. seq_len - 1 through its block table,
 // row (i, h) seeing positions up to seq_len - s_q + i. Else sparse: rows = heads, the token list
-// the group's slot indices.
-template <bool DECODE>
-__global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
+// the group's slot indices. ROPE = false: sparse rows without rope (512 dims).
+template <bool DECODE, bool ROPE>
+__global__ void __launch_bounds__(RowGroupsCfg<ROPE>::kThreads, 1)
     mla_bf16_rowgroups_kernel(const MlaParams p, const LaunchArgs la) {
-  using C = RowGroupsCfg;
+  static_assert(ROPE || !DECODE, "dense decode has rope only");
+  using C = RowGroupsCfg<ROPE>;
   using namespace latte::cuda::sm80;
   using latte::cuda::mma_bf16_m16n8k16;
   constexpr int BN = C::BN, NSTAGE = C::NSTAGE, KSTEPS = C::KSTEPS;
@@ -108,13 +114,14 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   const int64_t grp = la.group_begin + g_local;
   const int rows = p.s_q * p.heads;  // sparse: s_q = 1
   const int row0 = rt * C::R;
-  int n_items = p.topk;
-  int seq_len = 0;
-  int nsplit_g = la.nsplit;
+  int n_items;
+  int nsplit_g;
   if constexpr (DECODE) {
-    seq_len = decode_seq_len(p, grp);
-    n_items = seq_len;
-    nsplit_g = decode_nsplit(seq_len, la.chunk);
+    n_items = decode_seq_len(p, grp);
+    nsplit_g = list_nsplit(n_items, la.chunk);
+  } else {
+    n_items = sparse_list_len(p, grp);  // topk, or the row's own length (topk_lens)
+    nsplit_g = sparse_nsplit(p, n_items, la.chunk, la.nsplit);
   }
   const int ctas_g = (nsplit_g + cpc - 1) / cpc;
   if (part >= ctas_g) return;  // the whole block leaves together
@@ -124,7 +131,7 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   const int bs_shift = (p.block_size & bs_mask) == 0 ? __ffs(p.block_size) - 1 : -1;
   const bool linear_slots = p.kv_sblock == static_cast<int64_t>(p.block_size) * p.kv_stok;
 
-  // ---- Q as A fragments of rows 16 rg + (g, g + 8), dims 288 dh + 16 ks + (2c, 2c+1, 2c+8,
+  // ---- Q as A fragments of rows 16 rg + (g, g + 8), dims HALF dh + 16 ks + (2c, 2c+1, 2c+8,
   // 2c+9); rows past the call's rows are zero. Loaded once, for every chunk of the CTA. ----
   // Row r = i * heads + h: query i, head h (sparse: i = 0).
   auto row_query = [&](int r) { return r / p.heads; };
@@ -137,7 +144,7 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
     auto q_row = [&](int r) {
       const int i = r < rows ? row_query(r) : 0, h = r < rows ? r - i * p.heads : 0;
       return QRow{p.q + grp * p.q_sg + i * p.q_si + h * p.q_sh,
-                  p.q_rope + grp * p.qr_sg + i * p.qr_si + h * p.qr_sh};
+                  ROPE ? p.q_rope + grp * p.qr_sg + i * p.qr_si + h * p.qr_sh : nullptr};
     };
     auto q_pair = [](const QRow& q, int d) {  // dims d, d + 1
       return *reinterpret_cast<const uint32_t*>(d < 512 ? q.latent + d : q.rope + (d - 512));
@@ -145,7 +152,7 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
     const QRow q0 = q_row(r0), q1 = q_row(r1);
 #pragma unroll
     for (int ks = 0; ks < KSTEPS; ++ks) {
-      const int d = 288 * dh + 16 * ks + 2 * c;
+      const int d = C::HALF * dh + 16 * ks + 2 * c;
       qa[ks][0] = r0 < rows ? q_pair(q0, d) : 0u;
       qa[ks][1] = r1 < rows ? q_pair(q1, d) : 0u;
       qa[ks][2] = r0 < rows ? q_pair(q0, d + 8) : 0u;
@@ -173,13 +180,13 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   const int qk_tok = (lane & 7) + ((lane >> 4) << 3), qk_dj = (lane >> 3) & 1;
   // PV (transposed): matrices (tokens 0-7, chunk j), (8-15, j), (0-7, j+1), (8-15, j+1)
   const int pv_tok = (lane & 7) + (((lane >> 3) & 1) << 3), pv_dj = lane >> 4;
-  // k16 step ks = 4 q + m of QK reads chunk 36 dh + 2 ks + qk_dj: qk_at[m] + 128 q; PV's dims
+  // k16 step ks = 4 q + m of QK reads chunk 2 KSTEPS dh + 2 ks + qk_dj: qk_at[m] + 128 q; PV's dims
   // 16 np, np = 4 q + m, chunk 32 dh + 2 np + pv_dj: pv_at[m] + 128 q
   uint32_t qk_at[4], pv_at[4];
 #pragma unroll
   for (int m = 0; m < 4; ++m) {
-    qk_at[m] = chunk_at(qk_tok, 36 * dh + 2 * m + qk_dj);
-    pv_at[m] = chunk_at(pv_tok, 32 * dh + 2 * m + pv_dj);
+    qk_at[m] = chunk_at<C::ROWB>(qk_tok, 2 * KSTEPS * dh + 2 * m + qk_dj);
+    pv_at[m] = chunk_at<C::ROWB>(pv_tok, 32 * dh + 2 * m + pv_dj);
   }
 
   const bool direct = nsplit_g == 1;
@@ -214,7 +221,7 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
         row_off = valid ? slot_row_offset(p, raw, linear_slots, bs_shift, bs_mask) : 0;
       }
       const uint8_t* const src = p.kv + row_off + 16 * sub;
-      const uint32_t dst = cuda::smem_addr(sST) + stage * BN * C::ROWB + chunk_at(tt, sub);
+      const uint32_t dst = cuda::smem_addr(sST) + stage * BN * C::ROWB + chunk_at<C::ROWB>(tt, sub);
 #pragma unroll
       for (int i = 0; i < C::CHUNKS / 8; ++i) cuda::cp_async_16_s(dst + 128 * i, src + 128 * i, valid);  // chunk sub + 8 i
       if (sub == 0) sValid[stage * BN + tt] = valid ? 1 : 0;
@@ -247,7 +254,7 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
 #pragma unroll
       for (int ks = 0; ks < KSTEPS; ++ks) {
 #pragma unroll
-        for (int n2 = 0; n2 < 2; ++n2) {  // tokens 16 n2 .. 16 n2 + 15, dims 288 dh + 16 ks (+8)
+        for (int n2 = 0; n2 < 2; ++n2) {  // tokens 16 n2 .. 16 n2 + 15, dims HALF dh + 16 ks (+8)
           uint32_t b[4];
           ldmatrix_x4(b, st_u32 + qk_at[ks & 3] + 128 * (ks >> 2) + 16 * n2 * C::ROWB);
           mma_bf16_m16n8k16(acc[2 * n2], qa[ks], b[0], b[1]);
@@ -365,24 +372,28 @@ __global__ void __launch_bounds__(RowGroupsCfg::kThreads, 1)
   combine_splits<C::kWarps, C::R / C::kWarps, false>(p, la, g_local, grp, row0, rows, nsplit_g);
 }
 
-template <bool DECODE>
+template <bool DECODE, bool ROPE>
 void launch_rowgroups(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la, cudaStream_t stream) {
-  auto* kernel = &mla_bf16_rowgroups_kernel<DECODE>;
+  using C = RowGroupsCfg<ROPE>;
+  auto* kernel = &mla_bf16_rowgroups_kernel<DECODE, ROPE>;
   static std::atomic<uint64_t> done{0};
-  cuda::allow_dynamic_smem(kernel, RowGroupsCfg::SMEM, device, done);
-  kernel<<<static_cast<unsigned>(grid), RowGroupsCfg::kThreads, RowGroupsCfg::SMEM, stream>>>(p, la);
+  cuda::allow_dynamic_smem(kernel, C::SMEM, device, done);
+  kernel<<<static_cast<unsigned>(grid), C::kThreads, C::SMEM, stream>>>(p, la);
   LATTE_CUDA_CHECK_LAUNCH(DECODE ? "mla_bf16_rowgroups_kernel<decode>" : "mla_bf16_rowgroups_kernel<sparse>");
 }
 
 }  // namespace
 
-std::size_t bf16_rowgroups_smem_bytes() { return RowGroupsCfg::SMEM; }
+// The configuration with rope (the larger one).
+std::size_t bf16_rowgroups_smem_bytes() { return RowGroupsCfg<true>::SMEM; }
 
 void launch_bf16_rowgroups(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la, cudaStream_t stream) {
   if (p.decode) {
-    launch_rowgroups<true>(device, grid, p, la, stream);
+    launch_rowgroups<true, true>(device, grid, p, la, stream);
+  } else if (p.rope) {
+    launch_rowgroups<false, true>(device, grid, p, la, stream);
   } else {
-    launch_rowgroups<false>(device, grid, p, la, stream);
+    launch_rowgroups<false, false>(device, grid, p, la, stream);  // without rope: sparse only
   }
 }
 

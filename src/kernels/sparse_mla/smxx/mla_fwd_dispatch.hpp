@@ -27,14 +27,14 @@ constexpr int fwd_warps(bool fp8, int warps) { return warps == 4 || warps == 8 ?
 
 // The few-heads kernel (mla_sparse_fp8_fewheads_mma_sync.cu, see few_heads_kernel): sparse MLA over
 // the fp8_ds_mla cache for at most kFewHeadsMax heads, the heads on the mma's N dimension; one
-// row tile per group. `grid`: (groups of the launch) x splits.
+// row tile per group. Rows with or without rope (p.rope). `grid`: (groups of the launch) x splits.
 void launch_sparse_fp8_fewheads(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                                 cudaStream_t stream);
 std::size_t sparse_fp8_fewheads_smem_bytes();
 
 // The row-group kernel (mla_bf16_rowgroups_mma_sync.cu, see row_groups_kernel): sparse MLA and
 // dense decode over the bf16 cache in tiles of kRowGroupsRows rows. `grid`: (groups of the
-// launch) x row tiles x splits.
+// launch) x row tiles x splits. Rows with or without rope (p.rope; without: sparse only).
 void launch_bf16_rowgroups(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la, cudaStream_t stream);
 std::size_t bf16_rowgroups_smem_bytes();
 
@@ -44,5 +44,10 @@ void launch_fwd_bf16(int device, const FwdConfig& c, int64_t grid, const MlaPara
                      cudaStream_t stream);
 void launch_fwd_fp8(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                     cudaStream_t stream);
+// The same for sparse rows without rope (MlaParams::rope false; their own translation units).
+void launch_fwd_bf16_nope(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                          cudaStream_t stream);
+void launch_fwd_fp8_nope(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                         cudaStream_t stream);
 
 }  // namespace latte::cuda_sparse_mla

@@ -29,6 +29,10 @@
 // not depend on the row tile (16 or 32), the CTAs per SM, the output-dim split (DS: two CTAs
 // per split, each writing half of the dims, for calls far below one wave) or on the other
 // groups of the call.
+// ROPE = false (sparse MLA without rope, rope_dim 0): the QK dot runs over the 512 latent dims
+// only; the cache rows gathered are 1024 bytes (bf16) or the first 528 bytes of an fp8 row (512
+// e4m3 + 4 f32 scales; bytes 528.. of a 656-byte row are never read), and Q has no rope part.
+// topk_lens (sparse): a group's list ends at its own length; splits past it exit at once.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,14 +58,16 @@ inline constexpr int kPartBytes = 512 * 2 + 4;  // one split's partial row: bf16
 // the H200's 228 KB per SM. DS: the CTAs sharing one (group, row tile, split), each computing
 // all scores but only 512 / DS of the output dims (a call too small to fill the device: the
 // PV phase of each tile, on the critical path, is DS times shorter; no arithmetic changes).
-template <bool FP8, int R, int NW = 8, int CTAS = 2, int DS = 1>
+// ROPE = false: rows without rope (1024 / 528 bytes per token in a stage; the Q rows keep their
+// 1152-byte layout, the rope chunks unused), so the same stages take less shared memory.
+template <bool FP8, int R, int NW = 8, int CTAS = 2, int DS = 1, bool ROPE = true>
 struct KCfg {
   static_assert(CTAS == 2 || (CTAS == 3 && R == 16), "3 CTAs per SM: 16-row tiles only");
   static_assert(DS == 1 || DS == 2, "output dims split in one or two");
   static constexpr int kWarps = NW;                  // 4 or 8 warps per CTA
   static constexpr int kThreads = NW * 32;
   static constexpr int BN = FP8 ? 32 : 16;           // KV tokens per tile
-  static constexpr int ROWB = FP8 ? 656 : 1152;      // bytes per token in a stage
+  static constexpr int ROWB = FP8 ? (ROPE ? 656 : 528) : (ROPE ? 1152 : 1024);  // bytes per token in a stage
   static constexpr int NSTAGE = CTAS == 3 ? 2 : FP8 ? (R == 32 ? 2 : 3) : (R == 32 ? 3 : 4);
   static constexpr int PAD = (FP8 || R == 16) ? 8 : 0;
   static constexpr int PS = BN + PAD;                // partial / P row stride, floats
@@ -115,10 +121,11 @@ __device__ __forceinline__ float tree_sum(const float* v) {
   }
 }
 
-template <bool FP8, int R, bool DECODE, int NW, int CTAS = 2, int DS = 1>
+template <bool FP8, int R, bool DECODE, int NW, int CTAS = 2, int DS = 1, bool ROPE = true>
 __global__ void __launch_bounds__(NW * 32, CTAS)
     mla_fwd_sm80_kernel(const MlaParams p, const LaunchArgs la) {
-  using C = KCfg<FP8, R, NW, CTAS, DS>;
+  static_assert(ROPE || !DECODE, "dense decode has rope only");
+  using C = KCfg<FP8, R, NW, CTAS, DS, ROPE>;
   constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PS = C::PS, MT = C::MT,
                 NTW = C::NTW, DPW = C::DPW, NPV = C::NPV;
   constexpr int kThreads = C::kThreads, kWarps = C::kWarps;
@@ -189,10 +196,12 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
   if constexpr (DECODE) {
     seq_len = decode_seq_len(p, grp);
     n_items = seq_len;
-    nsplit_g = decode_nsplit(seq_len, la.chunk);
+    nsplit_g = list_nsplit(seq_len, la.chunk);
     if (split >= nsplit_g) return;  // the whole block leaves together
   } else {
-    n_items = p.topk;
+    n_items = sparse_list_len(p, grp);  // topk, or the row's own length (topk_lens)
+    nsplit_g = sparse_nsplit(p, n_items, la.chunk, la.nsplit);
+    if (split >= nsplit_g) return;  // past the row's length: no loads, not in the combine
   }
   const int k_begin = split * la.chunk;
   const int k_end = min(n_items, k_begin + la.chunk);
@@ -302,7 +311,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
         const __nv_bfloat16* src = q_row_ptr(row);
         q_lat[j][0] = *reinterpret_cast<const uint4*>(src + lane * 16);
         q_lat[j][1] = *reinterpret_cast<const uint4*>(src + lane * 16 + 8);
-        if (lane < 8) q_rope[j] = *reinterpret_cast<const uint4*>(q_rope_ptr(row) + lane * 8);
+        if (ROPE && lane < 8) q_rope[j] = *reinterpret_cast<const uint4*>(q_rope_ptr(row) + lane * 8);
       }
     }
   };
@@ -355,13 +364,14 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
       // latent block `lane` (dims 16*lane..): evens -> logical chunk 2*lane, odds -> 2*lane+1
       *reinterpret_cast<uint4*>(qrow + (((2 * lane) ^ (r & 7)) << 4)) = ev;
       *reinterpret_cast<uint4*>(qrow + (((2 * lane + 1) ^ (r & 7)) << 4)) = od;
-      if (lane < 8) *reinterpret_cast<uint4*>(qrow + (((64 + lane) ^ (r & 7)) << 4)) = q_rope[j];
+      if (ROPE && lane < 8) *reinterpret_cast<uint4*>(qrow + (((64 + lane) ^ (r & 7)) << 4)) = q_rope[j];
       if (lane == 0) sRowM[r] = rowm;
     }
   };
   if constexpr (!FP8) {
-    for (int c = tid; c < R * 72; c += kThreads) {
-      const int r = c / 72, ch = c - (c / 72) * 72;
+    constexpr int kQChunks = ROPE ? 72 : 64;  // without rope: the latent chunks only
+    for (int c = tid; c < R * kQChunks; c += kThreads) {
+      const int r = c / kQChunks, ch = c - (c / kQChunks) * kQChunks;
       const int row = row0 + r;
       const bool ok = row < rows;
       // Chunks 0..63: the latent dims; 64..71: the rope dims.
@@ -504,8 +514,8 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
             acc[m][n][3] *= s1 * rm[m][1];
           }
         }
-        // rope dims 512 + 16kq .. : bf16 in the cache row at byte 528
-        {
+        // rope dims 512 + 16kq .. : bf16 in the cache row at byte 528 (none without rope)
+        if constexpr (ROPE) {
           uint32_t a[MT][4];
           load_a(a, 64 + 2 * kq);
           const int half = (lane >> 3) & 1;
@@ -556,7 +566,7 @@ __global__ void __launch_bounds__(NW * 32, CTAS)
           qk_step(s, acc);
           qk_step(s + 1, acc2);
         }
-        qk_step(8, acc);
+        if constexpr (ROPE) qk_step(8, acc);  // the rope block
 #pragma unroll
         for (int m = 0; m < MT; ++m)
 #pragma unroll

@@ -35,10 +35,24 @@ __device__ __forceinline__ int decode_window_end(const MlaParams& p, int64_t grp
   return static_cast<int>(len < -1 ? -1 : (len > cap + p.s_q ? cap + p.s_q : len));
 }
 
-// Dense decode: the splits of `chunk` positions a request of seq_len positions has (an empty
-// request keeps one, which writes its zero rows and -inf lse).
-__device__ __forceinline__ int decode_nsplit(int seq_len, int chunk) {
-  return seq_len > 0 ? (seq_len + chunk - 1) / chunk : 1;
+// The splits of `chunk` items a group's list of `len` items has (dense decode: a request's
+// positions; sparse with topk_lens: its row's length). An empty list keeps one split, which
+// writes its zero rows and -inf lse.
+__device__ __forceinline__ int list_nsplit(int len, int chunk) { return len > 0 ? (len + chunk - 1) / chunk : 1; }
+
+// Sparse: the columns of indices group grp uses, topk_lens[grp] clamped to 0 .. topk (topk
+// without topk_lens), as the validation layer and cpu.reference read it.
+__device__ __forceinline__ int sparse_list_len(const MlaParams& p, int64_t grp) {
+  if (p.topk_lens == nullptr) return p.topk;
+  const int len = p.topk_lens[grp * p.tl_s];
+  return len < 0 ? 0 : (len > p.topk ? p.topk : len);
+}
+
+// The splits of group grp's list that hold work, and its length (`len`): a sparse group
+// without topk_lens has all `nsplit` of the plan; with topk_lens (and in dense decode) the splits
+// past its length exit at once and the split combine waits for and sums the group's own only.
+__device__ __forceinline__ int sparse_nsplit(const MlaParams& p, int len, int chunk, int nsplit) {
+  return p.topk_lens == nullptr ? nsplit : list_nsplit(len, chunk);
 }
 
 }  // namespace latte::cuda_sparse_mla

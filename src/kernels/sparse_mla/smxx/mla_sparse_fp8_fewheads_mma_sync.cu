@@ -26,6 +26,10 @@
 // Every sum has a fixed order and nothing depends on the other tokens of the call, so results
 // are bitwise deterministic and batch invariant (the kernel is chosen by format, heads and the
 // device only, mla_plan_launch.cu).
+// ROPE = false (rope_dim 0): 528-byte rows (512 e4m3 + 4 f32 scales: the first 528 bytes of a
+// 528- or 656-byte cache row, nothing past them read), QK over the 512 latent dims, no rope
+// loads or mma.sync. topk_lens: a token's list ends at its own length; splits past it exit at
+// once.
 #include <cuda_bf16.h>
 
 #include <atomic>
@@ -44,11 +48,14 @@
 namespace latte::cuda_sparse_mla {
 namespace {
 
+template <bool ROPE>
 struct FewHeadsCfg {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 128;
   static constexpr int BN = 64;             // tokens per tile (16 per warp in QK)
-  static constexpr int ROWB = 656;          // bytes per token: 512 e4m3, 4 f32 scales, 64 bf16 rope
+  // bytes per token: 512 e4m3, 4 f32 scales, 64 bf16 rope (without rope: the first 528)
+  static constexpr int ROWB = ROPE ? 656 : 528;
+  static constexpr int FULL = ROWB / 128;   // 128-byte column blocks of a row; then one 16-byte chunk
   static constexpr int NSTAGE = 2;
   static constexpr int PSTRIDE = BN + 8;    // floats per head row of P (conflict-free PV loads)
   static constexpr int ST_OFF = 0;
@@ -62,9 +69,10 @@ struct FewHeadsCfg {
   static_assert(P_OFF % 16 == 0 && VALID_OFF % 16 == 0, "alignment");
 };
 
-__global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
+template <bool ROPE>
+__global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
     mla_sparse_fp8_fewheads_kernel(const MlaParams p, const LaunchArgs la) {
-  using C = FewHeadsCfg;
+  using C = FewHeadsCfg<ROPE>;
   using namespace latte::cuda::sm80;
   using latte::cuda::e4m3x2_hi_to_f16x2;
   using latte::cuda::e4m3x2_to_f16x2;
@@ -103,9 +111,11 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
   const int64_t g_local = blockIdx.x / static_cast<unsigned>(la.nsplit);
   const int64_t grp = la.group_begin + g_local;
   const int heads = p.heads;  // sparse: s_q = 1, rows = heads
-  const int nsplit_g = la.nsplit;
+  const int n_items = sparse_list_len(p, grp);  // topk, or the row's own length (topk_lens)
+  const int nsplit_g = sparse_nsplit(p, n_items, la.chunk, la.nsplit);
+  if (split >= nsplit_g) return;  // past the row's length: no loads, not in the combine
   const int k_begin = split * la.chunk;
-  const int k_end = min(p.topk, k_begin + la.chunk);
+  const int k_end = min(n_items, k_begin + la.chunk);
   const int n_tiles = k_end > k_begin ? (k_end - k_begin + BN - 1) / BN : 0;
   const int64_t num_slots = p.num_blocks * static_cast<int64_t>(p.block_size);
   const int bs_mask = p.block_size - 1;
@@ -113,8 +123,8 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
   const bool linear_slots = p.kv_sblock == static_cast<int64_t>(p.block_size) * p.kv_stok;
 
   // ---- gather: warp w copies tokens 16w .. 16w+15, four per instruction: lane (tq, sub) takes
-  // tokens 16w + tq + 4r (r = 0..3), 16-byte chunks sub + 8i of each row (and chunk 40 when
-  // sub = 0): every copy instruction reads 128 contiguous bytes of four rows. Lane l < 16
+  // tokens 16w + tq + 4r (r = 0..3), 16-byte chunks sub + 8i of each row (and chunk 40, 32
+  // without rope, when sub = 0): every copy instruction reads 128 contiguous bytes of four rows. Lane l < 16
   // fetches the slot index of token 16w + l one tile ahead; the issue shuffles them out. ----
   const int sub = lane & 7, tq = lane >> 3;
   const int32_t* const idx_warp = p.indices + grp * p.idx_s + k_begin + 16 * warp + (lane & 15);
@@ -133,9 +143,10 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
       const uint8_t* const src = p.kv + row_off + 16 * sub;
       const uint32_t dst = cuda::smem_addr(sST) + (stage * BN + tok) * ROWB + 16 * sub;
 #pragma unroll
-      for (int i = 0; i < 5; ++i) cuda::cp_async_16_s(dst + 128 * i, src + 128 * i, valid);
+      for (int i = 0; i < C::FULL; ++i) cuda::cp_async_16_s(dst + 128 * i, src + 128 * i, valid);
+      static_assert(ROWB == 128 * C::FULL + 16, "a row: 128-byte blocks and one 16-byte chunk");
       if (sub == 0) {
-        cuda::cp_async_16_s(dst + 640, src + 640, valid);
+        cuda::cp_async_16_s(dst + 128 * C::FULL, src + 128 * C::FULL, valid);
         sValid[stage * BN + tok] = valid ? 1 : 0;
       }
     }
@@ -155,12 +166,12 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
   {
     const bool live = g < heads;
     const __nv_bfloat16* const src = p.q + grp * p.q_sg + (live ? g : 0) * p.q_sh;
-    const __nv_bfloat16* const rope_src = p.q_rope + grp * p.qr_sg + (live ? g : 0) * p.qr_sh;
+    const __nv_bfloat16* const rope_src = ROPE ? p.q_rope + grp * p.qr_sg + (live ? g : 0) * p.qr_sh : nullptr;
     uint2 raw[32];
 #pragma unroll
     for (int s = 0; s < 32; ++s) raw[s] = live ? *reinterpret_cast<const uint2*>(src + 16 * s + 4 * c) : make_uint2(0, 0);
 #pragma unroll
-    for (int r = 0; r < 4; ++r) {
+    for (int r = 0; r < (ROPE ? 4 : 0); ++r) {
       qrope[r][0] = live ? *reinterpret_cast<const uint32_t*>(rope_src + 16 * r + 2 * c) : 0u;
       qrope[r][1] = live ? *reinterpret_cast<const uint32_t*>(rope_src + 16 * r + 8 + 2 * c) : 0u;
     }
@@ -256,7 +267,7 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
       }
     }
 #pragma unroll
-    for (int r4 = 0; r4 < 4; ++r4) {  // rope: bf16 at byte 528, 16 dims (32 bytes) per k16 step
+    for (int r4 = 0; r4 < (ROPE ? 4 : 0); ++r4) {  // rope: bf16 at byte 528, 16 dims (32 bytes) per k16 step
       uint32_t a[4];
       ldmatrix_x4(a, a_base + 528 + 32 * r4);
       mma_bf16_m16n8k16(acc[4], a, qrope[r4][0], qrope[r4][1]);
@@ -276,7 +287,7 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
         lat = fmaf(acc[1][i], s.y, lat);
         lat = fmaf(acc[2][i], s.z, lat);
         lat = fmaf(acc[3][i], s.w, lat);
-        const float v = fmaf(lat, head_factor[e], acc[4][i]);
+        const float v = ROPE ? fmaf(lat, head_factor[e], acc[4][i]) : lat * head_factor[e];
         x[i] = ok ? v * scale_log2 : -INFINITY;
       }
     }
@@ -451,17 +462,28 @@ __global__ void __launch_bounds__(FewHeadsCfg::kThreads, 2)
   combine_splits<C::kWarps, kFewHeadsMax / C::kWarps, false>(p, la, g_local, grp, 0, heads, nsplit_g);
 }
 
+template <bool ROPE>
+void launch_fewheads(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la, cudaStream_t stream) {
+  using C = FewHeadsCfg<ROPE>;
+  auto* kernel = &mla_sparse_fp8_fewheads_kernel<ROPE>;
+  static std::atomic<uint64_t> done{0};
+  cuda::allow_dynamic_smem(kernel, C::SMEM, device, done);
+  kernel<<<static_cast<unsigned>(grid), C::kThreads, C::SMEM, stream>>>(p, la);
+  LATTE_CUDA_CHECK_LAUNCH(ROPE ? "mla_sparse_fp8_fewheads_kernel" : "mla_sparse_fp8_fewheads_kernel<no rope>");
+}
+
 }  // namespace
 
-std::size_t sparse_fp8_fewheads_smem_bytes() { return FewHeadsCfg::SMEM; }
+// The configuration with rope (the larger one: the plan's choice holds for both).
+std::size_t sparse_fp8_fewheads_smem_bytes() { return FewHeadsCfg<true>::SMEM; }
 
 void launch_sparse_fp8_fewheads(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                                 cudaStream_t stream) {
-  auto* kernel = &mla_sparse_fp8_fewheads_kernel;
-  static std::atomic<uint64_t> done{0};
-  cuda::allow_dynamic_smem(kernel, FewHeadsCfg::SMEM, device, done);
-  kernel<<<static_cast<unsigned>(grid), FewHeadsCfg::kThreads, FewHeadsCfg::SMEM, stream>>>(p, la);
-  LATTE_CUDA_CHECK_LAUNCH("mla_sparse_fp8_fewheads_kernel");
+  if (p.rope) {
+    launch_fewheads<true>(device, grid, p, la, stream);
+  } else {
+    launch_fewheads<false>(device, grid, p, la, stream);
+  }
 }
 
 }  // namespace latte::cuda_sparse_mla

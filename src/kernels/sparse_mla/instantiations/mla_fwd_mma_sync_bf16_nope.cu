@@ -1,0 +1,12 @@
+// Instantiations of the forward kernel for the bf16 cache, sparse rows without rope
+// (rope_dim 0; mla_fwd_launch.cuh).
+#include "kernels/sparse_mla/smxx/mla_fwd_launch.cuh"
+
+namespace latte::cuda_sparse_mla {
+
+void launch_fwd_bf16_nope(int device, const FwdConfig& c, int64_t grid, const MlaParams& p, const LaunchArgs& la,
+                     cudaStream_t stream) {
+  detail::launch_fwd<false, false>(device, c, grid, p, la, stream);
+}
+
+}  // namespace latte::cuda_sparse_mla
