@@ -128,8 +128,10 @@ CacheLayout check_indexer_cache(std::string_view op, const TensorView& t, bool p
   }
   if (t.size(0) > 1 && t.stride(0) % 16 != 0) {
     c.fail(fmt::format("page stride {} bytes is not a multiple of 16", t.stride(0)),
-           "Use a block_size that is a multiple of 4 (a page is block_size*132 bytes) or pad "
-           "pages to a multiple of 16 bytes.");
+           pooled ? "Use a block_size whose pool rows (block_size / kpool) are a multiple of 4 (a page is "
+                    "rows*132 bytes; GLM-5.3-Flash's 64-token blocks have 16) or pad pages to a multiple of 16 bytes."
+                  : "Use a block_size that is a multiple of 4 (a page is block_size*132 bytes) or pad "
+                    "pages to a multiple of 16 bytes.");
   }
   c.non_overlapping();
   return {t.size(0), t.size(1), CacheFormat::bf16};
