@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <set>
@@ -128,10 +129,11 @@ struct PoolCache {
 };
 
 // Every token of request 0 (one block_table row for a call of many tokens).
+// (Grown when a call needs more: views of an earlier, smaller one must not outlive the next call.)
 const HostTensor& request0(int64_t n) {
-  static const HostTensor zeros(DType::i32, {4096});
-  EXPECT_LE(n, 4096);
-  return zeros;
+  static std::unique_ptr<HostTensor> zeros;
+  if (!zeros || zeros->numel() < n) zeros = std::make_unique<HostTensor>(DType::i32, std::initializer_list<int64_t>{n});
+  return *zeros;
 }
 
 IndexerPoolStoreArgs store_args(const PoolTokens& x, const HostTensor& positions, TensorView token_request,
@@ -682,9 +684,10 @@ TEST(PooledHadamard, Top512RecallAgainstTheFloat64Oracle) {
                 "hadamard %.4f\n",
                 pool_topk, static_cast<long long>(L), static_cast<long long>(queries), heads,
                 outliers ? "outlier-channel" : "iid normal", recall[0], recall[1]);
-    // Measured (docs/operations.md): about 0.65 either way at 8K; far below it means a broken cache.
-    EXPECT_GT(recall[0], 0.5);
-    EXPECT_GT(recall[1], 0.5);
+    // Measured (docs/operations.md): 0.96..0.995; with outlier channels the rotation gains.
+    EXPECT_GT(recall[0], 0.9);
+    EXPECT_GT(recall[1], 0.9);
+    if (outliers) EXPECT_GT(recall[1], recall[0]);
   }
 }
 
