@@ -35,5 +35,6 @@ inline std::string indexer_logits(const IndexerLogitsArgs& a, const CallOptions&
 inline std::string kv_store(const KvStoreArgs& a, const CallOptions& o = {}) { return run(a, o); }
 inline std::string indexer_k_store(const IndexerKStoreArgs& a, const CallOptions& o = {}) { return run(a, o); }
 inline std::string logical_to_slots(const LogicalToSlotsArgs& a, const CallOptions& o = {}) { return run(a, o); }
+inline std::string indexer_pool_store(const IndexerPoolStoreArgs& a, const CallOptions& o = {}) { return run(a, o); }
 
 }  // namespace latte

@@ -6,6 +6,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "latte/device.hpp"
@@ -77,6 +78,11 @@ struct Capabilities {
 // check_declared(...).empty() without building any reason text (for searches over many specs).
 [[nodiscard]] bool declared_accepts(const Capabilities& caps, const AttentionSpec& spec,
                                     const DeviceInfo& device);
+
+// The reason a backend that scores single tokens refuses a spec of the pooled indexer
+// (AttentionSpec::kpool > 0, GLM-5.3-Flash), with the nearest fix; none for other specs. `who`
+// names the backend in the sentence. Backends call it from their custom checks.
+[[nodiscard]] std::optional<Reason> pooled_indexer_refusal(std::string_view who, const AttentionSpec& spec);
 
 // JSON form (used by plugins to declare capabilities and by `latte backends --json`).
 // parse throws latte::Error(plugin_error) naming `source`, the key and the value.

@@ -21,6 +21,10 @@ enum class Op : uint8_t {
   kv_store,          // latent + rope -> MLA cache (bf16 or fp8_ds_mla) through slot_mapping
   indexer_k_store,   // indexer K -> e4m3 + scale pages through slot_mapping
   logical_to_slots,  // per-request logical positions -> physical slots through block_table
+  // The pooled ("C4") indexer's keys (GLM-5.3-Flash): k + gate of kpool tokens -> one pool key,
+  // e4m3 + scale rows in pages through the token block table. Last, so that the plugin ABI's
+  // op numbers stay those of ABI v1 (plugins cannot express this op and refuse it).
+  indexer_pool_store,
 };
 
 [[nodiscard]] std::string_view to_string(Op op);
@@ -40,6 +44,10 @@ inline constexpr int kFp8GroupSize = 128;
 // API limits every backend shares (a backend may declare narrower ones).
 inline constexpr int kMaxTopk = 65536;     // columns of sparse_mla / indexer_topk indices
 inline constexpr int kMaxDecodeSq = 4;     // mla_decode query tokens per request
+// Tokens per pool of the pooled indexer (IndexerInputs::kpool, IndexerPoolStoreArgs::kpool):
+// GLM-5.3-Flash uses 4; its config class defaults to 16, the largest latte takes.
+inline constexpr int kMinKpool = 2;
+inline constexpr int kMaxKpool = 16;
 
 // score = scale * q.c over the token set of each query; out = softmax-weighted latent.
 struct SparseMlaArgs {
@@ -83,21 +91,35 @@ struct IndexerInputs {
   TensorView q;              // [T, H_i, 128] e4m3 or bf16
   TensorView q_scale;        // [T, H_i] f32, required with e4m3 q, absent with bf16
   TensorView weights;        // [T, H_i] f32
-  TensorView k_cache;        // [num_blocks, block_size, 132] u8; pages: docs/design.md, section 6.3
-  TensorView block_table;    // [B, max_blocks] i32
+  // [num_blocks, block_size, 132] u8; pages: docs/design.md, section 6.3. Pooled (kpool > 0):
+  // [num_blocks, block_size / kpool, 132], one row per pool (written by indexer_pool_store).
+  TensorView k_cache;
+  TensorView block_table;    // [B, max_blocks] i32 (the token block table, also when pooled)
   TensorView token_request;  // optional [T] i32: row of block_table for each token (default t)
   TensorView visible_lens;   // [T] i32: token t sees logical positions 0 .. visible_lens[t]-1
+  // 0: the per-token indexer (GLM-5, DeepSeek-V3.2). 2..16: the pooled indexer of GLM-5.3-Flash
+  // (4): k_cache holds pool keys and a block of the block table holds kpool * k_cache.shape[1]
+  // tokens. Scores are per pool; only complete pools (kpool * (p + 1) <= visible_lens[t]) count.
+  int kpool = 0;
 };
 
 struct IndexerTopkArgs {
   IndexerInputs in;
-  TensorView indices;        // [T, topk] i32 out, -1 padded
+  // [T, topk] i32 out, -1 padded. Pooled: token positions (or slots) of the chosen pools, at least
+  // kpool * pool_topk columns (+ kpool - 1 with select_tail; vLLM's buffers have 2176).
+  TensorView indices;
   IndexKind kind = IndexKind::physical;
+  // Pooled only (in.kpool > 0; 0 / false / absent otherwise):
+  int pool_topk = 0;         // pools kept per query (GLM-5.3-Flash: 512 = index_topk / kpool)
+  bool select_tail = false;  // + the tokens of the incomplete pool (index_kpool_always_select_tail)
+  TensorView out_lens;       // optional [T] i32 out: valid entries of each row of indices
 };
 
 struct IndexerLogitsArgs {
   IndexerInputs in;
-  TensorView logits;         // [T, L] f32 out; -inf where position >= visible_lens[t]
+  // [T, L] f32 out; -inf where position >= visible_lens[t]. Pooled: column p is pool p's score,
+  // -inf for pools that are incomplete, not visible or in a missing block.
+  TensorView logits;
 };
 
 struct KvStoreArgs {
@@ -118,6 +140,28 @@ struct IndexerKStoreArgs {
   Fp8ScaleKind scale_kind = Fp8ScaleKind::amax;
 };
 
+// The pooled indexer's key store (docs/operations.md, "indexer_pool_store"). Token t, at
+// position pos = positions[t] of request r = token_request[t] (default t), has slot
+// j = pos % kpool of pool p = pos / kpool. A token of slot kpool - 1 completes its pool: for each
+// dimension d, K[d] = sum_s softmax_s(gate[s][d] + ape[s][d]) * k[s][d] over the pool's kpool
+// tokens, taken from this call where it holds them, else from pool_state. The key (rounded to bf16,
+// optionally rotated by the normalized Hadamard-128 matrix) is quantized like an indexer_k_store
+// row into row (kpool * p mod bs) / kpool of block block_table[r, kpool * p / bs], bs = kpool *
+// k_cache.shape[1]. pool_state keeps each request's incomplete pool between calls.
+struct IndexerPoolStoreArgs {
+  TensorView k;              // [T, 128] bf16: indexer keys as the model gives them
+  TensorView gate;           // [T, 128] bf16 or f32: the pooling gate of each token
+  TensorView ape;            // [kpool, 128] f32 or bf16: the learned per-slot bias
+  TensorView positions;      // [T] i32: logical position of each token in its request; < 0 = skip
+  TensorView token_request;  // optional [T] i32: row of block_table and pool_state (default t)
+  TensorView block_table;    // [B, max_blocks] i32: the token block table
+  TensorView k_cache;        // [num_blocks, block_size / kpool, 132] u8 pool pages, written in place
+  TensorView pool_state;     // [B, kpool - 1, 2, 128] f32, in/out: (k, gate) of slots 0..kpool-2
+  Fp8ScaleKind scale_kind = Fp8ScaleKind::amax;
+  bool hadamard = false;     // rotate each pool key by the normalized Hadamard-128 before quantizing
+  int kpool = 0;             // tokens per pool, 2..16 (GLM-5.3-Flash: 4); required
+};
+
 struct LogicalToSlotsArgs {
   TensorView positions;      // [T, K] i32 logical positions, -1 = none
   TensorView block_table;    // [B, max_blocks] i32
@@ -127,7 +171,7 @@ struct LogicalToSlotsArgs {
 };
 
 using OpArgs = std::variant<SparseMlaArgs, MlaDecodeArgs, IndexerTopkArgs, IndexerLogitsArgs,
-                            KvStoreArgs, IndexerKStoreArgs, LogicalToSlotsArgs>;
+                            KvStoreArgs, IndexerKStoreArgs, LogicalToSlotsArgs, IndexerPoolStoreArgs>;
 
 [[nodiscard]] Op op_of(const OpArgs& args);
 

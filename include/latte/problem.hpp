@@ -30,7 +30,20 @@ struct IndexerShape {
   DType q_dtype = DType::e4m3;
   int64_t topk = 0;        // indexer_topk: columns of indices
   int64_t logits_len = 0;  // indexer_logits: columns of logits
+  // Pooled (kpool > 0): block_size counts tokens (kpool * pool_rows); k_cache holds pool_rows
+  // pool rows per block. Per-token: kpool 0 and pool_rows == block_size.
+  int64_t kpool = 0, pool_rows = 0;
+  int64_t pool_topk = 0;     // indexer_topk, pooled: pools kept per query
+  bool select_tail = false;  // indexer_topk, pooled: + the incomplete pool's tokens
   [[nodiscard]] int64_t max_len() const { return max_blocks * block_size; }
+  [[nodiscard]] bool pooled() const { return kpool > 0; }
+};
+
+struct PoolStoreShape {
+  int64_t tokens = 0, batch = 0, max_blocks = 0, num_blocks = 0;
+  int64_t kpool = 0, pool_rows = 0;  // k_cache: pool_rows rows of kpool tokens per block
+  [[nodiscard]] int64_t block_size() const { return kpool * pool_rows; }  // tokens per block
+  [[nodiscard]] int64_t max_len() const { return max_blocks * block_size(); }
 };
 
 struct KvStoreShape {
@@ -58,11 +71,12 @@ using IndexerLogitsProblem = ProblemOf<IndexerLogitsArgs, IndexerShape>;
 using KvStoreProblem = ProblemOf<KvStoreArgs, KvStoreShape>;
 using IndexerKStoreProblem = ProblemOf<IndexerKStoreArgs, KvStoreShape>;
 using LogicalToSlotsProblem = ProblemOf<LogicalToSlotsArgs, LogicalToSlotsShape>;
+using IndexerPoolStoreProblem = ProblemOf<IndexerPoolStoreArgs, PoolStoreShape>;
 
 // Alternatives in the order of OpArgs.
 using Problem = std::variant<SparseMlaProblem, MlaDecodeProblem, IndexerTopkProblem,
                              IndexerLogitsProblem, KvStoreProblem, IndexerKStoreProblem,
-                             LogicalToSlotsProblem>;
+                             LogicalToSlotsProblem, IndexerPoolStoreProblem>;
 
 // The one validation of a call: shapes, dtypes, strides, cache format, value ranges of the
 // scalars, outputs apart from inputs, every tensor on one device. Throws
@@ -80,6 +94,7 @@ Problem make_problem(const OpArgs&& args) = delete;
 [[nodiscard]] KvStoreProblem validate(const KvStoreArgs& args);
 [[nodiscard]] IndexerKStoreProblem validate(const IndexerKStoreArgs& args);
 [[nodiscard]] LogicalToSlotsProblem validate(const LogicalToSlotsArgs& args);
+[[nodiscard]] IndexerPoolStoreProblem validate(const IndexerPoolStoreArgs& args);
 
 [[nodiscard]] Op op_of(const Problem& problem);
 [[nodiscard]] Device device_of(const Problem& problem);

@@ -24,6 +24,9 @@ struct IndexerSpec {
   bool kpool_always_select_tail = false;  // index_kpool_always_select_tail: + the newest tokens
 
   [[nodiscard]] bool pooled() const { return kpool > 1; }
+  // A pooled indexer latte computes: index_kpool_compress pools (the gated mix of
+  // indexer_pool_store) of at most kMaxKpool tokens. Other pooled indexers are the engine's.
+  [[nodiscard]] bool pooled_in_latte() const { return pooled() && kpool_compress && kpool <= kMaxKpool; }
   // The most positions one query attends to, the columns sparse_mla needs: topk, plus the
   // kpool - 1 tokens of the incomplete pool when the tail is always selected (GLM-5.3: 2051).
   [[nodiscard]] int attended_tokens() const {
@@ -65,7 +68,7 @@ struct ModelSpec {
   [[nodiscard]] int rope_dim() const { return nope ? kNoRopeDim : kRopeDim; }
   // What of the model latte computes, in words, for `latte select` and `latte run`: empty for a
   // model latte serves whole; otherwise which layers it serves and what it lacks (the linear-
-  // attention layers of a hybrid model are not latte's; a pooled indexer is not in latte yet).
+  // attention layers of a hybrid model are not latte's).
   [[nodiscard]] std::string coverage() const;
   // The ops one layer of the model runs through latte, in call order (`latte select --op all`):
   // the cache writes, the indexer when latte computes it, then the attention.
@@ -116,6 +119,11 @@ struct AttentionSpec {
   // sparse_mla: each row's valid length comes as topk_lens [T] (SparseMlaArgs::topk_lens).
   // Backends that read every column of indices refuse it (reason topk_lens).
   bool topk_lens = false;
+  // The pooled indexer (indexer_topk, indexer_logits, indexer_pool_store): tokens per pool, 0 =
+  // the per-token indexer. block_size stays tokens per block (the pool pages hold block_size /
+  // kpool rows) and indexer_topk's topk counts token columns (GLM-5.3-Flash: 2051). Backends that
+  // score single tokens refuse kpool > 0 (reason kpool).
+  int kpool = 0;
 
   friend bool operator==(const AttentionSpec&, const AttentionSpec&) = default;
   [[nodiscard]] std::string summary() const;  // "sparse_mla H=8 d=576 bf16 cache=fp8_ds_mla ..."
@@ -128,8 +136,9 @@ struct AttentionOptions {
 };
 
 // Derive the spec of `op` from a model. Throws invalid_argument when the op does not apply
-// (indexer ops on a dense model, mla_decode on a model without rope), and unsupported for the
-// indexer ops of a pooled indexer, which latte does not compute yet.
+// (indexer ops on a dense model, mla_decode on a model without rope, indexer_k_store on a
+// pooled indexer and indexer_pool_store on a per-token one), and unsupported for a pooled
+// indexer without index_kpool_compress (its pool keys are not defined in latte).
 [[nodiscard]] AttentionSpec attention_spec(const ModelSpec& model, Op op,
                                            const AttentionOptions& options = {});
 

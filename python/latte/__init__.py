@@ -32,6 +32,7 @@ from .errors import (
 )
 from .ops import (
     indexer_k_store,
+    indexer_pool_store,
     indexer_logits,
     indexer_topk,
     kv_store,
@@ -68,6 +69,7 @@ __all__ = [
     "indexer_logits",
     "kv_store",
     "indexer_k_store",
+    "indexer_pool_store",
     "logical_to_slots",
     # choosing and inspecting
     "select",

@@ -106,6 +106,10 @@ def indexer_topk(
     backend: Optional[str] = None,
     stream: Any = None,
     check_indices: bool = False,
+    kpool: int = 0,
+    pool_topk: int = 0,
+    select_tail: bool = False,
+    out_lens: Optional[Tensor] = None,
 ) -> str: ...
 def check_topk(op: str, topk: Any) -> int: ...
 def indexer_logits(
@@ -120,6 +124,7 @@ def indexer_logits(
     backend: Optional[str] = None,
     stream: Any = None,
     check_indices: bool = False,
+    kpool: int = 0,
 ) -> str: ...
 def kv_store(
     latent: Tensor,
@@ -138,6 +143,22 @@ def indexer_k_store(
     slot_mapping: Tensor,
     k_cache: Tensor,
     scale_kind: str = "amax",
+    backend: Optional[str] = None,
+    stream: Any = None,
+    check_indices: bool = False,
+) -> str: ...
+def indexer_pool_store(
+    k: Tensor,
+    gate: Tensor,
+    ape: Tensor,
+    positions: Tensor,
+    token_request: Optional[Tensor],
+    block_table: Tensor,
+    k_cache: Tensor,
+    pool_state: Tensor,
+    kpool: int,
+    scale_kind: str = "amax",
+    hadamard: bool = False,
     backend: Optional[str] = None,
     stream: Any = None,
     check_indices: bool = False,

@@ -31,6 +31,7 @@ __all__ = [
     "kv_store",
     "indexer_k_store",
     "logical_to_slots",
+    "indexer_pool_store",
 ]
 
 Tensor = Any  # torch.Tensor, numpy.ndarray or another DLPack producer
@@ -246,31 +247,49 @@ def indexer_topk(
     backend: Optional[str] = None,
     stream: Stream = None,
     check_indices: bool = False,
-) -> Tensor:
+    kpool: int = 0,
+    pool_topk: int = 0,
+    select_tail: bool = False,
+    out_lens: Optional[Tensor] = None,
+    return_lens: bool = False,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """The DSA lightning indexer and exact top-k (docs/design.md, section 4).
 
     I[t,s] = sum_j weights[t,j] * relu(q[t,j] . k[s]) over the visible positions
     s < visible_lens[t]; returns the topk best per token (ties: the smaller position wins),
     padded with -1 when fewer are visible.
 
+    The pooled indexer (GLM-5.3-Flash, ``kpool`` 4; docs/operations.md, "The pooled indexer"):
+    k_cache holds one key per pool of kpool tokens (written by :func:`indexer_pool_store`), only
+    complete visible pools are scored, the best ``pool_topk`` pools expand to their kpool tokens
+    each (pools by descending score, each pool's tokens in order), then with ``select_tail`` the
+    up to kpool - 1 tokens of the incomplete pool follow; the rest of the row is -1.
+
     Args:
         q: [T, H_i, 128] float8_e4m3fn (with q_scale) or bfloat16.
         weights: [T, H_i] float32 head weights (the softmax scale folded in, not q_scale, which
             latte applies inside the dot: weights that already fold it go with q_scale = ones).
         k_cache: [num_blocks, block_size, 132] uint8 indexer K pages (written by
-            :func:`indexer_k_store`).
-        block_table: [B, max_blocks] int32.
+            :func:`indexer_k_store`); pooled: [num_blocks, block_size / kpool, 132].
+        block_table: [B, max_blocks] int32 (the token block table, also when pooled).
         visible_lens: [T] int32: token t sees logical positions 0 .. visible_lens[t]-1.
         topk: columns of the result, an int within the topk limit of docs/operations.md
-            (checked before the result is allocated); may be omitted when ``indices`` is given.
+            (checked before the result is allocated); may be omitted when ``indices`` is given,
+            and when pooled (then kpool * pool_topk, + kpool - 1 with select_tail).
         q_scale: [T, H_i] float32, required with an e4m3 q, absent with a bfloat16 q.
         token_request: [T] int32: the block_table row of each token (default: row t).
         kind: "physical" (cache slots, what :func:`sparse_mla` takes) or "logical" (positions).
         indices: [T, topk] int32 to write into; allocated like q when None.
         backend, stream, check_indices: as for :func:`sparse_mla`.
+        kpool: tokens per pool, 0 (the per-token indexer) or 2..16.
+        pool_topk: pooled: the pools kept per query (GLM-5.3-Flash: 512).
+        select_tail: pooled: append the incomplete pool's tokens.
+        out_lens: pooled: [T] int32 to write each row's count of valid entries into (what
+            :func:`sparse_mla` takes as topk_lens); implies return_lens.
+        return_lens: pooled: also return out_lens (allocated like q when None).
 
     Returns:
-        indices [T, topk] int32.
+        indices [T, topk] int32, or (indices, out_lens) when return_lens or out_lens is given.
     """
     if q is None or weights is None or k_cache is None or block_table is None or visible_lens is None:
         _required("indexer_topk", q=q, weights=weights, k_cache=k_cache, block_table=block_table,
@@ -278,6 +297,11 @@ def indexer_topk(
     if type(kind) is not str or backend is not None:
         _texts("indexer_topk", backend=backend)
         _text("indexer_topk", "kind", kind, optional=False)
+    if type(kpool) is not int or type(pool_topk) is not int:
+        kpool = _int("indexer_topk", "kpool", kpool, -2**31, 2**31 - 1)
+        pool_topk = _int("indexer_topk", "pool_topk", pool_topk, -2**31, 2**31 - 1)
+    if topk is None and indices is None and kpool > 0 and pool_topk > 0:
+        topk = kpool * pool_topk + (kpool - 1 if select_tail else 0)
     if topk is not None:
         topk = _latte.check_topk("indexer_topk", topk)  # before it sizes an allocation
     if indices is None:
@@ -285,9 +309,14 @@ def indexer_topk(
             raise ArgumentTypeError("indexer_topk: pass topk (the columns of the result) or indices=")
         (t,) = lead_shape(q, "q", "indexer_topk", 1)
         indices = empty_like_input(q, (t, topk), "i32", "indices")
+    want_lens = return_lens or out_lens is not None
+    if want_lens and out_lens is None:
+        (t,) = lead_shape(q, "q", "indexer_topk", 1)
+        out_lens = empty_like_input(q, (t,), "i32", "out_lens")
     _latte.indexer_topk(q, q_scale, weights, k_cache, block_table, token_request, visible_lens,
-                        indices, topk, kind, backend or None, stream, check_indices)
-    return indices
+                        indices, topk, kind, backend or None, stream, check_indices, kpool, pool_topk,
+                        bool(select_tail), out_lens)
+    return (indices, out_lens) if want_lens else indices
 
 
 def indexer_logits(
@@ -303,11 +332,14 @@ def indexer_logits(
     backend: Optional[str] = None,
     stream: Stream = None,
     check_indices: bool = False,
+    kpool: int = 0,
 ) -> Tensor:
     """The indexer scores themselves: logits[t, s] = I[t, s], -inf where s >= visible_lens[t].
 
     Arguments as for :func:`indexer_topk`. ``logits``: [T, L] float32 to write into; when None,
     allocated like q with L = max_blocks * block_size (every position the block table maps).
+    Pooled (``kpool`` > 0): column p is pool p's score (-inf for incomplete, invisible or missing
+    pools), and the default L is max_blocks * k_cache.shape[1] (every pool of the block table).
 
     Returns:
         logits [T, L] float32.
@@ -323,7 +355,7 @@ def indexer_logits(
         _, block_size = lead_shape(k_cache, "k_cache", op, 2)
         logits = empty_like_input(q, (t, max_blocks * block_size), "f32", "logits")
     _latte.indexer_logits(q, q_scale, weights, k_cache, block_table, token_request, visible_lens,
-                          logits, backend or None, stream, check_indices)
+                          logits, backend or None, stream, check_indices, kpool)
     return logits
 
 
@@ -391,6 +423,60 @@ def indexer_k_store(
     _texts("indexer_k_store", backend=backend)
     _latte.indexer_k_store(k, slot_mapping, k_cache, scale_kind, backend or None, stream,
                            check_indices)
+
+
+def indexer_pool_store(
+    k: Tensor,
+    gate: Tensor,
+    ape: Tensor,
+    positions: Tensor,
+    block_table: Tensor,
+    k_cache: Tensor,
+    pool_state: Tensor,
+    *,
+    kpool: int,
+    token_request: Optional[Tensor] = None,
+    scale_kind: str = "amax",
+    hadamard: bool = False,
+    backend: Optional[str] = None,
+    stream: Stream = None,
+    check_indices: bool = False,
+) -> None:
+    """The pooled indexer's keys (GLM-5.3-Flash; docs/operations.md, "indexer_pool_store"), in place.
+
+    Token t at position p = positions[t] of request r = token_request[t] is slot p % kpool of pool
+    p // kpool. A token of slot kpool - 1 completes its pool: per dimension d, the key is
+    sum_s softmax_s(gate[s, d] + ape[s, d]) * k[s, d] over the pool's tokens (from this call, or
+    from pool_state for positions an earlier call held), rounded to bfloat16, optionally rotated
+    by the normalized Hadamard-128 matrix, then quantized like an :func:`indexer_k_store` row into
+    row (p % bs) // kpool of block block_table[r, p // bs] (bs = kpool * k_cache.shape[1]).
+    pool_state keeps each request's (k, gate) by slot for the pools later calls complete.
+
+    Args:
+        k: [T, 128] bfloat16 indexer keys as the model gives them (normalized, roped).
+        gate: [T, 128] bfloat16 or float32 pooling gates.
+        ape: [kpool, 128] float32 or bfloat16 per-slot bias.
+        positions: [T] int32 logical positions; negative = skip the token.
+        block_table: [B, max_blocks] int32 token block table.
+        k_cache: [num_blocks, block_size / kpool, 132] uint8 pool pages, written in place.
+        pool_state: [B, kpool - 1, 2, 128] float32 (k and gate of slots 0 .. kpool-2), read and
+            written in place; zeros for a new request.
+        kpool: tokens per pool, 2..16 (GLM-5.3-Flash: 4).
+        token_request: [T] int32 row of block_table and pool_state of each token (default t).
+        scale_kind: "amax" or "pow2", as for :func:`indexer_k_store`.
+        hadamard: rotate each pool key before quantizing (the caller rotates q alike).
+        backend, stream, check_indices: as for :func:`sparse_mla`.
+    """
+    if (k is None or gate is None or ape is None or positions is None or block_table is None
+            or k_cache is None or pool_state is None):
+        _required("indexer_pool_store", k=k, gate=gate, ape=ape, positions=positions,
+                  block_table=block_table, k_cache=k_cache, pool_state=pool_state)
+    _text("indexer_pool_store", "scale_kind", scale_kind, optional=False)
+    _texts("indexer_pool_store", backend=backend)
+    if type(kpool) is not int:
+        kpool = _int("indexer_pool_store", "kpool", kpool, -2**31, 2**31 - 1)
+    _latte.indexer_pool_store(k, gate, ape, positions, token_request, block_table, k_cache, pool_state,
+                              kpool, scale_kind, bool(hadamard), backend or None, stream, check_indices)
 
 
 def logical_to_slots(

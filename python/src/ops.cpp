@@ -89,8 +89,9 @@ struct IndexerTensors {
     token_request.resolve_optional(token_request_, "token_request", op, false);
     visible_lens.resolve(visible_lens_, "visible_lens", op, false);
   }
-  [[nodiscard]] IndexerInputs inputs() const {
+  [[nodiscard]] IndexerInputs inputs(int kpool = 0) const {
     IndexerInputs in;
+    in.kpool = kpool;
     in.q = q.view();
     in.q_scale = q_scale.view();
     in.weights = weights.view();
@@ -190,11 +191,13 @@ void bind_ops(nb::module_& m) {
       "indexer_topk",
       [](Obj q, Obj q_scale, Obj weights, Obj k_cache, Obj block_table, Obj token_request,
          Obj visible_lens, Obj indices, std::optional<int64_t> topk, const std::string& kind,
-         const std::optional<std::string>& backend, Obj stream, bool check_indices) {
+         const std::optional<std::string>& backend, Obj stream, bool check_indices, int kpool, int pool_topk,
+         bool select_tail, Obj out_lens) {
         constexpr const char* op = "indexer_topk";
         IndexerTensors in(op, q, q_scale, weights, k_cache, block_table, token_request, visible_lens);
-        CallTensor out;
+        CallTensor out, lens;
         out.resolve(indices, "indices", op, true);
+        lens.resolve_optional(out_lens, "out_lens", op, true);
         // topk and indices= both given: they must agree (a [T, topk] result).
         if (topk && (out.view().rank != 2 || out.view().size(1) != *topk)) {
           throw Error(ErrorCode::invalid_argument,
@@ -202,15 +205,19 @@ void bind_ops(nb::module_& m) {
                           out.view().describe() + ": pass one of them, or make indices [T, topk]");
         }
         IndexerTopkArgs a;
-        a.in = in.inputs();
+        a.in = in.inputs(kpool);
         a.indices = out.view();
         a.kind = parse_index_kind(kind);
+        a.pool_topk = pool_topk;
+        a.select_tail = select_tail;
+        a.out_lens = lens.view();
         return call(a, in.q, backend, stream, check_indices);
       },
       "q"_a.none(), "q_scale"_a.none(), "weights"_a.none(), "k_cache"_a.none(),
       "block_table"_a.none(), "token_request"_a.none(), "visible_lens"_a.none(), "indices"_a.none(),
       "topk"_a.none() = nb::none(), "kind"_a = "physical", "backend"_a.none() = nb::none(),
-      "stream"_a.none() = nb::none(), "check_indices"_a = false);
+      "stream"_a.none() = nb::none(), "check_indices"_a = false, "kpool"_a = 0, "pool_topk"_a = 0,
+      "select_tail"_a = false, "out_lens"_a.none() = nb::none());
 
   // topk before latte/ops.py allocates indices for it: an int (what operator.index takes), then
   // the core's topk rule, so a bad value never reaches the allocator.
@@ -237,19 +244,20 @@ void bind_ops(nb::module_& m) {
       "indexer_logits",
       [](Obj q, Obj q_scale, Obj weights, Obj k_cache, Obj block_table, Obj token_request,
          Obj visible_lens, Obj logits, const std::optional<std::string>& backend, Obj stream,
-         bool check_indices) {
+         bool check_indices, int kpool) {
         constexpr const char* op = "indexer_logits";
         IndexerTensors in(op, q, q_scale, weights, k_cache, block_table, token_request, visible_lens);
         CallTensor out;
         out.resolve(logits, "logits", op, true);
         IndexerLogitsArgs a;
-        a.in = in.inputs();
+        a.in = in.inputs(kpool);
         a.logits = out.view();
         return call(a, in.q, backend, stream, check_indices);
       },
       "q"_a.none(), "q_scale"_a.none(), "weights"_a.none(), "k_cache"_a.none(),
       "block_table"_a.none(), "token_request"_a.none(), "visible_lens"_a.none(), "logits"_a.none(),
-      "backend"_a.none() = nb::none(), "stream"_a.none() = nb::none(), "check_indices"_a = false);
+      "backend"_a.none() = nb::none(), "stream"_a.none() = nb::none(), "check_indices"_a = false,
+      "kpool"_a = 0);
 
   m.def(
       "kv_store",
@@ -293,6 +301,40 @@ void bind_ops(nb::module_& m) {
       },
       "k"_a.none(), "slot_mapping"_a.none(), "k_cache"_a.none(), "scale_kind"_a = "amax",
       "backend"_a.none() = nb::none(), "stream"_a.none() = nb::none(), "check_indices"_a = false);
+
+  m.def(
+      "indexer_pool_store",
+      [](Obj k, Obj gate, Obj ape, Obj positions, Obj token_request, Obj block_table, Obj k_cache,
+         Obj pool_state, int kpool, const std::string& scale_kind, bool hadamard,
+         const std::optional<std::string>& backend, Obj stream, bool check_indices) {
+        constexpr const char* op = "indexer_pool_store";
+        CallTensor t[8];
+        t[0].resolve(k, "k", op, false);
+        t[1].resolve(gate, "gate", op, false);
+        t[2].resolve(ape, "ape", op, false);
+        t[3].resolve(positions, "positions", op, false);
+        t[4].resolve_optional(token_request, "token_request", op, false);
+        t[5].resolve(block_table, "block_table", op, false);
+        t[6].resolve(k_cache, "k_cache", op, true);
+        t[7].resolve(pool_state, "pool_state", op, true);
+        IndexerPoolStoreArgs a;
+        a.k = t[0].view();
+        a.gate = t[1].view();
+        a.ape = t[2].view();
+        a.positions = t[3].view();
+        a.token_request = t[4].view();
+        a.block_table = t[5].view();
+        a.k_cache = t[6].view();
+        a.pool_state = t[7].view();
+        a.kpool = kpool;
+        a.scale_kind = parse_scale_kind(op, scale_kind);
+        a.hadamard = hadamard;
+        return call(a, t[0], backend, stream, check_indices);
+      },
+      "k"_a.none(), "gate"_a.none(), "ape"_a.none(), "positions"_a.none(), "token_request"_a.none(),
+      "block_table"_a.none(), "k_cache"_a.none(), "pool_state"_a.none(), "kpool"_a, "scale_kind"_a = "amax",
+      "hadamard"_a = false, "backend"_a.none() = nb::none(), "stream"_a.none() = nb::none(),
+      "check_indices"_a = false);
 
   m.def(
       "logical_to_slots",

@@ -110,6 +110,12 @@ class HopperIndexerBackend final : public Backend {
 
   [[nodiscard]] const BackendInfo& info() const override { return info_; }
 
+  // Its kernels score single tokens: the pooled indexer (GLM-5.3-Flash) is refused with its fix.
+  [[nodiscard]] std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo&) const override {
+    if (auto refused = pooled_indexer_refusal(info_.id, spec)) return {*refused};
+    return {};
+  }
+
   [[nodiscard]] std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
     return std::make_unique<IndexerKernel>(spec, device);
   }

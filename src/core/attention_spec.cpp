@@ -16,12 +16,28 @@ AttentionSpec attention_spec(const ModelSpec& model, Op op, const AttentionOptio
                             "index_topk); {} is dense MLA: use mla_decode for its attention",
                             to_string(op), model.name));
   }
-  if (detail::op_is_indexer(op) && model.indexer->pooled()) {
-    throw Error(ErrorCode::unsupported,
-                fmt::format("op {}: {} has a pooled indexer (index_kpool {}: keys of {} tokens pooled into one), "
-                            "which latte's indexer ops do not compute yet (they score single tokens); latte "
-                            "serves this model's kv_store and sparse_mla",
-                            to_string(op), model.name, model.indexer->kpool, model.indexer->kpool));
+  if (detail::op_is_indexer(op)) {
+    const IndexerSpec& indexer = *model.indexer;
+    if (op == Op::indexer_k_store && indexer.pooled()) {
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("op indexer_k_store writes one key per token; {} has a pooled indexer (index_kpool "
+                              "{}): its keys are written per pool by indexer_pool_store",
+                              model.name, indexer.kpool));
+    }
+    if (op == Op::indexer_pool_store && !indexer.pooled()) {
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("op indexer_pool_store writes the keys of a pooled indexer (index_kpool > 1); {} "
+                              "scores single tokens: its keys are written by indexer_k_store",
+                              model.name));
+    }
+    if (indexer.pooled() && !indexer.pooled_in_latte()) {
+      throw Error(ErrorCode::unsupported,
+                  fmt::format("op {}: {} pools index_kpool {} tokens{}; latte's pooled indexer computes the gated "
+                              "mix of index_kpool_compress (docs/operations.md, indexer_pool_store) over {}..{} "
+                              "tokens; latte serves this model's kv_store and sparse_mla",
+                              to_string(op), model.name, indexer.kpool,
+                              indexer.kpool_compress ? "" : " without index_kpool_compress", kMinKpool, kMaxKpool));
+    }
   }
   if (op == Op::mla_decode && model.nope) {
     throw Error(ErrorCode::invalid_argument,
@@ -72,7 +88,10 @@ AttentionSpec attention_spec(const ModelSpec& model, Op op, const AttentionOptio
       spec.head_dim = model.indexer->head_dim;
       spec.head_dim_v = 0;
       spec.q_dtype = options.index_q_dtype;
-      spec.topk = op == Op::indexer_topk ? model.indexer->topk : 0;
+      // Pooled: the token columns of the result, the chosen pools' tokens and the tail (2051).
+      spec.topk = op != Op::indexer_topk ? 0 : model.indexer->pooled() ? model.indexer->attended_tokens()
+                                                                          : model.indexer->topk;
+      spec.kpool = model.indexer->pooled() ? model.indexer->kpool : 0;
       break;
     case Op::kv_store:
       spec.num_heads = 0;
@@ -80,9 +99,11 @@ AttentionSpec attention_spec(const ModelSpec& model, Op op, const AttentionOptio
       spec.head_dim_v = model.kv_lora_rank;
       break;
     case Op::indexer_k_store:
+    case Op::indexer_pool_store:
       spec.num_heads = 0;
       spec.head_dim = model.indexer->head_dim;
       spec.head_dim_v = 0;
+      spec.kpool = op == Op::indexer_pool_store ? model.indexer->kpool : 0;
       break;
     case Op::logical_to_slots:
       spec.num_heads = 0;
@@ -111,6 +132,7 @@ std::string AttentionSpec::summary() const {
   out += fmt::format(" block={}", block_size);
   if (applies(&AttentionSpec::topk)) out += fmt::format(" topk={}{}", topk, topk_lens ? " (+topk_lens)" : "");
   if (applies(&AttentionSpec::s_q)) out += fmt::format(" s_q={}", s_q);
+  if (kpool > 0) out += fmt::format(" kpool={}", kpool);
   if (max_tokens > 0) out += fmt::format(" tokens<={}", max_tokens);
   if (op == Op::sparse_mla || op == Op::mla_decode) out += fmt::format(" scale={:.6g}", scale);
   if (!model.empty()) out += fmt::format(" model={}", model);

@@ -128,4 +128,12 @@ bool declared_accepts(const Capabilities& caps, const AttentionSpec& spec, const
   return accepted;
 }
 
+std::optional<Reason> pooled_indexer_refusal(std::string_view who, const AttentionSpec& spec) {
+  if (spec.kpool <= 0 || !(detail::kPoolOps & detail::op_bit(spec.op))) return std::nullopt;
+  return Reason{"kpool", "kpool", "0 (the per-token indexer)", std::to_string(spec.kpool),
+                fmt::format("{} scores single tokens; the pooled indexer ({}, pools of {} tokens: "
+                            "GLM-5.3-Flash) runs on cpu.reference (CPU tensors) so far",
+                            who, to_string(spec.op), spec.kpool)};
+}
+
 }  // namespace latte

@@ -401,16 +401,26 @@ std::string ModelSpec::coverage() const {
   }
   if (indexer && indexer->pooled()) {
     const std::string whose = out.empty() ? name + "'s" : " Its";
-    out += fmt::format("{} indexer scores pools of {} tokens (index_kpool {}), which latte does not compute "
-                       "yet: latte serves its kv_store and sparse_mla, the indices come from the engine.",
-                       whose, indexer->kpool, indexer->kpool);
+    if (indexer->pooled_in_latte()) {
+      out += fmt::format("{} indexer scores pools of {} tokens (index_kpool {}): indexer_pool_store writes the pool "
+                         "keys and indexer_topk selects pools on cpu.reference so far (no CUDA backend computes the "
+                         "pooled indexer yet).",
+                         whose, indexer->kpool, indexer->kpool);
+    } else {
+      out += fmt::format("{} indexer scores pools of {} tokens (index_kpool {}{}), which latte does not compute (it "
+                         "computes index_kpool_compress pools of {}..{} tokens): latte serves its kv_store and "
+                         "sparse_mla, the indices come from the engine.",
+                         whose, indexer->kpool, indexer->kpool,
+                         indexer->kpool_compress ? "" : " without index_kpool_compress", kMinKpool, kMaxKpool);
+    }
   }
   return out;
 }
 
 std::vector<Op> ModelSpec::layer_ops() const {
   if (!is_dsa()) return {Op::kv_store, Op::mla_decode};
-  if (indexer->pooled()) return {Op::kv_store, Op::sparse_mla};
+  if (indexer->pooled() && !indexer->pooled_in_latte()) return {Op::kv_store, Op::sparse_mla};
+  if (indexer->pooled()) return {Op::kv_store, Op::indexer_pool_store, Op::indexer_topk, Op::sparse_mla};
   return {Op::kv_store, Op::indexer_k_store, Op::indexer_topk, Op::sparse_mla};
 }
 

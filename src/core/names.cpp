@@ -21,9 +21,9 @@ std::optional<Enum> parse_name(const std::array<std::string_view, N>& names, std
 
 constexpr std::array<std::string_view, 6> kDTypeNames = {"f32", "f16", "bf16", "e4m3", "i32", "u8"};
 constexpr std::array<std::string_view, 2> kCacheFormatNames = {"bf16", "fp8_ds_mla"};
-constexpr std::array<std::string_view, 7> kOpNames = {
-    "sparse_mla", "mla_decode", "indexer_topk", "indexer_logits",
-    "kv_store",   "indexer_k_store", "logical_to_slots"};
+constexpr std::array<std::string_view, 8> kOpNames = {
+    "sparse_mla", "mla_decode",      "indexer_topk",     "indexer_logits",
+    "kv_store",   "indexer_k_store", "logical_to_slots", "indexer_pool_store"};
 
 }  // namespace
 
@@ -90,7 +90,7 @@ std::optional<Op> parse_op(std::string_view name) { return parse_name<Op>(kOpNam
 const std::vector<Op>& all_ops() {
   static const std::vector<Op> ops = {Op::sparse_mla,      Op::mla_decode, Op::indexer_topk,
                                       Op::indexer_logits,  Op::kv_store,   Op::indexer_k_store,
-                                      Op::logical_to_slots};
+                                      Op::logical_to_slots, Op::indexer_pool_store};
   return ops;
 }
 

@@ -95,6 +95,10 @@ CCall to_c(const OpArgs& args) {
         } else if constexpr (std::is_same_v<T, LogicalToSlotsArgs>) {
           add({&a.positions, &a.block_table, &a.token_request, &a.slots});
           call.int_param = a.block_size;
+        } else {
+          // indexer_pool_store: refused by custom_checks, so no kernel is ever given one.
+          static_assert(std::is_same_v<T, IndexerPoolStoreArgs>, "every op of ABI v1 has a C form");
+          throw Error(ErrorCode::unsupported, "plugins (ABI v1) cannot run indexer_pool_store");
         }
       },
       args);
@@ -212,6 +216,14 @@ class PluginBackend final : public Backend {
       refused.push_back(Reason{"topk_lens", "topk_lens", "absent", "[T] i32 row lengths",
                                "plugins (ABI v1) are given no topk_lens and would read every column of "
                                "indices; pad each row with -1 past its length and drop topk_lens"});
+    }
+    // ABI v1 has no pool geometry (kpool, pool_topk, select_tail, out_lens) and no pool store.
+    if (spec.op == Op::indexer_pool_store) {
+      refused.push_back(Reason{"op", "op", "an op of plugin ABI v1", "indexer_pool_store",
+                               "plugins (ABI v1) cannot be given indexer_pool_store (its arguments have no C "
+                               "form); it runs on cpu.reference"});
+    } else if (auto pooled = pooled_indexer_refusal("a plugin (ABI v1, which has no pool geometry)", spec)) {
+      refused.push_back(*pooled);
     }
     if (!refused.empty()) return refused;
     if (!desc_->check) return {};

@@ -31,7 +31,7 @@ std::string device_label(Device d) {
 // A fixed-capacity list (every call is validated: no heap allocation on that path).
 struct NamedTensors {
   struct List {
-    std::array<std::pair<const char*, const TensorView*>, 8> items{};
+    std::array<std::pair<const char*, const TensorView*>, 10> items{};
     std::size_t size = 0;
     List(std::initializer_list<std::pair<const char*, const TensorView*>> named) {
       for (const auto& n : named) items[size++] = n;
@@ -56,6 +56,7 @@ struct NamedTensors {
   List operator()(const IndexerTopkArgs& a) const {
     List l = indexer(a.in);
     l.add("indices", &a.indices);
+    l.add("out_lens", &a.out_lens);
     return l;
   }
   List operator()(const IndexerLogitsArgs& a) const {
@@ -73,6 +74,16 @@ struct NamedTensors {
   List operator()(const LogicalToSlotsArgs& a) const {
     return {{"positions", &a.positions}, {"block_table", &a.block_table},
             {"token_request", &a.token_request}, {"slots", &a.slots}};
+  }
+  List operator()(const IndexerPoolStoreArgs& a) const {
+    return {{"k", &a.k},
+            {"gate", &a.gate},
+            {"ape", &a.ape},
+            {"positions", &a.positions},
+            {"token_request", &a.token_request},
+            {"block_table", &a.block_table},
+            {"k_cache", &a.k_cache},
+            {"pool_state", &a.pool_state}};
   }
 };
 
@@ -114,6 +125,7 @@ template Device detail::common_device_of(std::string_view, const IndexerLogitsAr
 template Device detail::common_device_of(std::string_view, const KvStoreArgs&);
 template Device detail::common_device_of(std::string_view, const IndexerKStoreArgs&);
 template Device detail::common_device_of(std::string_view, const LogicalToSlotsArgs&);
+template Device detail::common_device_of(std::string_view, const IndexerPoolStoreArgs&);
 
 void check_slot_indices(const int32_t* indices, int64_t rows, int64_t cols, int64_t row_stride,
                         int64_t num_slots, const char* what, const int32_t* row_lens,

@@ -161,6 +161,27 @@ void check(const LogicalToSlotsProblem& p, void* stream) {
                            "logical_to_slots: block_table");
 }
 
+// Positions -1 (skip) or within the block table, token_request rows of it, and the blocks each
+// request's highest position uses valid block ids. (Positions below -1 are refused like any
+// out-of-range index: without check mode every negative position skips its token.)
+void check(const IndexerPoolStoreProblem& p, void* stream) {
+  const IndexerPoolStoreArgs& a = *p.args;
+  const HostInts rows(a.token_request, stream);
+  if (rows.present()) {
+    check_values_in_range(rows.data(), p.tokens, rows.stride(), 0, p.batch - 1,
+                          "indexer_pool_store: token_request", "rows of block_table and pool_state");
+  }
+  const HostInts pos(a.positions, stream);
+  check_values_in_range(pos.data(), p.tokens, pos.stride(), -1, p.max_len() - 1, "indexer_pool_store: positions",
+                        "-1 (skip) or a position of the block table (max_blocks * block_size)");
+  const HostInts table(a.block_table, stream);
+  const auto used = used_blocks(
+      p.batch, p.tokens, p.block_size(), [&](int64_t t) { return rows.present() ? rows.at(t) : t; },
+      [&](int64_t t) { return int64_t{pos.at(t)} + 1; });
+  check_block_table_prefix(table.data(), p.batch, table.stride(), used.data(), p.num_blocks,
+                           "indexer_pool_store: block_table");
+}
+
 }  // namespace
 
 void check_index_values(const Problem& problem, void* stream) {

@@ -6,6 +6,7 @@
 
 #include <bit>
 
+#include "core/op_traits.hpp"
 #include "latte/error.hpp"
 
 namespace latte {
@@ -39,7 +40,7 @@ AttentionSpec base_spec(Op op, int64_t heads, int64_t block_size, int64_t tokens
   spec.num_heads = static_cast<int>(heads);
   spec.block_size = static_cast<int>(block_size);
   spec.max_tokens = token_capacity(tokens);
-  if (op == Op::indexer_topk || op == Op::indexer_logits || op == Op::indexer_k_store) {
+  if (op_is_indexer(op)) {
     spec.head_dim = kIndexDim;
     spec.head_dim_v = 0;
   }
@@ -68,6 +69,7 @@ struct SpecOf {
     AttentionSpec spec = base_spec(op, p.heads, p.block_size, p.tokens);
     spec.q_dtype = p.q_dtype;
     spec.topk = static_cast<int>(topk);
+    spec.kpool = static_cast<int>(p.kpool);
     return spec;
   }
   AttentionSpec operator()(const IndexerTopkProblem& p) const { return indexer(Op::indexer_topk, p, p.topk); }
@@ -83,6 +85,11 @@ struct SpecOf {
   }
   AttentionSpec operator()(const LogicalToSlotsProblem& p) const {
     return base_spec(Op::logical_to_slots, 1, p.args->block_size, p.tokens);
+  }
+  AttentionSpec operator()(const IndexerPoolStoreProblem& p) const {
+    AttentionSpec spec = base_spec(Op::indexer_pool_store, 1, p.block_size(), p.tokens);
+    spec.kpool = static_cast<int>(p.kpool);
+    return spec;
   }
 };
 
@@ -131,6 +138,10 @@ void check_fits(const Problem& problem, const AttentionSpec& spec, Device device
   // A kernel computes the rows it was made for: with rope (576) or without (512).
   if (op == Op::sparse_mla || op == Op::mla_decode || op == Op::kv_store) {
     require_equal(op, "head_dim", spec.head_dim, call.head_dim);
+  }
+  // A kernel scores pools of the size it was made for, or single tokens (kpool 0).
+  if (op_is_indexer(op) && call.kpool != spec.kpool) {
+    mismatch(op, "kpool", std::to_string(spec.kpool), std::to_string(call.kpool));
   }
   if (call.topk_lens && !spec.topk_lens) {
     throw Error(ErrorCode::invalid_argument,

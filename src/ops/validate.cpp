@@ -109,10 +109,12 @@ void check_rope_dim(std::string_view op, int rope_dim) {
 // The indexer K cache: a page of block_size tokens is block_size*128 e4m3 codes followed by
 // block_size f32 scales; the [.., block_size, 132] shape only sizes the page, so a page must
 // be one contiguous run of bytes.
-CacheLayout check_indexer_cache(std::string_view op, const TensorView& t) {
+CacheLayout check_indexer_cache(std::string_view op, const TensorView& t, bool pooled = false) {
   ArgCheck c(op, "k_cache", t,
-             "[num_blocks, block_size, 132] u8 pages (block_size*128 e4m3 codes, then "
-             "block_size f32 scales)");
+             pooled ? "[num_blocks, block_size / kpool, 132] u8 pool pages (one row per pool: rows*128 e4m3 "
+                      "codes, then rows f32 scales)"
+                    : "[num_blocks, block_size, 132] u8 pages (block_size*128 e4m3 codes, then "
+                      "block_size f32 scales)");
   c.required().rank(3).dtype(DType::u8).memory().size(2, kIndexBytesPerToken,
                                                        "128 e4m3 codes + one f32 scale per token");
   check_paging(op, "k_cache", c);
@@ -126,8 +128,10 @@ CacheLayout check_indexer_cache(std::string_view op, const TensorView& t) {
   }
   if (t.size(0) > 1 && t.stride(0) % 16 != 0) {
     c.fail(fmt::format("page stride {} bytes is not a multiple of 16", t.stride(0)),
-           "Use a block_size that is a multiple of 4 (a page is block_size*132 bytes) or pad "
-           "pages to a multiple of 16 bytes.");
+           pooled ? "Use a block_size whose pool rows (block_size / kpool) are a multiple of 4 (a page is "
+                    "rows*132 bytes; GLM-5.3-Flash's 64-token blocks have 16) or pad pages to a multiple of 16 bytes."
+                  : "Use a block_size that is a multiple of 4 (a page is block_size*132 bytes) or pad "
+                    "pages to a multiple of 16 bytes.");
   }
   c.non_overlapping();
   return {t.size(0), t.size(1), CacheFormat::bf16};
@@ -295,8 +299,18 @@ static MlaDecodeShape shape_of(const MlaDecodeArgs& a) {
 
 namespace {
 
+// kpool of the pooled indexer: 2..16 (GLM-5.3-Flash: 4). `zero_ok`: 0 selects the per-token indexer.
+void check_kpool(std::string_view op, int kpool, bool zero_ok) {
+  if ((zero_ok && kpool == 0) || (kpool >= kMinKpool && kpool <= kMaxKpool)) return;
+  fail_argument(op, fmt::format("kpool is {}; expected {}{}..{} tokens per pool (GLM-5.3-Flash: 4, its "
+                                "index_kpool). Set it from the model's index_kpool{}.",
+                                kpool, zero_ok ? "0 (the per-token indexer) or " : "", kMinKpool, kMaxKpool,
+                                zero_ok ? ", or 0 for a model without a pooled indexer" : ""));
+}
+
 IndexerShape validate_indexer_inputs(std::string_view op, const IndexerInputs& in) {
   IndexerShape s;
+  check_kpool(op, in.kpool, true);
   ArgCheck q(op, "q", in.q, "[T, H_i, 128] e4m3 (with q_scale) or bf16");
   q.required().rank(3).dtype_in({DType::e4m3, DType::bf16}).memory();
   q.size(2, kIndexDim, "the index head dim");
@@ -320,9 +334,17 @@ IndexerShape validate_indexer_inputs(std::string_view op, const IndexerInputs& i
   w.required().rank(2).dtype(DType::f32).memory();
   w.size(0, s.tokens, "T, the tokens of q").size(1, s.heads, "H_i, the index heads of q");
 
-  const CacheLayout cache = check_indexer_cache(op, in.k_cache);
+  const CacheLayout cache = check_indexer_cache(op, in.k_cache, in.kpool > 0);
   s.num_blocks = cache.num_blocks;
-  s.block_size = cache.block_size;
+  s.kpool = in.kpool;
+  s.pool_rows = cache.block_size;
+  // Pooled: a block of the (token) block table holds kpool tokens per pool row.
+  s.block_size = in.kpool > 0 ? in.kpool * cache.block_size : cache.block_size;
+  if (s.block_size > kMaxSize) {
+    fail_argument(op, fmt::format("k_cache has {} pool rows per block and kpool is {}: {} tokens per block, "
+                                  "more than int32 positions address. Use smaller blocks.",
+                                  cache.block_size, in.kpool, s.block_size));
+  }
 
   check_block_table_arg(op, in.block_table);
   s.batch = in.block_table.size(0);
@@ -339,8 +361,8 @@ IndexerShape validate_indexer_inputs(std::string_view op, const IndexerInputs& i
 }
 
 void check_indexer_output_apart(std::string_view op, std::string_view name, const TensorView& out,
-                                const IndexerInputs& in) {
-  check_outputs_apart(op, {{name, out}},
+                                const IndexerInputs& in, const TensorView& out_lens = {}) {
+  check_outputs_apart(op, {{name, out}, {"out_lens", out_lens}},
                       {{"q", in.q}, {"q_scale", in.q_scale}, {"weights", in.weights},
                        {"k_cache", in.k_cache}, {"block_table", in.block_table},
                        {"token_request", in.token_request}, {"visible_lens", in.visible_lens}});
@@ -362,7 +384,35 @@ static IndexerShape shape_of(const IndexerTopkArgs& a) {
                                   "IndexKind::physical.",
                                   static_cast<int>(a.kind)));
   }
-  check_indexer_output_apart(op, "indices", a.indices, a.in);
+  if (!s.pooled()) {
+    // The pool arguments mean nothing to the per-token indexer: refuse them rather than ignore them.
+    if (a.pool_topk != 0 || a.select_tail || a.out_lens.defined()) {
+      fail_argument(op, fmt::format("pool_topk = {}, select_tail = {}{} are arguments of the pooled indexer, "
+                                    "but kpool is 0 (the per-token indexer). Set kpool (GLM-5.3-Flash: 4) for "
+                                    "a pooled indexer, or drop them: the per-token indexer lists its valid "
+                                    "entries first, so a row's length is its count of entries >= 0.",
+                                    a.pool_topk, a.select_tail, a.out_lens.defined() ? ", out_lens given" : ""));
+    }
+  } else {
+    if (a.pool_topk < 1 || a.pool_topk > kMaxTopk / s.kpool) {
+      fail_argument(op, fmt::format("pool_topk is {}; expected 1..{} pools per query (topk / kpool; "
+                                    "GLM-5.3-Flash: 512 = index_topk 2048 / kpool 4).",
+                                    a.pool_topk, kMaxTopk / s.kpool));
+    }
+    s.pool_topk = a.pool_topk;
+    s.select_tail = a.select_tail;
+    const int64_t need = s.kpool * s.pool_topk + (s.select_tail ? s.kpool - 1 : 0);
+    if (s.topk < need) {
+      idx.fail(fmt::format("has {} columns, fewer than the {} positions a query may get (kpool {} x pool_topk "
+                           "{}{})",
+                           s.topk, need, s.kpool, s.pool_topk, s.select_tail ? fmt::format(" + {} tail", s.kpool - 1) : ""),
+               fmt::format("Make indices at least {} columns wide (unused columns are -1; vLLM's 2176 are fine), "
+                           "or lower pool_topk.",
+                           need));
+    }
+    check_i32_vector(op, "out_lens", a.out_lens, s.tokens, "T, the tokens of q", false);
+  }
+  check_indexer_output_apart(op, "indices", a.indices, a.in, a.out_lens);
   return s;
 }
 
@@ -439,6 +489,56 @@ static KvStoreShape shape_of(const IndexerKStoreArgs& a) {
   return s;
 }
 
+static PoolStoreShape shape_of(const IndexerPoolStoreArgs& a) {
+  constexpr std::string_view op = "indexer_pool_store";
+  PoolStoreShape s;
+  check_kpool(op, a.kpool, false);
+  s.kpool = a.kpool;
+  ArgCheck k(op, "k", a.k, "[T, 128] bf16");
+  k.required().rank(2).dtype(DType::bf16).memory().size(1, kIndexDim, "the index head dim");
+  k.vector_rows();
+  s.tokens = a.k.size(0);
+  ArgCheck gate(op, "gate", a.gate, LayoutText("[T, 128] = [{}, 128] bf16 or f32", s.tokens));
+  gate.required().rank(2).dtype_in({DType::bf16, DType::f32}).memory();
+  gate.size(0, s.tokens, "T, the tokens of k").size(1, kIndexDim, "the index head dim");
+  ArgCheck ape(op, "ape", a.ape, LayoutText("[kpool, 128] = [{}, 128] f32 or bf16", s.kpool));
+  ape.required().rank(2).dtype_in({DType::f32, DType::bf16}).memory();
+  ape.size(0, s.kpool, "kpool, the tokens per pool").size(1, kIndexDim, "the index head dim");
+  check_i32_vector(op, "positions", a.positions, s.tokens, "T, the tokens of k", true);
+  check_i32_vector(op, "token_request", a.token_request, s.tokens, "T, the tokens of k", false);
+  check_block_table_arg(op, a.block_table);
+  s.batch = a.block_table.size(0);
+  s.max_blocks = a.block_table.size(1);
+  if (!a.token_request.defined() && s.batch < s.tokens) {
+    fail_argument(op, fmt::format("block_table has {} rows but token_request is absent, so token t is of "
+                                  "request t and {} rows are needed. Pass token_request (the block_table "
+                                  "and pool_state row of each token) or one row per token.",
+                                  s.batch, s.tokens));
+  }
+  const CacheLayout cache = check_indexer_cache(op, a.k_cache, true);
+  s.num_blocks = cache.num_blocks;
+  s.pool_rows = cache.block_size;
+  if (s.block_size() > kMaxSize) {
+    fail_argument(op, fmt::format("k_cache has {} pool rows per block and kpool is {}: {} tokens per block, "
+                                  "more than int32 positions address. Use smaller blocks.",
+                                  s.pool_rows, s.kpool, s.block_size()));
+  }
+  ArgCheck st(op, "pool_state", a.pool_state,
+              LayoutText("[B, kpool - 1, 2, 128] = [{}, {}, 2, 128] f32 (the k and gate of each request's "
+                         "incomplete pool)",
+                         s.batch, s.kpool - 1));
+  st.required().rank(4).dtype(DType::f32).memory();
+  st.size(0, s.batch, "B, the rows of block_table").size(1, s.kpool - 1, "kpool - 1, the slots before a pool's last");
+  st.size(2, 2, "k and gate").size(3, kIndexDim, "the index head dim");
+  st.non_overlapping();
+  check_scale_kind(op, a.scale_kind);
+  // Both the pages and the state are written in place.
+  check_outputs_apart(op, {{"k_cache", a.k_cache}, {"pool_state", a.pool_state}},
+                      {{"k", a.k}, {"gate", a.gate}, {"ape", a.ape}, {"positions", a.positions},
+                       {"token_request", a.token_request}, {"block_table", a.block_table}});
+  return s;
+}
+
 static LogicalToSlotsShape shape_of(const LogicalToSlotsArgs& a) {
   constexpr std::string_view op = "logical_to_slots";
   LogicalToSlotsShape s;
@@ -511,6 +611,7 @@ IndexerLogitsProblem validate(const IndexerLogitsArgs& a) { return problem_of("i
 KvStoreProblem validate(const KvStoreArgs& a) { return problem_of("kv_store", a); }
 IndexerKStoreProblem validate(const IndexerKStoreArgs& a) { return problem_of("indexer_k_store", a); }
 LogicalToSlotsProblem validate(const LogicalToSlotsArgs& a) { return problem_of("logical_to_slots", a); }
+IndexerPoolStoreProblem validate(const IndexerPoolStoreArgs& a) { return problem_of("indexer_pool_store", a); }
 
 Problem make_problem(const OpArgs& args) {
   return std::visit([](const auto& a) -> Problem { return validate(a); }, args);

@@ -249,7 +249,8 @@ void expect_glm53_flash(const ModelSpec& m) {
   EXPECT_EQ(m.num_layers, 45);
   EXPECT_EQ(m.mla_layers, kGlm53DsaLayers);
   EXPECT_EQ(m.mtp_layers, 1);
-  EXPECT_EQ(m.layer_ops(), (std::vector<Op>{Op::kv_store, Op::sparse_mla}));
+  EXPECT_EQ(m.layer_ops(),
+            (std::vector<Op>{Op::kv_store, Op::indexer_pool_store, Op::indexer_topk, Op::sparse_mla}));
 }
 
 // The preset, and the published config's architecture fields as a fixture (nested text_config,
@@ -268,8 +269,9 @@ TEST(Glm53Flash, CoverageNamesTheLayersLatteServesAndWhatIsMissing) {
   EXPECT_EQ(m.coverage(),
             "glm-5.3-flash is hybrid: latte computes the attention of its 11 DSA layers (3, 7, 11, 15, 19, "
             "23, 27, 31, 35, 39, 43) and of its 1 MTP layer; its other 34 layers are linear attention, which "
-            "is not latte's. Its indexer scores pools of 4 tokens (index_kpool 4), which latte does not "
-            "compute yet: latte serves its kv_store and sparse_mla, the indices come from the engine.");
+            "is not latte's. Its indexer scores pools of 4 tokens (index_kpool 4): indexer_pool_store writes "
+            "the pool keys and indexer_topk selects pools on cpu.reference so far (no CUDA backend computes "
+            "the pooled indexer yet).");
   for (const char* whole : {"glm-5", "deepseek-v3.2", "deepseek-v3", "kimi-k2"}) {
     EXPECT_EQ(load_model(whole).coverage(), "") << whole;
   }
@@ -292,15 +294,30 @@ TEST(Glm53Flash, AttentionSpecsHaveHeadDim512AndRefuseWhatLatteLacks) {
             "model=glm-5.3-flash");
   EXPECT_EQ(attention_spec(m, Op::kv_store).head_dim, 512);
   EXPECT_EQ(attention_spec(m, Op::logical_to_slots).topk, 2051);
-  for (Op op : {Op::indexer_topk, Op::indexer_logits, Op::indexer_k_store}) {
-    try {
-      (void)attention_spec(m, op);
-      FAIL() << to_string(op);
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::unsupported);
-      EXPECT_THAT(e.what(), HasSubstr("glm-5.3-flash has a pooled indexer (index_kpool 4"));
-      EXPECT_THAT(e.what(), HasSubstr("latte serves this model's kv_store and sparse_mla"));
-    }
+  // The pooled indexer: token columns (512 pools x 4 + 3 tail) and kpool in the spec.
+  const AttentionSpec topk = attention_spec(m, Op::indexer_topk);
+  EXPECT_EQ(topk.topk, 2051);
+  EXPECT_EQ(topk.kpool, 4);
+  EXPECT_EQ(topk.num_heads, 32);
+  EXPECT_EQ(topk.block_size, 64);  // tokens per block: the pool pages hold 16 rows
+  EXPECT_EQ(topk.summary(), "indexer_topk H=32 d=128 q=e4m3 block=64 topk=2051 kpool=4 model=glm-5.3-flash");
+  EXPECT_EQ(attention_spec(m, Op::indexer_logits).kpool, 4);
+  EXPECT_EQ(attention_spec(m, Op::indexer_pool_store).kpool, 4);
+  EXPECT_EQ(attention_spec(m, Op::indexer_pool_store).head_dim, 128);
+  try {
+    (void)attention_spec(m, Op::indexer_k_store);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("glm-5.3-flash has a pooled indexer (index_kpool 4): its keys are written per "
+                                    "pool by indexer_pool_store"));
+  }
+  try {
+    (void)attention_spec(load_model("glm-5"), Op::indexer_pool_store);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(e.what(), HasSubstr("glm-5 scores single tokens: its keys are written by indexer_k_store"));
   }
   try {
     (void)attention_spec(m, Op::mla_decode);
@@ -336,8 +353,20 @@ TEST(Glm53Flash, CoverageOfAPooledIndexerAlone) {
       "pooled");
   EXPECT_EQ(m.mla_layers, (std::vector<int>{0, 1}));
   EXPECT_EQ(m.indexer->attended_tokens(), 512);  // no tail unless index_kpool_always_select_tail
-  EXPECT_EQ(m.coverage(), "pooled's indexer scores pools of 4 tokens (index_kpool 4), which latte does not "
-                          "compute yet: latte serves its kv_store and sparse_mla, the indices come from the engine.");
+  EXPECT_EQ(m.coverage(), "pooled's indexer scores pools of 4 tokens (index_kpool 4 without index_kpool_compress), "
+                          "which latte does not compute (it computes index_kpool_compress pools of 2..16 tokens): "
+                          "latte serves its kv_store and sparse_mla, the indices come from the engine.");
+  EXPECT_EQ(m.layer_ops(), (std::vector<Op>{Op::kv_store, Op::sparse_mla}));
+  for (Op op : {Op::indexer_topk, Op::indexer_logits, Op::indexer_pool_store}) {
+    try {
+      (void)attention_spec(m, op);
+      FAIL() << to_string(op);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::unsupported);
+      EXPECT_THAT(e.what(), HasSubstr("pooled pools index_kpool 4 tokens without index_kpool_compress"));
+      EXPECT_THAT(e.what(), HasSubstr("latte serves this model's kv_store and sparse_mla"));
+    }
+  }
 }
 
 // ---- Malformed configs -------------------------------------------------------------------

@@ -258,6 +258,13 @@ latte::OpArgs valid_call(latte::Op op) {
     case latte::Op::logical_to_slots:
       return latte::LogicalToSlotsArgs{view(0, DType::i32, {2, 8}), view(1, DType::i32, {2, 4}), {},
                                        view(2, DType::i32, {2, 8}), 16};
+    case latte::Op::indexer_pool_store:  // kpool 4: pool pages of 4 rows, 16-token blocks
+      return latte::IndexerPoolStoreArgs{view(0, DType::bf16, {2, 128}), view(1, DType::f32, {2, 128}),
+                                         view(2, DType::f32, {4, 128}),  view(3, DType::i32, {2}),
+                                         {},                            view(4, DType::i32, {2, 4}),
+                                         view(5, DType::u8, {4, 4, 132}), view(6, DType::f32, {2, 3, 2, 128}),
+                                         latte::Fp8ScaleKind::pow2,      true,
+                                         4};
   }
   broken("unknown op");
 }
@@ -284,6 +291,7 @@ Fields fields_of(latte::OpArgs& args) {
   } else if (auto* a = std::get_if<latte::IndexerTopkArgs>(&args)) {
     indexer(a->in);
     f.tensors.push_back(&a->indices);
+    f.tensors.push_back(&a->out_lens);
   } else if (auto* a = std::get_if<latte::IndexerLogitsArgs>(&args)) {
     indexer(a->in);
     f.tensors.push_back(&a->logits);
@@ -294,6 +302,10 @@ Fields fields_of(latte::OpArgs& args) {
   } else if (auto* a = std::get_if<latte::LogicalToSlotsArgs>(&args)) {
     f.tensors = {&a->positions, &a->block_table, &a->token_request, &a->slots};
     f.block_size = &a->block_size;
+  } else if (auto* a = std::get_if<latte::IndexerPoolStoreArgs>(&args)) {
+    f.tensors = {&a->k,           &a->gate,    &a->ape,        &a->positions,
+                 &a->token_request, &a->block_table, &a->k_cache, &a->pool_state};
+    f.block_size = &a->kpool;  // the int scalar fuzzed alike
   }
   return f;
 }

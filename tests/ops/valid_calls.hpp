@@ -48,6 +48,16 @@ struct ValidCalls {
   HostTensor nope_fp8_cache{DType::u8, {NB, BS, 528}};
   HostTensor topk_lens{DType::i32, {T}};
 
+  // The pooled indexer, kpool 2: pool pages of 4 rows (8 tokens per block of iblock_table).
+  static constexpr int KPOOL = 2;
+  HostTensor pool_cache{DType::u8, {NB, 4, 132}};
+  HostTensor pool_indices{DType::i32, {T, 5}};  // kpool 2 x pool_topk 2 + 1 tail
+  HostTensor out_lens{DType::i32, {T}};
+  HostTensor gate{DType::f32, {T, 128}};
+  HostTensor ape{DType::f32, {KPOOL, 128}};
+  HostTensor token_positions{DType::i32, {T}};
+  HostTensor pool_state{DType::f32, {T, KPOOL - 1, 2, 128}};
+
   ValidCalls() {
     std::mt19937 rng(1);
     for (const HostTensor* t : {&q, &bf16_cache, &dq, &latent, &rope, &k, &nope_q, &nope_bf16_cache}) {
@@ -72,6 +82,8 @@ struct ValidCalls {
     const int32_t mapping[T] = {0, 5, 15, -1};
     for (int64_t i = 0; i < T; ++i) slot_mapping.at<int32_t>(i) = mapping[i];
     for (int64_t i = 0; i < T * TOPK; ++i) positions.at<int32_t>(i) = static_cast<int32_t>(i % 8) - 1;
+    const int32_t pool_positions[T] = {0, 1, 5, -1};
+    for (int64_t i = 0; i < T; ++i) token_positions.at<int32_t>(i) = pool_positions[i];
   }
 
   SparseMlaArgs sparse_mla() const {
@@ -97,6 +109,22 @@ struct ValidCalls {
   }
   IndexerKStoreArgs indexer_k_store() const { return {k, slot_mapping, k_cache, Fp8ScaleKind::pow2}; }
   LogicalToSlotsArgs logical_to_slots() const { return {positions, iblock_table, {}, slots, 4}; }
+  IndexerInputs pooled_inputs() const {
+    IndexerInputs in{iq, iq_scale, iweights, pool_cache, iblock_table, {}, visible_lens};
+    in.kpool = KPOOL;
+    return in;
+  }
+  IndexerTopkArgs pooled_topk() const {
+    IndexerTopkArgs a{pooled_inputs(), pool_indices, IndexKind::physical};
+    a.pool_topk = 2;
+    a.select_tail = true;
+    a.out_lens = out_lens;
+    return a;
+  }
+  IndexerLogitsArgs pooled_logits() const { return {pooled_inputs(), logits}; }
+  IndexerPoolStoreArgs pool_store() const {
+    return {k, gate, ape, token_positions, {}, iblock_table, pool_cache, pool_state, Fp8ScaleKind::pow2, true, KPOOL};
+  }
 };
 
 }  // namespace latte::testing

@@ -453,6 +453,127 @@ std::vector<BadCase> bad_cases() {
          return OpArgs(a);
        },
        {"sparse_mla: indices[3, 1] = 16 is out of range"}},
+      // ---- the pooled indexer ----
+      {"pool_store_kpool_0", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.kpool = 0; return OpArgs(a); },
+       {"indexer_pool_store: kpool is 0; expected 2..16 tokens per pool", "index_kpool"}},
+      {"pool_store_kpool_17", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.kpool = 17; return OpArgs(a); },
+       {"indexer_pool_store: kpool is 17; expected 2..16"}},
+      {"pool_store_k_dtype", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.k = with_dtype(a.k, DType::f32); return OpArgs(a); },
+       {"indexer_pool_store: k has dtype f32"}},
+      {"pool_store_gate_dtype", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.gate = with_dtype(a.gate, DType::i32); return OpArgs(a); },
+       {"indexer_pool_store: gate has dtype i32", "bf16 or f32"}},
+      {"pool_store_gate_rows", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.gate = with_shape(a.gate, {3, 128}); return OpArgs(a); },
+       {"indexer_pool_store: gate has 3 in dimension 0, not 4 (T, the tokens of k)"}},
+      {"pool_store_ape_rows", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.ape = with_shape(a.ape, {1, 128}); return OpArgs(a); },
+       {"indexer_pool_store: ape has 1 in dimension 0, not 2 (kpool, the tokens per pool)"}},
+      {"pool_store_ape_dtype", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.ape = with_dtype(a.ape, DType::e4m3); return OpArgs(a); },
+       {"indexer_pool_store: ape has dtype e4m3", "f32 or bf16"}},
+      {"pool_store_positions_absent", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.positions = {}; return OpArgs(a); },
+       {"indexer_pool_store: positions is absent"}},
+      {"pool_store_token_request_length", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.token_request = with_shape(c.slot_mapping, {3}); return OpArgs(a); },
+       {"indexer_pool_store: token_request has 3 in dimension 0, not 4"}},
+      {"pool_store_too_few_rows", Stage::validate,
+       [](C c) {
+         auto a = c.pool_store();
+         a.block_table = with_shape(a.block_table, {2, 2});
+         a.pool_state = with_shape(a.pool_state, {2, 1, 2, 128});
+         return OpArgs(a);
+       },
+       {"indexer_pool_store: block_table has 2 rows but token_request is absent", "Pass token_request"}},
+      {"pool_store_cache_width", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.k_cache = with_shape(a.k_cache, {4, 4, 128}); return OpArgs(a); },
+       {"indexer_pool_store: k_cache has 128 in dimension 2, not 132", "block_size / kpool"}},
+      {"pool_store_page_stride", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.k_cache = with_shape(a.k_cache, {4, 2, 132}); return OpArgs(a); },
+       {"indexer_pool_store: k_cache page stride 264 bytes is not a multiple of 16",
+        "pool rows (block_size / kpool) are a multiple of 4"}},
+      {"pool_store_state_slots", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.pool_state = with_shape(a.pool_state, {4, 3, 2, 128}); return OpArgs(a); },
+       {"indexer_pool_store: pool_state has 3 in dimension 1, not 1 (kpool - 1", "[B, kpool - 1, 2, 128]"}},
+      {"pool_store_state_rows", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.pool_state = with_shape(a.pool_state, {2, 1, 2, 128}); return OpArgs(a); },
+       {"indexer_pool_store: pool_state has 2 in dimension 0, not 4 (B, the rows of block_table)"}},
+      {"pool_store_state_dtype", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.pool_state = with_dtype(a.pool_state, DType::bf16); return OpArgs(a); },
+       {"indexer_pool_store: pool_state has dtype bf16", "f32"}},
+      {"pool_store_state_absent", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.pool_state = {}; return OpArgs(a); },
+       {"indexer_pool_store: pool_state is absent"}},
+      {"pool_store_state_over_k", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.pool_state = over(a.pool_state, c.gate); return OpArgs(a); },
+       {"indexer_pool_store: pool_state shares memory with gate"}},
+      {"pool_store_k_inside_cache", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.k = over(a.k, c.pool_cache); return OpArgs(a); },
+       {"indexer_pool_store: k_cache shares memory with k"}},
+      {"pool_store_scale_kind", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.scale_kind = static_cast<Fp8ScaleKind>(7); return OpArgs(a); },
+       {"indexer_pool_store: scale_kind is 7"}},
+      {"pool_store_on_cuda", Stage::validate,
+       [](C c) { auto a = c.pool_store(); a.pool_state = on_cuda(a.pool_state); return OpArgs(a); },
+       {"indexer_pool_store: tensors are on different devices", "pool_state is on cuda:0"}},
+      {"pool_store_position_out_of_range", Stage::check_mode,
+       [](C c) { auto a = c.pool_store(); c.token_positions.at<int32_t>(1) = 16; return OpArgs(a); },
+       {"indexer_pool_store: positions[1] = 16 is out of range; allowed -1..15", "-1 (skip)"}},
+      {"pool_store_position_below_minus_1", Stage::check_mode,
+       [](C c) { auto a = c.pool_store(); c.token_positions.at<int32_t>(3) = -5; return OpArgs(a); },
+       {"indexer_pool_store: positions[3] = -5 is out of range"}},
+      {"pool_store_token_request_out_of_range", Stage::check_mode,
+       [](C c) {
+         auto a = c.pool_store();
+         a.token_request = c.slot_mapping;  // {0, 5, 15, -1}
+         return OpArgs(a);
+       },
+       {"indexer_pool_store: token_request[1] = 5 is out of range; allowed 0..3"}},
+      {"pool_store_block_out_of_range", Stage::check_mode,
+       [](C c) { auto a = c.pool_store(); c.iblock_table.at<int32_t>(2 * 2) = 9; return OpArgs(a); },
+       {"indexer_pool_store: block_table[2, 0] = 9"}},
+      {"pooled_topk_kpool_1", Stage::validate,
+       [](C c) { auto a = c.pooled_topk(); a.in.kpool = 1; return OpArgs(a); },
+       {"indexer_topk: kpool is 1; expected 0 (the per-token indexer) or 2..16", "index_kpool"}},
+      {"pooled_logits_kpool_32", Stage::validate,
+       [](C c) { auto a = c.pooled_logits(); a.in.kpool = 32; return OpArgs(a); },
+       {"indexer_logits: kpool is 32; expected 0 (the per-token indexer) or 2..16"}},
+      {"pooled_topk_pool_topk_0", Stage::validate,
+       [](C c) { auto a = c.pooled_topk(); a.pool_topk = 0; return OpArgs(a); },
+       {"indexer_topk: pool_topk is 0; expected 1..32768 pools per query", "512"}},
+      {"pooled_topk_indices_too_narrow", Stage::validate,
+       [](C c) { auto a = c.pooled_topk(); a.indices = with_shape(a.indices, {4, 4}); return OpArgs(a); },
+       {"indexer_topk: indices has 4 columns, fewer than the 5 positions a query may get (kpool 2 x pool_topk 2 + 1 tail)",
+        "at least 5 columns wide", "2176"}},
+      {"pooled_topk_out_lens_length", Stage::validate,
+       [](C c) { auto a = c.pooled_topk(); a.out_lens = with_shape(a.out_lens, {3}); return OpArgs(a); },
+       {"indexer_topk: out_lens has 3 in dimension 0, not 4"}},
+      {"pooled_topk_out_lens_over_indices", Stage::validate,
+       [](C c) { auto a = c.pooled_topk(); a.out_lens = over(a.out_lens, c.pool_indices); return OpArgs(a); },
+       {"indexer_topk: indices shares memory with out_lens"}},
+      {"pooled_topk_out_lens_over_q", Stage::validate,
+       [](C c) { auto a = c.pooled_topk(); a.out_lens = over(a.out_lens, c.iq_scale); return OpArgs(a); },
+       {"indexer_topk: out_lens shares memory with q_scale"}},
+      {"pooled_topk_page_stride", Stage::validate,
+       [](C c) { auto a = c.pooled_topk(); a.in.k_cache = with_shape(a.in.k_cache, {4, 2, 132}); return OpArgs(a); },
+       {"indexer_topk: k_cache page stride 264 bytes", "block_size / kpool"}},
+      {"token_topk_with_pool_topk", Stage::validate,
+       [](C c) { auto a = c.indexer_topk(); a.pool_topk = 512; return OpArgs(a); },
+       {"indexer_topk: pool_topk = 512, select_tail = false are arguments of the pooled indexer, but kpool is 0",
+        "Set kpool"}},
+      {"token_topk_with_select_tail", Stage::validate,
+       [](C c) { auto a = c.indexer_topk(); a.select_tail = true; return OpArgs(a); },
+       {"select_tail = true are arguments of the pooled indexer"}},
+      {"token_topk_with_out_lens", Stage::validate,
+       [](C c) { auto a = c.indexer_topk(); a.out_lens = c.out_lens; return OpArgs(a); },
+       {"out_lens given are arguments of the pooled indexer", "count of entries >= 0"}},
+      {"pooled_topk_visible_out_of_range", Stage::check_mode,
+       [](C c) { auto a = c.pooled_topk(); c.visible_lens.at<int32_t>(2) = 17; return OpArgs(a); },
+       {"indexer_topk: visible_lens[2] = 17 is out of range; allowed 0..16"}},
       {"position_out_of_range", Stage::check_mode,
        [](C c) {
          auto a = c.logical_to_slots();
@@ -534,10 +655,21 @@ TEST(Validate, ValidCallsPassAndReportTheirSizes) {
   fp8_nope.kv_cache = c.fp8_cache;  // 656-byte rows, the last 128 bytes reserved
   EXPECT_EQ(validate(fp8_nope).format, CacheFormat::fp8_ds_mla);
   EXPECT_EQ(validate(c.kv_store_nope()).rope_dim, 0);
+  const IndexerShape pooled = validate(c.pooled_topk());
+  EXPECT_EQ(pooled.kpool, 2);
+  EXPECT_EQ(pooled.pool_rows, 4);
+  EXPECT_EQ(pooled.block_size, 8);  // tokens per block
+  EXPECT_EQ(pooled.max_len(), 16);
+  EXPECT_EQ(pooled.pool_topk, 2);
+  EXPECT_TRUE(pooled.select_tail);
+  const PoolStoreShape store = validate(c.pool_store());
+  EXPECT_EQ(store.block_size(), 8);
+  EXPECT_EQ(store.batch, 4);
   for (const OpArgs& args : {OpArgs(c.sparse_mla()), OpArgs(c.mla_decode()), OpArgs(c.indexer_topk()),
                              OpArgs(c.indexer_logits()), OpArgs(c.kv_store()),
                              OpArgs(c.indexer_k_store()), OpArgs(c.logical_to_slots()),
-                             OpArgs(c.sparse_mla_nope()), OpArgs(fp8_nope), OpArgs(c.kv_store_nope())}) {
+                             OpArgs(c.sparse_mla_nope()), OpArgs(fp8_nope), OpArgs(c.kv_store_nope()),
+                             OpArgs(c.pooled_topk()), OpArgs(c.pooled_logits()), OpArgs(c.pool_store())}) {
     EXPECT_EQ(common_device(args), Device{});
     EXPECT_NO_THROW(run_reference(args, true)) << to_string(op_of(args));
   }

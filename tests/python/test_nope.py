@@ -122,10 +122,14 @@ def test_glm53_flash_model_spec():
     assert m["softmax_scale"] == 0.0625
     assert m["indexer"]["kpool"] == 4 and m["indexer"]["attended_tokens"] == 2051
     assert m["mla_layers"] == list(range(3, 45, 4)) and m["num_layers"] == 45 and m["mtp_layers"] == 1
-    assert m["layer_ops"] == ["kv_store", "sparse_mla"]
+    assert m["layer_ops"] == ["kv_store", "indexer_pool_store", "indexer_topk", "sparse_mla"]
     assert "its other 34 layers are linear attention, which is not latte's" in m["coverage"]
     assert latte.model_spec("glm-5")["coverage"] == ""
     s = latte.select("glm-5.3-flash")
     assert s.backend == "cpu.reference" and "d=512 (no rope)" in s.spec
-    with pytest.raises(latte.UnsupportedError, match="pooled indexer"):
-        latte.select("glm-5.3-flash", op="indexer_topk")
+    # The pooled indexer: cpu.reference on the CPU; the spec names kpool.
+    for op in ("indexer_topk", "indexer_pool_store", "indexer_logits"):
+        p = latte.select("glm-5.3-flash", op=op)
+        assert p.backend == "cpu.reference" and "kpool=4" in p.spec
+    with pytest.raises(latte.InvalidArgumentError, match="indexer_pool_store"):
+        latte.select("glm-5.3-flash", op="indexer_k_store")

@@ -70,6 +70,10 @@ BF16 = ml_dtypes.bfloat16
 E4M3 = ml_dtypes.float8_e4m3fn
 OPS = ("sparse_mla", "mla_decode", "indexer_topk", "indexer_logits", "kv_store",
        "indexer_k_store", "logical_to_slots")
+# Ops the soak does not generate yet, with why. indexer_pool_store (and indexer_topk with kpool) run
+# on cpu.reference only, against tests/ops/pooled_indexer_test.cpp and
+# tests/python/test_pooled_indexer_numpy.py; the soak's target is the GPU backends.
+NOT_SOAKED = {"indexer_pool_store": "no GPU backend computes the pooled indexer yet"}
 BLOCK_SIZES = (1, 13, 16, 64)
 POOL_TOKENS = 13 * 1024   # divisible by every block size above
 NUMPY_DTYPES = {"bf16": BF16, "e4m3": E4M3, "f32": np.float32, "f16": np.float16,
@@ -1998,7 +2002,7 @@ def main(argv=None, ops: Optional[dict] = None, out=sys.stdout) -> int:
         for name, fn in CORRUPTIONS.items():
             print(f"{name:28s} {' '.join((fn.__doc__ or '').split())}", file=out)
         return 0
-    missing = sorted(set(latte.ops.__all__) - set(OPS))
+    missing = sorted(set(latte.ops.__all__) - set(OPS) - set(NOT_SOAKED))
     if missing:
         print(f"soak.py does not call {missing}: add them to OPS and the generator", file=out)
         return 2

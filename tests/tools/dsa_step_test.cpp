@@ -154,8 +154,8 @@ TEST(DsaStep, AModelLatteCannotStepIsRefusedNamingWhatIsMissing) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot build a decode step of glm-5.3-flash: the step's indexer "
-                                               "stages (indexer_k_store, indexer_topk) have no pooled form"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot build a decode step of glm-5.3-flash: the step it builds has "
+                                               "the per-token indexer's stages (indexer_k_store, indexer_topk)"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("its other 34 layers are linear attention, which is not latte's"));
     EXPECT_THAT(e.what(), ::testing::HasSubstr("latte select --model glm-5.3-flash --op all"));
   }

@@ -184,10 +184,10 @@ StepPlan plan_step(const DsaStepConfig& config, const Context& context) {
   // them is named, with what latte does serve of it (`latte select --op all`).
   if (model.indexer->pooled()) {
     throw Error(ErrorCode::unsupported,
-                fmt::format("`latte run` cannot build a decode step of {}: the step's indexer stages "
-                            "(indexer_k_store, indexer_topk) have no pooled form in latte yet (no op writes pool "
-                            "keys or selects pools). {} See `latte select --model {} --op all` for the backends "
-                            "of what latte serves.",
+                fmt::format("`latte run` cannot build a decode step of {}: the step it builds has the per-token "
+                            "indexer's stages (indexer_k_store, indexer_topk); the pooled indexer's "
+                            "(indexer_pool_store, indexer_topk with kpool) run through latte::run. {} See "
+                            "`latte select --model {} --op all` for the backends of what latte serves.",
                             model.name, model.coverage(), config.model));
   }
   if (model.nope) {

@@ -14,5 +14,6 @@ void compute(const IndexerLogitsProblem& problem);
 void compute(const KvStoreProblem& problem);
 void compute(const IndexerKStoreProblem& problem);
 void compute(const LogicalToSlotsProblem& problem);
+void compute(const IndexerPoolStoreProblem& problem);
 
 }  // namespace latte::cpu_reference
