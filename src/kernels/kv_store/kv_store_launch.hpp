@@ -3,6 +3,7 @@
 // entries that are -1, negative or past the cache skip the token (check mode reports them instead).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace latte::cuda_kv_store {
@@ -49,8 +50,44 @@ struct LogicalToSlotsParams {
   int block_size = 0;
 };
 
+// indexer_pool_store (docs/operations.md): strides in elements of each tensor's dtype (k_cache in
+// bytes). Tokens are live when pos >= 0, 0 <= row < batch, pos < max_blocks * block size and the
+// block is in 0..num_blocks-1.
+struct IndexerPoolStoreParams {
+  const void* k = nullptr;  // [T, 128] bf16
+  int64_t k_st = 0;
+  const void* gate = nullptr;  // [T, 128] bf16 or f32
+  int64_t gate_st = 0;
+  bool gate_f32 = false;
+  const void* ape = nullptr;  // [kpool, 128] f32 or bf16
+  int64_t ape_st = 0;
+  bool ape_f32 = false;
+  const int32_t* positions = nullptr;  // [T]
+  int64_t pos_s = 0;
+  const int32_t* token_request = nullptr;  // [T] or null (row t)
+  int64_t tr_s = 0;
+  const int32_t* block_table = nullptr;  // [B, max_blocks]
+  int64_t bt_sr = 0, bt_sc = 0;
+  uint8_t* k_cache = nullptr;  // [nb, pool_rows, 132] pages, 16-byte aligned
+  int64_t page_stride = 0;     // bytes
+  float* pool_state = nullptr;  // [B, kpool - 1, 2, 128] f32
+  int64_t ps_sr = 0, ps_ss = 0, ps_sk = 0;  // row, slot, k/gate strides
+  int64_t tokens = 0, batch = 0, max_blocks = 0, num_blocks = 0;
+  int kpool = 0, pool_rows = 0;  // block size = kpool * pool_rows tokens
+  int pow2 = 0;
+  bool hadamard = false;
+  void* workspace = nullptr;  // pool_store_workspace_bytes(tokens) bytes, 16-byte aligned
+};
+
+// The workspace indexer_pool_store needs for a call of `tokens` tokens: two open-addressing hash
+// tables of 16-byte entries, each of capacity bit_ceil(2 * tokens) (0 for tokens <= 0).
+std::size_t pool_store_workspace_bytes(int64_t tokens);
+
 void launch_kv_store(const KvStoreParams& p, void* stream);
 void launch_indexer_k_store(const IndexerKStoreParams& p, void* stream);
 void launch_logical_to_slots(const LogicalToSlotsParams& p, void* stream);
+// Four launches on `stream` (clear the tables, insert the live tokens, the pool keys, the state):
+// no host synchronization, capturable in a CUDA graph.
+void launch_indexer_pool_store(const IndexerPoolStoreParams& p, void* stream);
 
 }  // namespace latte::cuda_kv_store

@@ -2,7 +2,10 @@
 // one-line description of each kernel.
 #include <cstdint>
 
+#include <fmt/format.h>
+
 #include "kernels/kv_store/kv_store_run.hpp"
+#include "latte/error.hpp"
 
 namespace latte::cuda_kv_store {
 namespace {
@@ -76,6 +79,54 @@ void launch(const LogicalToSlotsProblem& s, void* stream) {
   launch_logical_to_slots(p, stream);
 }
 
+void launch(const IndexerPoolStoreProblem& s, void* workspace, std::size_t workspace_bytes, void* stream) {
+  if (s.tokens <= 0) return;
+  const std::size_t need = pool_store_workspace_bytes(s.tokens);
+  if (workspace == nullptr || workspace_bytes < need || !aligned16(workspace)) {
+    throw Error(ErrorCode::invalid_argument,
+                fmt::format("indexer_pool_store: a call of {} tokens needs {} bytes of 16-byte aligned workspace "
+                            "(its hash tables) but the context gives {} bytes at {}. Make the kernel for at least "
+                            "{} tokens (AttentionSpec::max_tokens; latte::run does) and pass "
+                            "Kernel::workspace_bytes() of workspace.",
+                            s.tokens, need, workspace_bytes, workspace, s.tokens));
+  }
+  const IndexerPoolStoreArgs& a = *s.args;
+  IndexerPoolStoreParams p;
+  p.k = a.k.data;
+  p.k_st = a.k.stride(0);
+  p.gate = a.gate.data;
+  p.gate_st = a.gate.stride(0);
+  p.gate_f32 = a.gate.dtype == DType::f32;
+  p.ape = a.ape.data;
+  p.ape_st = a.ape.stride(0);
+  p.ape_f32 = a.ape.dtype == DType::f32;
+  p.positions = a.positions.ptr<const int32_t>();
+  p.pos_s = a.positions.stride(0);
+  if (a.token_request.defined()) {
+    p.token_request = a.token_request.ptr<const int32_t>();
+    p.tr_s = a.token_request.stride(0);
+  }
+  p.block_table = a.block_table.ptr<const int32_t>();
+  p.bt_sr = a.block_table.stride(0);
+  p.bt_sc = a.block_table.stride(1);
+  p.k_cache = a.k_cache.ptr<uint8_t>();
+  p.page_stride = a.k_cache.stride(0);
+  p.pool_state = a.pool_state.ptr<float>();
+  p.ps_sr = a.pool_state.stride(0);
+  p.ps_ss = a.pool_state.stride(1);
+  p.ps_sk = a.pool_state.stride(2);
+  p.tokens = s.tokens;
+  p.batch = s.batch;
+  p.max_blocks = s.max_blocks;
+  p.num_blocks = s.num_blocks;
+  p.kpool = static_cast<int>(s.kpool);
+  p.pool_rows = static_cast<int>(s.pool_rows);
+  p.pow2 = a.scale_kind == Fp8ScaleKind::pow2 ? 1 : 0;
+  p.hadamard = a.hadamard;
+  p.workspace = workspace;
+  launch_indexer_pool_store(p, stream);
+}
+
 std::string describe_cache_write(Op op, CacheFormat format, int head_dim) {
   const bool rope = head_dim != kLatentDim;
   switch (op) {
@@ -95,6 +146,12 @@ std::string describe_cache_write(Op op, CacheFormat format, int head_dim) {
       return "one warp per token: 128 values to e4m3 with one f32 scale (amax / 448, or the power of two at or "
              "above it when the call asks for pow2 scales) in the page's scale area, bit-identical to formats.hpp; "
              "slot -1 or outside the cache skips the token";
+    case Op::indexer_pool_store:
+      return "two hash tables in the workspace ((request, position) and (request, slot) -> the call's last live "
+             "token, atomicCAS + atomicMax), then one warp per completing token: the pool's slots from the call or "
+             "the state, the gated mix in float64, bf16, the optional Hadamard-128 in float64, bf16, quantized "
+             "like indexer_k_store (one f32 scale per pool row); then the state's (k, gate) per (request, slot); "
+             "no host synchronization, bit-identical to cpu.reference";
     case Op::logical_to_slots:
       return "one thread per (token, position): the block table's entry times block_size plus the offset; -1 for "
              "negative positions, positions past the table, negative blocks and slots past int32";

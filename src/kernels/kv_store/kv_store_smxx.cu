@@ -1,37 +1,21 @@
 // cuda.kv_store kernels: MLA cache writes (bf16, fp8_ds_mla), indexer K writes (e4m3 + f32
 // scale pages) and logical -> physical slot mapping. One warp per token for the stores; the
-// quantization is formats.cpp's, bit for bit: scale = fp8_group_scale(amax), code =
-// e4m3(x / scale) with the division in f32 (IEEE, round to nearest).
+// quantization is formats.cpp's, bit for bit (indexer_k_row.cuh, shared with
+// indexer_pool_store): scale = fp8_group_scale(amax), code = e4m3(x / scale) with the division
+// in f32 (IEEE, round to nearest).
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/conversions.cuh"
+#include "kernels/kv_store/indexer_k_row.cuh"
 #include "kernels/kv_store/kv_store_launch.hpp"
 
 namespace latte::cuda_kv_store {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
-constexpr float kE4m3MaxF = 448.0f;
-
-// |x| max where NaN wins (formats.cpp group_amax).
-__device__ __forceinline__ float nan_max(float a, float b) {
-  if (a != a) return a;
-  if (b != b) return b;
-  return a > b ? a : b;
-}
-
-// formats.cpp fp8_group_scale.
-__device__ __forceinline__ float group_scale(float amax, int pow2) {
-  if (amax == 0.0f) return 1.0f;
-  const float scale = amax / kE4m3MaxF;
-  if (!pow2 || !isfinite(scale) || scale == 0.0f) return scale;
-  int e2 = 0;
-  const float frac = frexpf(scale, &e2);
-  return frac == 0.5f ? scale : ldexpf(1.0f, e2);
-}
 
 // Slot of token t or -1 (skip): -1, negative or past the cache.
 __device__ __forceinline__ int64_t slot_of(const int32_t* sm, int64_t sm_s, int64_t t, int64_t num_slots) {
@@ -120,21 +104,9 @@ __global__ void indexer_k_store_kernel(IndexerKStoreParams p) {
   uint8_t* page = p.k_cache + blk * p.page_stride;
   const auto* k = reinterpret_cast<const uint16_t*>(p.k) + t * p.k_st;
   float x[4];
-  float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    x[i] = cuda::bf16_bits_to_float(k[4 * lane + i]);
-    amax = nan_max(amax, fabsf(x[i]));
-  }
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) amax = nan_max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float scale = group_scale(amax, p.pow2);
-  uint32_t w = 0;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) w |= static_cast<uint32_t>(cuda::float_to_e4m3(x[e] / scale)) << (8 * e);
-  // Pages are 16-byte aligned (validated) and token rows 128 bytes: 4-byte stores are aligned.
-  reinterpret_cast<uint32_t*>(page + off * 128)[lane] = w;
-  if (lane == 0) *reinterpret_cast<float*>(page + static_cast<int64_t>(p.block_size) * 128 + off * 4) = scale;
+  for (int i = 0; i < 4; ++i) x[i] = cuda::bf16_bits_to_float(k[4 * lane + i]);
+  store_indexer_k_row(x, page, p.block_size, off, p.pow2);
 }
 
 __global__ void logical_to_slots_kernel(LogicalToSlotsParams p) {
