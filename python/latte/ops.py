@@ -262,7 +262,8 @@ def indexer_topk(
     The pooled indexer (GLM-5.3-Flash, ``kpool`` 4; docs/operations.md, "The pooled indexer"):
     k_cache holds one key per pool of kpool tokens (written by :func:`indexer_pool_store`), only
     complete visible pools are scored, the best ``pool_topk`` pools expand to their kpool tokens
-    each (pools by descending score, each pool's tokens in order), then with ``select_tail`` the
+    each (each pool's tokens in order; the order of the pools is the backend's: cpu.reference by
+    descending score, the CUDA indexers by ascending pool), then with ``select_tail`` the
     up to kpool - 1 tokens of the incomplete pool follow; the rest of the row is -1.
 
     Args:

@@ -85,6 +85,7 @@ class IndexerKernel final : public Kernel {
           cuda::split_workspace_bound(tokens, 2 * kUnfusedLenHint, std::max(1, spec.topk), traits_.sm_count);
       workspace_ = std::max({fused, unfused, cuda::long_row_workspace_bytes(spec.topk, traits_.sm_count)});
     }
+    workspace_ += cuda::pooled_extra_workspace(spec);
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
@@ -99,13 +100,17 @@ class IndexerKernel final : public Kernel {
  protected:
   void compute(const Problem& problem, const RunContext& ctx) override {
     const cuda::ScopedTuning tuning(tuning_);
+    auto* stream = static_cast<cudaStream_t>(ctx.stream);
     if (const auto* a = std::get_if<IndexerTopkProblem>(&problem)) {
-      launch_indexer_topk(cuda::indexer_params(a->args->in, *a), cuda::topk_output(*a), TopkPath::automatic,
-                          ctx.workspace, ctx.workspace_bytes, traits_, ctx.stream);
+      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes, stream,
+                             [&](const cuda::IndexerParams& p, const cuda::TopkOutput& out, void* ws, std::size_t bytes) {
+                               launch_indexer_topk(p, out, TopkPath::automatic, ws, bytes, traits_, ctx.stream);
+                             });
     } else if (const auto* l = std::get_if<IndexerLogitsProblem>(&problem)) {
-      const TensorView& logits = l->args->logits;
-      launch_indexer_logits(cuda::indexer_params(l->args->in, *l), logits.ptr<float>(), logits.stride(0),
-                            logits.stride(1), l->logits_len, traits_, ctx.stream);
+      cuda::run_indexer_logits(*l, ctx.workspace, ctx.workspace_bytes, stream,
+                               [&](const cuda::IndexerParams& p, float* out, int64_t sr, int64_t sc, int64_t len) {
+                                 launch_indexer_logits(p, out, sr, sc, len, traits_, ctx.stream);
+                               });
     }
   }
 
@@ -128,12 +133,6 @@ class CudaIndexerBackend final : public Backend {
               indexer_capabilities(), "built-in"} {}
 
   [[nodiscard]] const BackendInfo& info() const override { return info_; }
-
-  // Its kernels score single tokens: the pooled indexer (GLM-5.3-Flash) is refused with its fix.
-  [[nodiscard]] std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo&) const override {
-    if (auto refused = pooled_indexer_refusal(info_.id, spec)) return {*refused};
-    return {};
-  }
 
   [[nodiscard]] std::unique_ptr<Kernel> make(const AttentionSpec& spec,
                                              const DeviceInfo& device) const override {

@@ -68,6 +68,7 @@ class IndexerKernel final : public Kernel {
       workspace_ = topk_workspace_bound(std::max<int64_t>(1, spec.max_tokens), topk_,
                                         device.sm_count > 0 ? device.sm_count : 132);
     }
+    workspace_ += cuda::pooled_extra_workspace(spec);
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
@@ -81,13 +82,17 @@ class IndexerKernel final : public Kernel {
   void compute(const Problem& problem, const RunContext& ctx) override {
     const cuda::ScopedTuning tuning(tuning_);
     if (sm_count_ <= 0) sm_count_ = current_sm_count();
+    auto* stream = static_cast<cudaStream_t>(ctx.stream);
     if (const auto* a = std::get_if<IndexerTopkProblem>(&problem)) {
-      launch_topk_sm90a(cuda::indexer_params(a->args->in, *a), cuda::topk_output(*a), TopkPath::automatic,
-                        ctx.workspace, ctx.workspace_bytes, sm_count_, ctx.stream);
+      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes, stream,
+                             [&](const cuda::IndexerParams& p, const cuda::TopkOutput& out, void* ws, std::size_t bytes) {
+                               launch_topk_sm90a(p, out, TopkPath::automatic, ws, bytes, sm_count_, ctx.stream);
+                             });
     } else if (const auto* l = std::get_if<IndexerLogitsProblem>(&problem)) {
-      const TensorView& logits = l->args->logits;
-      launch_logits_sm90a(cuda::indexer_params(l->args->in, *l), logits.ptr<float>(), logits.stride(0),
-                          logits.stride(1), l->logits_len, sm_count_, ctx.stream);
+      cuda::run_indexer_logits(*l, ctx.workspace, ctx.workspace_bytes, stream,
+                               [&](const cuda::IndexerParams& p, float* out, int64_t sr, int64_t sc, int64_t len) {
+                                 launch_logits_sm90a(p, out, sr, sc, len, sm_count_, ctx.stream);
+                               });
     }
   }
 
@@ -109,12 +114,6 @@ class HopperIndexerBackend final : public Backend {
               indexer_capabilities(), "built-in"} {}
 
   [[nodiscard]] const BackendInfo& info() const override { return info_; }
-
-  // Its kernels score single tokens: the pooled indexer (GLM-5.3-Flash) is refused with its fix.
-  [[nodiscard]] std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo&) const override {
-    if (auto refused = pooled_indexer_refusal(info_.id, spec)) return {*refused};
-    return {};
-  }
 
   [[nodiscard]] std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
     return std::make_unique<IndexerKernel>(spec, device);

@@ -132,7 +132,7 @@ std::optional<Reason> pooled_indexer_refusal(std::string_view who, const Attenti
   if (spec.kpool <= 0 || !(detail::kPoolOps & detail::op_bit(spec.op))) return std::nullopt;
   return Reason{"kpool", "kpool", "0 (the per-token indexer)", std::to_string(spec.kpool),
                 fmt::format("{} scores single tokens; the pooled indexer ({}, pools of {} tokens: "
-                            "GLM-5.3-Flash) runs on cpu.reference (CPU tensors) so far",
+                            "GLM-5.3-Flash) runs on cpu.reference, cuda.indexer and hopper.indexer",
                             who, to_string(spec.op), spec.kpool)};
 }
 

@@ -403,8 +403,7 @@ std::string ModelSpec::coverage() const {
     const std::string whose = out.empty() ? name + "'s" : " Its";
     if (indexer->pooled_in_latte()) {
       out += fmt::format("{} indexer scores pools of {} tokens (index_kpool {}): indexer_pool_store writes the pool "
-                         "keys and indexer_topk selects pools on cpu.reference so far (no CUDA backend computes the "
-                         "pooled indexer yet).",
+                         "keys, indexer_topk selects pools and expands them to their tokens.",
                          whose, indexer->kpool, indexer->kpool);
     } else {
       out += fmt::format("{} indexer scores pools of {} tokens (index_kpool {}{}), which latte does not compute (it "

@@ -59,8 +59,8 @@ constexpr SpecIntField kFields[] = {
     {.name = "s_q", .spec = member(&S::s_q), .c_abi = member(&C::s_q), .rule = &Capabilities::s_q,
      .caps_key = "s_q", .policy_key = "s_q", .reason_code = "s_q", .words = "query tokens per request (s_q)",
      .ops = op_bit(Op::mla_decode), .alternatives = kDecodeSqs},
-    // The pooled indexer's tokens per pool: no backend declares it (backends that score single
-    // tokens refuse kpool > 0 in their custom checks: pooled_indexer_refusal).
+    // The pooled indexer's tokens per pool: no backend declares it (plugins, which score single
+    // tokens, refuse kpool > 0: pooled_indexer_refusal).
     {.name = "kpool", .spec = member(&S::kpool)},
     // 0 = not known yet (a spec derived from a model before the engine fixes its batch size).
     {.name = "max_tokens", .spec = member(&S::max_tokens), .c_abi = member(&C::max_tokens),

@@ -270,8 +270,7 @@ TEST(Glm53Flash, CoverageNamesTheLayersLatteServesAndWhatIsMissing) {
             "glm-5.3-flash is hybrid: latte computes the attention of its 11 DSA layers (3, 7, 11, 15, 19, "
             "23, 27, 31, 35, 39, 43) and of its 1 MTP layer; its other 34 layers are linear attention, which "
             "is not latte's. Its indexer scores pools of 4 tokens (index_kpool 4): indexer_pool_store writes "
-            "the pool keys and indexer_topk selects pools on cpu.reference so far (no CUDA backend computes "
-            "the pooled indexer yet).");
+            "the pool keys, indexer_topk selects pools and expands them to their tokens.");
   for (const char* whole : {"glm-5", "deepseek-v3.2", "deepseek-v3", "kimi-k2"}) {
     EXPECT_EQ(load_model(whole).coverage(), "") << whole;
   }

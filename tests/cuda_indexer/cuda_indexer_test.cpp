@@ -19,6 +19,7 @@
 #include "kernels/topk/topk_launch.hpp"
 #include "cuda_indexer/indexer_test_problem.hpp"
 #include "cuda_indexer/mirror_tensor.hpp"
+#include "cuda_indexer/pooled_check.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/backend.hpp"
 #include "latte/device.hpp"
@@ -1077,6 +1078,32 @@ TEST(TopkPlan, LongRowsRunThroughTheSpreadTopkInTokenSlices) {
   EXPECT_EQ(cuda::keys_tokens_per_pass(85, 487296, 3313, row, 100 * row, sms), 4);
   EXPECT_EQ(cuda::keys_tokens_per_pass(85, 487296, 3313, row, floor, sms), 4);
   EXPECT_EQ(cuda::keys_tokens_per_pass(85, 487296, 3313, row, 2 * row, sms), 1);
+}
+
+// The pooled indexer (GLM-5.3-Flash) on cuda.indexer: the per-token top-k over pool rows and
+// the expansion, against float64 pool scores (pooled_check.hpp).
+TEST_F(CudaIndexer, PooledIndexerAgainstFloat64) {
+  std::mt19937 rng(53);
+  for (const PooledCase& c : pooled_cases()) check_pooled_backend("cuda.indexer", c, rng, 2e-3);
+}
+
+// Host-only: both CUDA indexers take GLM-5.3-Flash's pooled indexer ops on the GPUs they run on
+// (no kpool refusal), at TP1 and TP8.
+TEST(CudaIndexerPooled, BothIndexersTakePooledSpecs) {
+  for (const char* id : {"cuda.indexer", "hopper.indexer"}) {
+    auto be = Registry::global().find(id);
+    if (!be) continue;
+    for (const int tp : {1, 8}) {
+      Deployment d;
+      d.tp = tp;
+      for (const Op op : {Op::indexer_topk, Op::indexer_logits}) {
+        const AttentionSpec s = attention_spec(load_model("glm-5.3-flash", d), op);
+        ASSERT_EQ(s.kpool, 4);
+        const auto reasons = check(*be, s, describe_device("sm_90"));
+        EXPECT_TRUE(reasons.empty()) << id << " " << to_string(op) << ": " << (reasons.empty() ? "" : reasons[0].text);
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda_indexer/indexer_test_problem.hpp"
+#include "cuda_indexer/pooled_check.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/context.hpp"
 #include "latte/error.hpp"
@@ -657,6 +658,13 @@ TEST(HopperIndexerDescribe, NamesTheColumnsAndTheCopyKernel) {
   has(text(100, 128), "(padded to 128)");
   has(text(100, 128), "TMA copies of 64-row page pieces");
   has(text(64, 48), "cp.async by the consumer threads (block size 48 is not 8, 16, 32 or a multiple of 64), 3 stages");
+}
+
+// The pooled indexer (GLM-5.3-Flash) on hopper.indexer: its per-token top-k over pool rows and
+// the expansion, against float64 pool scores (pooled_check.hpp).
+TEST_F(HopperIndexer, PooledIndexerAgainstFloat64) {
+  std::mt19937 rng(54);
+  for (const PooledCase& c : pooled_cases()) check_pooled_backend("hopper.indexer", c, rng, 2e-3);
 }
 
 }  // namespace

@@ -571,8 +571,8 @@ TEST(PooledTopk, HadamardKeysWithRotatedQueriesSelectTheExactPools) {
   }
 }
 
-// The kernel of a pooled spec takes pooled calls of its kpool only; the backends that score
-// single tokens give the reason kpool with its fix.
+// The kernel of a pooled spec takes pooled calls of its kpool only; backends that score single
+// tokens (plugins) give the reason kpool with its fix.
 TEST(PooledTopk, KernelsAndRefusalsFollowKpool) {
   PooledCase c(4, 2, 1, 4, 2, 2, 11);
   const IndexerTopkArgs pooled = c.topk_args(2, true, IndexKind::logical);
@@ -588,17 +588,17 @@ TEST(PooledTopk, KernelsAndRefusalsFollowKpool) {
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("this kernel was made for kpool 2 but the call has kpool 4"));
   }
-  const auto reason = pooled_indexer_refusal("cuda.indexer", spec_from_args(pooled));
+  const auto reason = pooled_indexer_refusal("a plugin", spec_from_args(pooled));
   ASSERT_TRUE(reason.has_value());
   EXPECT_EQ(reason->code, "kpool");
-  EXPECT_THAT(reason->text, ::testing::HasSubstr("cuda.indexer scores single tokens; the pooled indexer"));
-  EXPECT_THAT(reason->text, ::testing::HasSubstr("runs on cpu.reference"));
+  EXPECT_THAT(reason->text, ::testing::HasSubstr("a plugin scores single tokens; the pooled indexer"));
+  EXPECT_THAT(reason->text, ::testing::HasSubstr("runs on cpu.reference, cuda.indexer and hopper.indexer"));
   AttentionSpec token = spec_from_args(pooled);
   token.kpool = 0;
-  EXPECT_FALSE(pooled_indexer_refusal("cuda.indexer", token).has_value());
+  EXPECT_FALSE(pooled_indexer_refusal("a plugin", token).has_value());
   token.kpool = 4;
   token.op = Op::sparse_mla;  // kpool means nothing to the attention
-  EXPECT_FALSE(pooled_indexer_refusal("cuda.indexer", token).has_value());
+  EXPECT_FALSE(pooled_indexer_refusal("a plugin", token).has_value());
 }
 
 // The Hadamard option's effect on selection (the figures of docs/operations.md): the fp8 pool

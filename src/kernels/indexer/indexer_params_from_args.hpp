@@ -5,9 +5,11 @@
 #include <cstdint>
 
 #include "kernels/indexer/indexer_params.hpp"
+#include "kernels/indexer/pooled_topk.hpp"
 #include "latte/ops.hpp"
 #include "kernels/topk/topk_launch.hpp"
 #include "latte/problem.hpp"
+#include "latte/spec.hpp"
 
 namespace latte::cuda {
 
@@ -54,6 +56,47 @@ inline TopkOutput topk_output(const IndexerTopkProblem& s) {
   out.topk = static_cast<int>(s.topk);
   out.physical = s.args->kind == IndexKind::physical;
   return out;
+}
+
+// indexer_topk of a validated problem through a backend's per-token top-k
+// `topk(params, output, workspace, workspace_bytes)`; a pooled problem (GLM-5.3-Flash) runs it
+// over the pools and expands them (pooled_topk.hpp).
+template <typename Topk>
+void run_indexer_topk(const IndexerTopkProblem& a, void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
+                      Topk&& topk) {
+  const IndexerParams p = indexer_params(a.args->in, a);
+  if (!a.pooled()) {
+    topk(p, topk_output(a), workspace, workspace_bytes);
+    return;
+  }
+  const TensorView& lens = a.args->out_lens;
+  run_pooled_topk(p, static_cast<int>(a.kpool), static_cast<int>(a.pool_topk), a.select_tail, topk_output(a),
+                  lens.defined() ? lens.ptr<int32_t>() : nullptr, lens.defined() ? lens.stride(0) : 0, workspace,
+                  workspace_bytes, stream, topk);
+}
+
+// indexer_logits of a validated problem through a backend's `logits(params, out, row stride,
+// column stride, columns)`; pooled: per pool, with the pool counts in the workspace.
+template <typename Logits>
+void run_indexer_logits(const IndexerLogitsProblem& l, void* workspace, std::size_t workspace_bytes,
+                        cudaStream_t stream, Logits&& logits) {
+  const TensorView& out = l.args->logits;
+  IndexerParams p = indexer_params(l.args->in, l);
+  if (l.pooled() && p.tokens > 0) {
+    require_pooled_workspace(pooled_workspace_bytes(p.tokens, 0), workspace_bytes, p.tokens);
+    auto* pool_lens = static_cast<int32_t*>(workspace);
+    launch_pool_lens(p, static_cast<int>(l.kpool), pool_lens, stream);
+    p = pooled_problem(p, static_cast<int>(l.kpool), pool_lens);
+  }
+  logits(p, out.ptr<float>(), out.stride(0), out.stride(1), l.logits_len);
+}
+
+// What the pooled indexer adds to a kernel's workspace (0 for the per-token indexer): the pool
+// counts, and for indexer_topk the kept pools (at most topk / kpool per token).
+inline std::size_t pooled_extra_workspace(const AttentionSpec& spec) {
+  if (spec.kpool <= 0) return 0;
+  const int64_t tokens = spec.max_tokens > 0 ? spec.max_tokens : 1;
+  return pooled_workspace_bytes(tokens, spec.op == Op::indexer_topk ? spec.topk : 0);
 }
 
 }  // namespace latte::cuda
