@@ -102,12 +102,13 @@ class IndexerKernel final : public Kernel {
     const cuda::ScopedTuning tuning(tuning_);
     auto* stream = static_cast<cudaStream_t>(ctx.stream);
     if (const auto* a = std::get_if<IndexerTopkProblem>(&problem)) {
-      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes, stream,
+      const bool pdl = path_arch(traits_) >= 90 && cuda::topk_pdl_enabled();
+      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes, pdl, stream,
                              [&](const cuda::IndexerParams& p, const cuda::TopkOutput& out, void* ws, std::size_t bytes) {
                                launch_indexer_topk(p, out, TopkPath::automatic, ws, bytes, traits_, ctx.stream);
                              });
     } else if (const auto* l = std::get_if<IndexerLogitsProblem>(&problem)) {
-      cuda::run_indexer_logits(*l, ctx.workspace, ctx.workspace_bytes, stream,
+      cuda::run_indexer_logits(*l,
                                [&](const cuda::IndexerParams& p, float* out, int64_t sr, int64_t sc, int64_t len) {
                                  launch_indexer_logits(p, out, sr, sc, len, traits_, ctx.stream);
                                });

@@ -84,12 +84,12 @@ class IndexerKernel final : public Kernel {
     if (sm_count_ <= 0) sm_count_ = current_sm_count();
     auto* stream = static_cast<cudaStream_t>(ctx.stream);
     if (const auto* a = std::get_if<IndexerTopkProblem>(&problem)) {
-      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes, stream,
+      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes, cuda::topk_pdl_enabled(), stream,
                              [&](const cuda::IndexerParams& p, const cuda::TopkOutput& out, void* ws, std::size_t bytes) {
                                launch_topk_sm90a(p, out, TopkPath::automatic, ws, bytes, sm_count_, ctx.stream);
                              });
     } else if (const auto* l = std::get_if<IndexerLogitsProblem>(&problem)) {
-      cuda::run_indexer_logits(*l, ctx.workspace, ctx.workspace_bytes, stream,
+      cuda::run_indexer_logits(*l,
                                [&](const cuda::IndexerParams& p, float* out, int64_t sr, int64_t sc, int64_t len) {
                                  launch_logits_sm90a(p, out, sr, sc, len, sm_count_, ctx.stream);
                                });

@@ -28,6 +28,9 @@ struct IndexerParams {
   int64_t tr_s = 0;
   const int32_t* visible_lens = nullptr;  // [T]
   int64_t vl_s = 0;
+  // Units of visible_lens per position: token t sees floor(max(visible_lens[t], 0) / vl_div)
+  // positions. 1 for tokens; kpool for the pooled indexer's pool rows (pooled_topk.hpp).
+  int vl_div = 1;
   int tokens = 0;
   int heads = 0;
   [[nodiscard]] int64_t max_len() const { return static_cast<int64_t>(max_blocks) * block_size; }

@@ -60,10 +60,11 @@ inline TopkOutput topk_output(const IndexerTopkProblem& s) {
 
 // indexer_topk of a validated problem through a backend's per-token top-k
 // `topk(params, output, workspace, workspace_bytes)`; a pooled problem (GLM-5.3-Flash) runs it
-// over the pools and expands them (pooled_topk.hpp).
+// over the pools and expands them (pooled_topk.hpp; pdl: the device has programmatic dependent
+// launch and the backend uses it).
 template <typename Topk>
-void run_indexer_topk(const IndexerTopkProblem& a, void* workspace, std::size_t workspace_bytes, cudaStream_t stream,
-                      Topk&& topk) {
+void run_indexer_topk(const IndexerTopkProblem& a, void* workspace, std::size_t workspace_bytes, bool pdl,
+                      cudaStream_t stream, Topk&& topk) {
   const IndexerParams p = indexer_params(a.args->in, a);
   if (!a.pooled()) {
     topk(p, topk_output(a), workspace, workspace_bytes);
@@ -72,31 +73,24 @@ void run_indexer_topk(const IndexerTopkProblem& a, void* workspace, std::size_t 
   const TensorView& lens = a.args->out_lens;
   run_pooled_topk(p, static_cast<int>(a.kpool), static_cast<int>(a.pool_topk), a.select_tail, topk_output(a),
                   lens.defined() ? lens.ptr<int32_t>() : nullptr, lens.defined() ? lens.stride(0) : 0, workspace,
-                  workspace_bytes, stream, topk);
+                  workspace_bytes, pdl, stream, topk);
 }
 
 // indexer_logits of a validated problem through a backend's `logits(params, out, row stride,
-// column stride, columns)`; pooled: per pool, with the pool counts in the workspace.
+// column stride, columns)`; pooled: per pool.
 template <typename Logits>
-void run_indexer_logits(const IndexerLogitsProblem& l, void* workspace, std::size_t workspace_bytes,
-                        cudaStream_t stream, Logits&& logits) {
+void run_indexer_logits(const IndexerLogitsProblem& l, Logits&& logits) {
   const TensorView& out = l.args->logits;
   IndexerParams p = indexer_params(l.args->in, l);
-  if (l.pooled() && p.tokens > 0) {
-    require_pooled_workspace(pooled_workspace_bytes(p.tokens, 0), workspace_bytes, p.tokens);
-    auto* pool_lens = static_cast<int32_t*>(workspace);
-    launch_pool_lens(p, static_cast<int>(l.kpool), pool_lens, stream);
-    p = pooled_problem(p, static_cast<int>(l.kpool), pool_lens);
-  }
+  if (l.pooled()) p = pooled_problem(p, static_cast<int>(l.kpool));
   logits(p, out.ptr<float>(), out.stride(0), out.stride(1), l.logits_len);
 }
 
-// What the pooled indexer adds to a kernel's workspace (0 for the per-token indexer): the pool
-// counts, and for indexer_topk the kept pools (at most topk / kpool per token).
+// What the pooled indexer adds to an indexer_topk kernel's workspace (0 for the per-token
+// indexer and for indexer_logits): the kept pools (at most topk / kpool per token).
 inline std::size_t pooled_extra_workspace(const AttentionSpec& spec) {
-  if (spec.kpool <= 0) return 0;
-  const int64_t tokens = spec.max_tokens > 0 ? spec.max_tokens : 1;
-  return pooled_workspace_bytes(tokens, spec.op == Op::indexer_topk ? spec.topk : 0);
+  if (spec.kpool <= 0 || spec.op != Op::indexer_topk) return 0;
+  return pooled_workspace_bytes(spec.max_tokens > 0 ? spec.max_tokens : 1, spec.topk);
 }
 
 }  // namespace latte::cuda

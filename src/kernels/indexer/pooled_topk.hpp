@@ -1,8 +1,9 @@
 // The pooled indexer (GLM-5.3-Flash) on CUDA, around the per-token indexer: a pool row is
 // scored exactly as a token row, so indexer_topk over pools is the token indexer's top-k over a
 // derived problem (pool rows, block_size / kpool rows per block, floor(visible / kpool) visible
-// pools), followed by one expansion kernel that turns each kept pool into its kpool positions
-// and appends the tail. Semantics: docs/operations.md, "The pooled indexer". Host side.
+// pools: IndexerParams::vl_div), followed by one expansion kernel that turns each kept pool into
+// its kpool positions and appends the tail. Semantics: docs/operations.md, "The pooled
+// indexer". Host side.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,13 +17,9 @@
 
 namespace latte::cuda {
 
-// The derived problem's visible lengths: pool_lens[t] = floor(clamp(visible_lens[t], 0,
-// max_len) / kpool), with p the problem in token geometry (block_size = tokens per block).
-void launch_pool_lens(const IndexerParams& p, int kpool, int32_t* pool_lens, cudaStream_t stream);
-
-// p in pool geometry: what the per-token indexer scores (k_cache rows are pools, block_size =
-// pool rows per block, visible_lens = pool_lens in `workspace`).
-[[nodiscard]] IndexerParams pooled_problem(const IndexerParams& token_problem, int kpool, const int32_t* pool_lens);
+// The problem in pool geometry: what the per-token indexer scores (k_cache rows are pools,
+// block_size = pool rows per block, visible lengths counted in pools: vl_div = kpool).
+[[nodiscard]] IndexerParams pooled_problem(const IndexerParams& token_problem, int kpool);
 
 // The expansion: pools [T, pool_topk] (logical pool indices, valid first, -1 after) to token
 // positions or slots in out [T, width] (the kept pools' kpool positions each, then the tail with
@@ -39,39 +36,38 @@ struct PooledExpand {
   int width = 0;
   int32_t* out_lens = nullptr;  // optional
   int64_t ol_s = 1;
+  bool pdl = false;  // launched with programmatic dependent launch (sm_90+): starts while the top-k ends
 };
 void launch_pooled_expand(const IndexerParams& p, const PooledExpand& e, cudaStream_t stream);
 
-// Workspace the pooled wrapper takes before the per-token indexer's own: pool_lens [T] and
-// pools [T, pool_topk], each 256-byte aligned.
+// Workspace the pooled top-k takes before the per-token indexer's own: the kept pools
+// [T, pool_topk], 256-byte aligned.
 [[nodiscard]] std::size_t pooled_workspace_bytes(int64_t tokens, int pool_topk);
 
 // Throws invalid_argument (the bytes needed, the fix) when the workspace is short of `need`.
 void require_pooled_workspace(std::size_t need, std::size_t workspace_bytes, int64_t tokens);
 
-// indexer_topk over pools: the pool counts and the kept pools in `workspace` (the first
-// pooled_workspace_bytes), the per-token top-k `inner(problem, output, workspace, bytes)` of the
-// backend over the derived problem with the rest of the workspace, then the expansion into out.
-// p in token geometry. No host synchronization: graph-capturable as the inner top-k is.
+// indexer_topk over pools: the per-token top-k `inner(problem, output, workspace, bytes)` of the
+// backend over the derived problem into the kept pools (the first pooled_workspace_bytes of
+// `workspace`; it gets the rest), then the expansion into out.
+// p in token geometry; pdl: the device runs programmatic dependent launch (sm_90+). No host
+// synchronization: graph-capturable as the inner top-k is.
 template <typename InnerTopk>
 void run_pooled_topk(const IndexerParams& p, int kpool, int pool_topk, bool select_tail, const TopkOutput& out,
-                     int32_t* out_lens, int64_t ol_s, void* workspace, std::size_t workspace_bytes,
+                     int32_t* out_lens, int64_t ol_s, void* workspace, std::size_t workspace_bytes, bool pdl,
                      cudaStream_t stream, InnerTopk&& inner) {
   if (p.tokens <= 0) return;
   auto* ws = static_cast<uint8_t*>(workspace);
-  const std::size_t lens_bytes = pooled_workspace_bytes(p.tokens, 0);
   const std::size_t head = pooled_workspace_bytes(p.tokens, pool_topk);
   require_pooled_workspace(head, workspace_bytes, p.tokens);
-  auto* pool_lens = reinterpret_cast<int32_t*>(ws);
-  auto* pools = reinterpret_cast<int32_t*>(ws + lens_bytes);
-  launch_pool_lens(p, kpool, pool_lens, stream);
+  auto* pools = reinterpret_cast<int32_t*>(ws);
   TopkOutput kept;
   kept.indices = pools;
   kept.st = pool_topk;
   kept.sc = 1;
   kept.topk = pool_topk;
   kept.physical = false;
-  inner(pooled_problem(p, kpool, pool_lens), kept, ws + head, workspace_bytes - head);
+  inner(pooled_problem(p, kpool), kept, ws + head, workspace_bytes - head);
   PooledExpand e;
   e.pools = pools;
   e.pools_ld = pool_topk;
@@ -85,6 +81,7 @@ void run_pooled_topk(const IndexerParams& p, int kpool, int pool_topk, bool sele
   e.width = out.topk;
   e.out_lens = out_lens;
   e.ol_s = ol_s;
+  e.pdl = pdl;
   launch_pooled_expand(p, e, stream);
 }
 

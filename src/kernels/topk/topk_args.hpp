@@ -22,6 +22,7 @@ struct TopkArgs {
   int64_t n_fixed;           // kSrcF32: row length; kSrcCands: pairs per row
   const int32_t* vl;         // kSrcKeys / kSrcCands: visible lengths
   int64_t vl_s;
+  int vl_div;                // > 1: visible lengths count vl_div units per position (IndexerParams)
   const int32_t* tr;
   int64_t tr_s;
   int batch;

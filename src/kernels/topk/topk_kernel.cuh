@@ -139,7 +139,8 @@ __device__ __forceinline__ void row_positions(const TopkArgs& a, int row, int64_
   brow = a.tr ? a.tr[static_cast<int64_t>(row) * a.tr_s] : row;
   if (brow >= 0 && brow < a.batch) {
     if (a.vl) {
-      const int64_t v = a.vl[static_cast<int64_t>(row) * a.vl_s];
+      int64_t v = a.vl[static_cast<int64_t>(row) * a.vl_s];
+      if (a.vl_div > 1 && v > 0) v /= a.vl_div;
       npos = v < 0 ? 0 : (v > a.max_len ? a.max_len : v);
     } else {
       npos = a.max_len;

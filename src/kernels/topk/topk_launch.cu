@@ -434,6 +434,7 @@ TopkArgs topk_args(const IndexerParams& p, const TopkOutput& out, const TopkPlan
   a.topk = out.topk;
   a.vl = p.visible_lens;
   a.vl_s = p.vl_s;
+  a.vl_div = p.vl_div;
   a.tr = p.token_request;
   a.tr_s = p.tr_s;
   a.batch = p.batch;

@@ -101,7 +101,8 @@ __device__ __forceinline__ TokenChunk token_chunk(const LogitsArgs& a) {
   w.c1 = w.c0 + a.chunk_len < a.logits_len ? w.c0 + a.chunk_len : a.logits_len;
   const int row = p.token_request ? p.token_request[static_cast<int64_t>(w.t) * p.tr_s] : w.t;
   w.row = row < 0 || row >= p.batch ? -1 : row;
-  const int64_t v = w.row < 0 ? 0 : p.visible_lens[static_cast<int64_t>(w.t) * p.vl_s];
+  int64_t v = w.row < 0 ? 0 : p.visible_lens[static_cast<int64_t>(w.t) * p.vl_s];
+  if (p.vl_div > 1 && v > 0) v /= p.vl_div;
   w.vis = static_cast<int>(v < 0 ? 0 : (v < a.vis_cap ? v : a.vis_cap));
   if (OUT == kOutSample) {
     // Sample space: index i < samples stands for position i * vis / samples (position_of).

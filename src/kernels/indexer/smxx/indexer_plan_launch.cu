@@ -326,6 +326,7 @@ ScoreArgs score_args(const IndexerParams& p, const ScorePlan& pl) {
   a.tr_s = p.tr_s;
   a.vl = p.visible_lens;
   a.vl_s = p.vl_s;
+  a.vl_div = p.vl_div;
   a.tokens = p.tokens;
   a.heads = p.heads;
   a.hp = pl.hp;

@@ -1,10 +1,12 @@
-// The pooled indexer's small kernels (any arch): the derived problem's visible pool counts and
-// the expansion of kept pools into token positions. See pooled_topk.hpp.
+// The pooled indexer's expansion of kept pools into token positions (any arch). See
+// pooled_topk.hpp.
 #include "kernels/indexer/pooled_topk.hpp"
 
 #include <string>
 
 #include "kernels/common/cuda_check.cuh"
+#include "kernels/common/launch.hpp"
+#include "kernels/common/pdl.cuh"
 #include "latte/error.hpp"
 
 namespace latte::cuda {
@@ -14,12 +16,6 @@ constexpr int kExpandThreads = 256;
 
 __device__ __forceinline__ int64_t clamp_len(int64_t v, int64_t max_len) {
   return v < 0 ? 0 : v > max_len ? max_len : v;
-}
-
-__global__ void pool_lens_kernel(const int32_t* vl, int64_t vl_s, int tokens, int64_t max_len, int kpool,
-                                 int32_t* out) {
-  const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t < tokens) out[t] = static_cast<int32_t>(clamp_len(vl[t * vl_s], max_len) / kpool);
 }
 
 // Block bi of the request's block table row, -1 where it is missing.
@@ -32,6 +28,7 @@ __device__ __forceinline__ int block_of(const IndexerParams& p, int row, int64_t
 // One CTA per query token.
 __global__ void __launch_bounds__(kExpandThreads) pooled_expand_kernel(const IndexerParams p, const PooledExpand e) {
   const int t = blockIdx.x, tid = threadIdx.x;
+  pdl_wait();  // the kept pools come from the top-k before this kernel
   const int row = p.token_request != nullptr ? p.token_request[t * p.tr_s] : t;
   const int64_t v = clamp_len(p.visible_lens[t * p.vl_s], static_cast<int64_t>(p.max_blocks) * p.block_size);
   const int32_t* pools = e.pools + t * e.pools_ld;
@@ -74,26 +71,16 @@ std::size_t align256(std::size_t v) { return (v + 255) / 256 * 256; }
 
 }  // namespace
 
-void launch_pool_lens(const IndexerParams& p, int kpool, int32_t* pool_lens, cudaStream_t stream) {
-  if (p.tokens <= 0) return;
-  const int threads = 256;
-  pool_lens_kernel<<<(p.tokens + threads - 1) / threads, threads, 0, stream>>>(p.visible_lens, p.vl_s, p.tokens,
-                                                                               p.max_len(), kpool, pool_lens);
-  LATTE_CUDA_TRY(cudaGetLastError());
-}
-
-IndexerParams pooled_problem(const IndexerParams& token_problem, int kpool, const int32_t* pool_lens) {
+IndexerParams pooled_problem(const IndexerParams& token_problem, int kpool) {
   IndexerParams q = token_problem;
   q.block_size = token_problem.block_size / kpool;
-  q.visible_lens = pool_lens;
-  q.vl_s = 1;
+  q.vl_div = kpool;
   return q;
 }
 
 void launch_pooled_expand(const IndexerParams& p, const PooledExpand& e, cudaStream_t stream) {
   if (p.tokens <= 0) return;
-  pooled_expand_kernel<<<static_cast<unsigned>(p.tokens), kExpandThreads, 0, stream>>>(p, e);
-  LATTE_CUDA_TRY(cudaGetLastError());
+  launch_ex(pooled_expand_kernel, static_cast<unsigned>(p.tokens), kExpandThreads, 0, e.pdl, stream, p, e);
 }
 
 void require_pooled_workspace(std::size_t need, std::size_t workspace_bytes, int64_t tokens) {
@@ -106,7 +93,7 @@ void require_pooled_workspace(std::size_t need, std::size_t workspace_bytes, int
 
 std::size_t pooled_workspace_bytes(int64_t tokens, int pool_topk) {
   const auto t = static_cast<std::size_t>(tokens < 0 ? 0 : tokens);
-  return align256(t * 4) + align256(t * static_cast<std::size_t>(pool_topk < 0 ? 0 : pool_topk) * 4);
+  return align256(t * static_cast<std::size_t>(pool_topk < 0 ? 0 : pool_topk) * 4);
 }
 
 }  // namespace latte::cuda

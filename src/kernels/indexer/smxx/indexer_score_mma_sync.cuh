@@ -79,6 +79,7 @@ struct ScoreArgs {
   int64_t tr_s;
   const int32_t* vl;
   int64_t vl_s;
+  int vl_div;  // IndexerParams::vl_div
   int tokens, heads, hp;
   int64_t max_len;
   // grid
@@ -136,7 +137,8 @@ __device__ __forceinline__ int token_row(const ScoreArgs& a, int t) {
 // The positions token t (block_table row `row`) sees, at most `lim`: none without a row.
 __device__ __forceinline__ int64_t token_visible(const ScoreArgs& a, int t, int row, int64_t lim) {
   if (row < 0) return 0;
-  const int64_t v = a.vl[static_cast<int64_t>(t) * a.vl_s];
+  int64_t v = a.vl[static_cast<int64_t>(t) * a.vl_s];
+  if (a.vl_div > 1 && v > 0) v /= a.vl_div;
   return v < 0 ? 0 : (v > lim ? lim : v);
 }
 
