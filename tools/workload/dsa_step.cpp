@@ -640,16 +640,25 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
     stage.rate_unit = "GB/s";
     report.stages.push_back(stage);
   } else {
-    IndexerPoolStoreArgs args;
-    args.k = index_k.view(DType::bf16, {T, kIndexDim});
-    args.gate = gate.view(DType::bf16, {T, kIndexDim});
-    args.ape = ape.view(DType::f32, {kpool, kIndexDim});
-    args.positions = positions.view(DType::i32, {T});
-    args.token_request = token_request.view(DType::i32, {T});
-    args.block_table = block_table.view(DType::i32, {B, blocks_per_request});
-    args.k_cache = k_cache.view(DType::u8, {num_blocks, bs / kpool, kIndexBytesPerToken});
-    args.pool_state = pool_state.view(DType::f32, {B, kpool - 1, 2, kIndexDim});
-    args.kpool = static_cast<int>(kpool);
+    // The stage's arguments on the run copies, or the oracle's on the host copies, writing
+    // `pages` and `state`.
+    const auto pool_store_args = [&](bool on_host, WorkBuffer& pages, WorkBuffer& state) {
+      const auto view = [on_host](WorkBuffer& buffer, DType dtype, std::initializer_list<int64_t> shape) {
+        return on_host ? buffer.host_view(dtype, shape) : buffer.view(dtype, shape);
+      };
+      IndexerPoolStoreArgs a;
+      a.k = view(index_k, DType::bf16, {T, kIndexDim});
+      a.gate = view(gate, DType::bf16, {T, kIndexDim});
+      a.ape = view(ape, DType::f32, {kpool, kIndexDim});
+      a.positions = view(positions, DType::i32, {T});
+      a.token_request = view(token_request, DType::i32, {T});
+      a.block_table = view(block_table, DType::i32, {B, blocks_per_request});
+      a.k_cache = view(pages, DType::u8, {num_blocks, bs / kpool, kIndexBytesPerToken});
+      a.pool_state = view(state, DType::f32, {B, kpool - 1, 2, kIndexDim});
+      a.kpool = static_cast<int>(kpool);
+      return a;
+    };
+    const IndexerPoolStoreArgs args = pool_store_args(false, k_cache, pool_state);
     // The timed runs write the same bytes each: every pool's tokens are in the call.
     StageReport stage = runner.run(plan.key_store, args, progress);
     k_cache.download();
@@ -658,16 +667,7 @@ DsaStepReport run_dsa_step(const DsaStepConfig& config,
       // The oracle on host copies, from the same new (zero) state.
       WorkBuffer ref(k_cache.bytes(), Device{});
       WorkBuffer ref_state(pool_state.bytes(), Device{});
-      IndexerPoolStoreArgs host = args;
-      host.k = index_k.host_view(DType::bf16, {T, kIndexDim});
-      host.gate = gate.host_view(DType::bf16, {T, kIndexDim});
-      host.ape = ape.host_view(DType::f32, {kpool, kIndexDim});
-      host.positions = positions.host_view(DType::i32, {T});
-      host.token_request = token_request.host_view(DType::i32, {T});
-      host.block_table = block_table.host_view(DType::i32, {B, blocks_per_request});
-      host.k_cache = ref.host_view(DType::u8, {num_blocks, bs / kpool, kIndexBytesPerToken});
-      host.pool_state = ref_state.host_view(DType::f32, {B, kpool - 1, 2, kIndexDim});
-      run_oracle(context, host, "the check of indexer_pool_store");
+      run_oracle(context, pool_store_args(true, ref, ref_state), "the check of indexer_pool_store");
       ErrorSum error;
       float got[kIndexDim], want[kIndexDim];
       for (int64_t row = 0; row < z.key_rows(); ++row) {
