@@ -98,6 +98,27 @@ def test_run_passes():
     assert json.loads(r.stdout)["passed"] is True
 
 
+RUN_GLM53 = ["run", "--model", "glm-5.3-flash", "--device", "cpu", "--batch", "1", "--context", "300",
+             "--quiet", "--json"]
+
+
+def test_run_glm53_flash_passes():
+    """GLM-5.3-Flash's step: the pooled indexer's stages, MLA without rope."""
+    r = python_cli(*RUN_GLM53)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["passed"] is True
+    assert [s["stage"] for s in report["stages"]] == ["kv_store", "indexer_pool_store", "indexer_topk",
+                                                      "sparse_mla"]
+
+
+@needs_cpp_cli
+def test_cpp_run_glm53_flash_passes():
+    r = cpp_cli(*RUN_GLM53)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["passed"] is True
+
+
 SAME_AS_CPP = [
     ["devices"],
     ["devices", "--json"],
@@ -113,7 +134,8 @@ SAME_AS_CPP = [
     ["select", "--model", "glm-5.3-flash", "--tp", "8", "--device", "sm_120", "--op", "all"],
     ["select", "--model", "glm-5.3-flash", "--kv-cache", "fp8_ds_mla", "--op", "all", "--json"],
     ["select", "--model", "glm-5.3-flash", "--op", "indexer_topk"],
-    ["run", "--model", "glm-5.3-flash", "--quiet"],
+    # GLM-5.3-Flash's block holds whole pools of 4 tokens: a block size that does not is refused.
+    ["run", "--model", "glm-5.3-flash", "--block-size", "30", "--quiet"],
     ["policy", "show"],
     ["policy", "show", "--json"],
 ]

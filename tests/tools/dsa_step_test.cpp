@@ -6,10 +6,17 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iterator>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <vector>
+
+#include <unistd.h>
 
 #include "latte/api.hpp"
 #include "latte/error.hpp"
@@ -143,22 +150,266 @@ TEST(DsaStep, EveryOpRunsThroughTheFunctionalApi) {
   }
 }
 
-// GLM-5.3-Flash's step needs the pooled indexer, which latte lacks: refused before anything is
-// planned or allocated, naming what is missing and what latte serves of the model. A model
-// without rope but with a per-token indexer is refused too (the step writes rows with rope).
-TEST(DsaStep, AModelLatteCannotStepIsRefusedNamingWhatIsMissing) {
-  DsaStepConfig c = small_step(1, 64);
+// GLM-5.3-Flash at small shapes: its layer_ops() are the step's stages (the pooled indexer's
+// key store, top-k over pools of 4 with the tail, sparse_mla without rope), on cpu.reference,
+// each stage passing its check. At context 2100 > 2051 the top-k drops pools; at 300 it keeps
+// every token. No dense oracle: mla_decode has rope only.
+DsaStepConfig glm53_step(int batch, int context, CacheFormat format) {
+  DsaStepConfig c = small_step(batch, context);
   c.model = "glm-5.3-flash";
+  c.block_size = 64;
+  c.kv_cache = format;
+  return c;
+}
+
+std::vector<std::string> stage_names(const DsaStepReport& report) {
+  std::vector<std::string> names;
+  for (const StageReport& s : report.stages) names.push_back(s.name);
+  return names;
+}
+
+TEST(DsaStep, GlmFiveThreeFlashRunsThePooledIndexerStep) {
+  for (const CacheFormat format : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
+    for (const int context : {300, 2100}) {
+      const DsaStepReport report = run_dsa_step(glm53_step(2, context, format));
+      SCOPED_TRACE(report.to_text());
+      EXPECT_TRUE(report.passed);
+      EXPECT_THAT(stage_names(report),
+                  ::testing::ElementsAre("kv_store", "indexer_pool_store", "indexer_topk", "sparse_mla"));
+      ASSERT_EQ(report.stages.size(), 4u);
+      EXPECT_EQ(report.stages[1].op, Op::indexer_pool_store);
+      for (const StageReport& s : report.stages) {
+        EXPECT_EQ(s.backend, "cpu.reference") << s.name;
+        EXPECT_TRUE(s.passed) << s.name;
+      }
+      EXPECT_EQ(report.stages[0].check, "round trip vs the inputs");
+      EXPECT_EQ(report.stages[1].check, "none: cpu.reference is the oracle");
+      EXPECT_EQ(report.stages[2].check, "chosen pools' scores vs cpu.reference top pools");
+      EXPECT_THAT(report.stages[3].check, ::testing::HasSubstr("no dense oracle"));
+      EXPECT_THAT(report.to_text(), ::testing::HasSubstr("(8 heads/rank, no rope, 32 index heads, topk 2048 in "
+                                                         "pools of 4 + the tail)"));
+    }
+  }
+}
+
+// GLM-5.3-Flash's ops through the functional API: the four stages and the top-k check's pooled
+// logits, each on a kernel made for its call; no dense oracle.
+TEST(DsaStep, ThePooledStepsOpsRunThroughTheFunctionalApi) {
+  Registry registry;
+  const auto reference = std::make_shared<RecordingReference>(Registry::global().get("cpu.reference"));
+  registry.add(reference);
+  Context context(registry);
+  DsaStepConfig c = glm53_step(3, 301, CacheFormat::fp8_ds_mla);  // 301: a tail of 1 token
+  c.select.use_environment = false;
+  const DsaStepReport report = run_dsa_step(c, {}, &context);
+  ASSERT_TRUE(report.passed) << report.to_text();
+  std::vector<Op> ops;
+  for (const RecordedRun& r : reference->log.runs) ops.push_back(r.op);
+  EXPECT_THAT(ops, ::testing::ElementsAre(Op::kv_store, Op::indexer_pool_store, Op::indexer_topk,
+                                          Op::indexer_logits, Op::sparse_mla));
+  for (const RecordedRun& r : reference->log.runs)
+    EXPECT_TRUE(r.made_for_the_call) << to_string(r.op) << ": " << r.kernel;
+}
+
+// A kernel that runs cpu.reference's, then changes what it wrote (a test's corruption).
+class AlteringKernel final : public Kernel {
+ public:
+  AlteringKernel(const AttentionSpec& spec, Device device, std::unique_ptr<Kernel> inner,
+                 const std::function<void(const OpArgs&)>* alter)
+      : Kernel(spec, device), inner_(std::move(inner)), alter_(alter) {}
+  std::size_t workspace_bytes() const override { return inner_->workspace_bytes(); }
+
+ protected:
+  void compute(const Problem& problem, const RunContext& ctx) override {
+    inner_->run(problem, ctx);
+    if (*alter_) (*alter_)(std::visit([](const auto& p) { return OpArgs(*p.args); }, problem));
+  }
+
+ private:
+  std::unique_ptr<Kernel> inner_;
+  const std::function<void(const OpArgs&)>* alter_;
+};
+
+// cpu.reference under the id "test.copy": forced, every stage runs on it and is checked against
+// cpu.reference as a stage off the oracle is (the checks that copy the inputs for the oracle).
+class CopyOfReference final : public Backend {
+ public:
+  CopyOfReference(std::shared_ptr<const Backend> inner, const std::function<void(const OpArgs&)>* alter)
+      : inner_(std::move(inner)), info_(inner_->info()), alter_(alter) {
+    info_.id = "test.copy";
+  }
+  const BackendInfo& info() const override { return info_; }
+  std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    return inner_->custom_checks(spec, device);
+  }
+  std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    return std::make_unique<AlteringKernel>(spec, device.handle(), inner_->make(spec, device), alter_);
+  }
+
+ private:
+  std::shared_ptr<const Backend> inner_;
+  BackendInfo info_;
+  const std::function<void(const OpArgs&)>* alter_;
+};
+
+// cpu.reference and test.copy, in one context alive to the end of the tests: latte::run keeps
+// its kernels per context address, so a context made where a destroyed one was could be handed
+// the destroyed one's kernels (and their alteration).
+struct CopyContext {
+  std::function<void(const OpArgs&)> alter;  // what test.copy's kernels change after computing
+  Registry registry;
+  std::unique_ptr<Context> context;
+};
+
+CopyContext& copy_context() {
+  static CopyContext* copy = [] {
+    auto* c = new CopyContext;
+    c->registry.add(Registry::global().get("cpu.reference"));
+    c->registry.add(std::make_shared<CopyOfReference>(Registry::global().get("cpu.reference"), &c->alter));
+    c->context = std::make_unique<Context>(c->registry);
+    return c;
+  }();
+  return *copy;
+}
+
+DsaStepConfig forced_to_the_copy(DsaStepConfig c) {
+  c.select.use_environment = false;
+  c.select.force = {"test.copy"};
+  return c;
+}
+
+DsaStepReport run_on_a_copy(const DsaStepConfig& config, std::function<void(const OpArgs&)> alter = {}) {
+  CopyContext& copy = copy_context();
+  copy.alter = std::move(alter);
+  DsaStepReport report = run_dsa_step(forced_to_the_copy(config), {}, copy.context.get());
+  copy.alter = nullptr;
+  return report;
+}
+
+TEST(DsaStep, APooledStepOffTheOracleIsCheckedAgainstIt) {
+  for (const CacheFormat format : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
+    const DsaStepReport report = run_on_a_copy(glm53_step(2, 2100, format));
+    SCOPED_TRACE(report.to_text());
+    EXPECT_TRUE(report.passed);
+    ASSERT_EQ(report.stages.size(), 4u);
+    for (const StageReport& s : report.stages) EXPECT_EQ(s.backend, "test.copy") << s.name;
+    EXPECT_EQ(report.stages[0].check, "decoded cache vs cpu.reference");
+    EXPECT_EQ(report.stages[1].check, "decoded pool pages + pool_state vs cpu.reference");
+    EXPECT_EQ(report.stages[3].check, "cpu.reference");
+  }
+}
+
+// What the checks catch: a stage whose output is changed after cpu.reference computed it fails
+// its check, naming what is wrong.
+TEST(DsaStep, AnAlteredPooledStageFailsItsCheck) {
+  struct Case {
+    Op op;
+    std::function<void(const OpArgs&)> alter;
+    int stage;
+    std::string check;
+  };
+  const std::vector<Case> cases = {
+      {Op::indexer_pool_store,
+       [](const OpArgs& a) { std::get<IndexerPoolStoreArgs>(a).pool_state.ptr<float>()[5] += 1; }, 1,
+       "pool_state differs in 1 of"},
+      // A code of request 0's first pool key: an exponent bit flipped.
+      {Op::indexer_pool_store,
+       [](const OpArgs& a) {
+         const auto& args = std::get<IndexerPoolStoreArgs>(a);
+         const int64_t block = args.block_table.ptr<int32_t>()[0];
+         args.k_cache.ptr<uint8_t>()[block * args.k_cache.size(1) * 132] ^= 0x40;
+       },
+       1, "decoded pool pages + pool_state vs cpu.reference"},
+      // The best pool's first position dropped: a gap before the other entries, an incomplete pool.
+      {Op::indexer_topk, [](const OpArgs& a) { std::get<IndexerTopkArgs>(a).indices.ptr<int32_t>()[0] = -1; }, 2,
+       "row 0 column 1: slot"},
+      {Op::indexer_topk, [](const OpArgs& a) { std::get<IndexerTopkArgs>(a).out_lens.ptr<int32_t>()[1] -= 1; }, 2,
+       "row 1: out_lens 2047, 2048 entries"},
+      // Request 0's best pool swapped for a pool it did not choose: complete pools, a worse score.
+      {Op::indexer_topk,
+       [](const OpArgs& a) {
+         const auto& args = std::get<IndexerTopkArgs>(a);
+         int32_t* row = args.indices.ptr<int32_t>();
+         const int32_t* table = args.in.block_table.ptr<int32_t>();
+         const int64_t bs = args.in.kpool * args.in.k_cache.size(1);
+         const auto slot = [&](int64_t pos) { return static_cast<int32_t>(table[pos / bs] * bs + pos % bs); };
+         const std::set<int32_t> chosen(row, row + 2048);
+         int64_t pool = 0;
+         while (chosen.count(slot(4 * pool))) ++pool;
+         for (int i = 0; i < 4; ++i) row[i] = slot(4 * pool + i);
+       },
+       2, "chosen pools' scores vs cpu.reference top pools"},
+      {Op::sparse_mla, [](const OpArgs& a) { std::get<SparseMlaArgs>(a).out.ptr<uint16_t>()[3] = 0x42C8; }, 3,
+       "cpu.reference"},  // 100.0
+  };
+  for (const Case& c : cases) {
+    const DsaStepReport report = run_on_a_copy(glm53_step(2, 2100, CacheFormat::fp8_ds_mla), [&c](const OpArgs& a) {
+      if (op_of(a) == c.op) c.alter(a);
+    });
+    SCOPED_TRACE(report.to_text());
+    EXPECT_FALSE(report.passed);
+    ASSERT_EQ(report.stages.size(), 4u);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(report.stages[i].passed, i != c.stage) << report.stages[i].name;
+    EXPECT_THAT(report.stages[c.stage].check, ::testing::HasSubstr(c.check));
+  }
+}
+
+// A config of a preset with some of its text replaced, written to a temporary file.
+std::string edited_config(const std::string& preset, const std::string& from, const std::string& to) {
+  std::ifstream in(std::string(LATTE_SOURCE_DIR) + "/configs/models/" + preset + ".json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  text.replace(at, from.size(), to);
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("latte_dsa_step_" + preset + "_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+// Rope and the indexer are independent: a model without rope whose indexer scores single tokens
+// steps through indexer_k_store and sparse_mla without rope.
+TEST(DsaStep, AModelWithoutRopeAndAPerTokenIndexerSteps) {
+  DsaStepConfig c = small_step(2, 300);
+  c.model = edited_config("deepseek-v3.2", "\"qk_rope_head_dim\": 64,", "\"qk_rope_head_dim\": 0, \"mla_use_nope\": true,");
+  for (const CacheFormat format : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
+    c.kv_cache = format;
+    const DsaStepReport report = run_dsa_step(c);
+    SCOPED_TRACE(report.to_text());
+    EXPECT_TRUE(report.passed);
+    EXPECT_THAT(stage_names(report),
+                ::testing::ElementsAre("kv_store", "indexer_k_store", "indexer_topk", "sparse_mla"));
+    ASSERT_EQ(report.stages.size(), 4u);
+    EXPECT_EQ(report.stages[2].check, "chosen scores vs cpu.reference top-k");
+    EXPECT_THAT(report.stages[3].check, ::testing::HasSubstr("no dense oracle"));
+  }
+  std::filesystem::remove(c.model);
+}
+
+// A pooled indexer latte does not compute (pools without index_kpool_compress) leaves the indices
+// to the engine: the step cannot select them, and is refused before anything is planned or
+// allocated, naming what latte serves of the model.
+TEST(DsaStep, AModelWhoseIndexerLatteDoesNotComputeIsRefused) {
+  DsaStepConfig c = small_step(1, 64);
+  c.model = edited_config("glm-5.3-flash", "\"index_kpool_compress\": true", "\"index_kpool_compress\": false");
   try {
     (void)run_dsa_step(c);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot build a decode step of glm-5.3-flash: the step it builds has "
-                                               "the per-token indexer's stages (indexer_k_store, indexer_topk)"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("its other 34 layers are linear attention, which is not latte's"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("latte select --model glm-5.3-flash --op all"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("cannot build a decode step of " + c.model +
+                                               ": the step selects the tokens with latte's indexer, and latte "
+                                               "computes no indexer of this model"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("latte serves its kv_store and sparse_mla"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("--op all"));
   }
+  EXPECT_THROW((void)estimate_dsa_step_memory(c), Error);
+  std::filesystem::remove(c.model);
+}
+
+TEST(DsaStep, APooledStepNeedsBlocksOfWholePools) {
+  DsaStepConfig c = glm53_step(1, 64, CacheFormat::bf16);
+  c.block_size = 30;
   EXPECT_THROW((void)estimate_dsa_step_memory(c), Error);
 }
 
@@ -176,6 +427,27 @@ TEST(DsaStepMemory, TheEstimateIsWhatTheStepAllocatesAtItsPeak) {
     EXPECT_GT(tally.host_peak(), uint64_t(c.batch) * c.context * (512 + 64 + 128) * 2);  // inputs
     EXPECT_EQ(estimate.device_bytes, 0u);
     EXPECT_EQ(tally.device_peak(), 0u);
+  }
+}
+
+// The same for GLM-5.3-Flash's step (pool pages, gates, pool state, out_lens, rows without rope),
+// on the oracle and off it (the key store's check then copies the pool pages and the state).
+TEST(DsaStepMemory, ThePooledStepsEstimateIsWhatItAllocatesAtItsPeak) {
+  Context& context = *copy_context().context;
+  for (const bool off_the_oracle : {false, true}) {
+    for (DsaStepConfig c : {glm53_step(3, 300, CacheFormat::fp8_ds_mla), glm53_step(2, 2100, CacheFormat::bf16)}) {
+      c.select.use_environment = false;
+      if (off_the_oracle) c = forced_to_the_copy(c);
+      const DsaStepMemory estimate = estimate_dsa_step_memory(c, &context);
+      MemoryTally tally;
+      const DsaStepReport report = run_dsa_step(c, {}, &context);
+      ASSERT_TRUE(report.passed) << report.to_text();
+      const uint64_t pools = (c.context + 3) / 4;
+      const uint64_t row_vectors = pools * 8 + 512 * 8 + (c.context + 7) / 8;
+      EXPECT_GE(estimate.host_bytes, tally.host_peak()) << c.batch << " x " << c.context;
+      EXPECT_LE(estimate.host_bytes, tally.host_peak() + row_vectors) << c.batch << " x " << c.context;
+      EXPECT_GT(tally.host_peak(), uint64_t(c.batch) * c.context * (512 + 128 + 128) * 2);  // latent, k, gate
+    }
   }
 }
 

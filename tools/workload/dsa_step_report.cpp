@@ -22,12 +22,17 @@ std::string fmt_error(const StageReport& s) {
 }  // namespace
 
 std::string DsaStepReport::to_text() const {
+  // What the step's stages follow besides the heads: a pooled indexer's pools, rows without rope.
+  std::string topk = fmt::format("{}", model.indexer ? model.indexer->topk : 0);
+  if (model.indexer && model.indexer->pooled())
+    topk += fmt::format(" in pools of {}{}", model.indexer->kpool,
+                        model.indexer->kpool_always_select_tail ? " + the tail" : "");
   std::string out = fmt::format(
-      "latte run: {} TP{} ({} heads/rank, {} index heads, topk {}), kv_cache {}, block {}\n"
+      "latte run: {} TP{} ({} heads/rank{}, {} index heads, topk {}), kv_cache {}, block {}\n"
       "device: {}\n"
       "workload: {} requests x {} tokens of context, one decode token each\n\n",
-      model.name, model.tp, model.heads_per_rank, model.indexer ? model.indexer->num_heads : 0,
-      model.indexer ? model.indexer->topk : 0, to_string(model.kv_cache), model.block_size,
+      model.name, model.tp, model.heads_per_rank, model.nope ? ", no rope" : "",
+      model.indexer ? model.indexer->num_heads : 0, topk, to_string(model.kv_cache), model.block_size,
       device.label(), config.batch, config.context);
   std::size_t w_stage = 5, w_backend = 7, w_rule = 4, w_check = 5;
   for (const StageReport& s : stages) {

@@ -1,6 +1,9 @@
 // One DSA decode step of a real model's shape on random data, end to end through the
 // selected backends, verified against cpu.reference (and the dense-MLA equality oracle when
-// the context fits in topk). This is what `latte run` and latte.run_dsa_step print.
+// the context fits in topk and the model has rope). The stages are the model's layer_ops():
+// the per-token indexer's (GLM-5, DeepSeek-V3.2) or the pooled indexer's (GLM-5.3-Flash:
+// indexer_pool_store, indexer_topk over pools, sparse_mla without rope). This is what
+// `latte run` and latte.run_dsa_step print.
 //
 // A tool over liblatte's public API, not part of liblatte: each stage's backend is chosen with
 // Context::select, and every op (the stages and the reference checks) runs through latte::run.
@@ -33,7 +36,7 @@ struct DsaStepConfig {
 };
 
 struct StageReport {
-  std::string name;          // "kv_store", "indexer_k_store", "indexer_topk", "sparse_mla"
+  std::string name;          // "kv_store", "indexer_k_store" | "indexer_pool_store", "indexer_topk", "sparse_mla"
   Op op = Op::sparse_mla;
   std::string backend;       // the backend that ran
   std::string rule;          // the policy rule that ranked it first
@@ -57,11 +60,12 @@ struct DsaStepReport {
   [[nodiscard]] std::string to_json() const;
 };
 
-// Throws latte::Error for bad configuration (unknown model, TP not dividing the heads, no
-// valid backend for a stage, ...), and out_of_memory, before allocating anything, when the step
-// needs more host or device memory than there is (naming the estimate and the largest batch
-// and context that fit). `progress` receives one line per step for long runs. `context`: the
-// one to select and run in (null: Context::global()).
+// Throws latte::Error for bad configuration (unknown model, TP not dividing the heads, a model
+// whose indexer latte does not compute, no valid backend for a stage, ...), and out_of_memory,
+// before allocating anything, when the step needs more host or device memory than there is
+// (naming the estimate and the largest batch and context that fit). `progress` receives one
+// line per step for long runs. `context`: the one to select and run in (null:
+// Context::global()).
 [[nodiscard]] DsaStepReport run_dsa_step(const DsaStepConfig& config,
                                          const std::function<void(std::string_view)>& progress = {},
                                          Context* context = nullptr);
