@@ -82,6 +82,9 @@ class Context {
   // generation, spec, device, options, environment) agrees with select() without rebuilding its
   // key. The functional API keeps such a per-call cache (src/core/api.cpp).
   [[nodiscard]] uint64_t epoch() const;
+  // Unique in the process and never reused (unlike the object's address, which a context made
+  // after this one is destroyed may get): what caches outside the context key it by.
+  [[nodiscard]] uint64_t id() const;
 
  private:
   [[nodiscard]] std::shared_ptr<const detail::Decision> decision(const AttentionSpec& spec,

@@ -53,6 +53,10 @@ struct Context::Impl {
   // Bumped after every state change (clear_cache runs after each), so a reader that sees the
   // new value also sees the new state; see Context::epoch.
   mutable std::atomic<uint64_t> epoch{0};
+  const uint64_t id = [] {
+    static std::atomic<uint64_t> next{1};
+    return next.fetch_add(1, std::memory_order_relaxed);
+  }();
 
   void set_policies(PolicyStack stack) {  // state_mutex held
     policy_fingerprint = stack.fingerprint();
@@ -299,6 +303,8 @@ std::shared_ptr<const detail::Decision> Context::decision(const AttentionSpec& s
 void Context::clear_cache() const { impl_->clear_cache(); }
 
 uint64_t Context::epoch() const { return impl_->epoch.load(std::memory_order_acquire); }
+
+uint64_t Context::id() const { return impl_->id; }
 
 namespace detail {
 

@@ -48,7 +48,7 @@ const DeviceInfo& device_info_for(Device device) {
 // Kernels made so far, per (context, backend, device, tuning variables); specs compared with
 // their own ==, so a field added to AttentionSpec can never make two specs share a kernel.
 struct KernelSlot {
-  const Context* context;
+  uint64_t context;  // Context::id
   std::string backend;
   Device device;
   AttentionSpec spec;
@@ -64,7 +64,7 @@ std::shared_ptr<Kernel> kernel_of(const Context& context, const Selection& selec
   static std::vector<KernelSlot> cache;
   auto find = [&]() -> std::shared_ptr<Kernel> {
     for (const KernelSlot& slot : cache) {
-      if (slot.context == &context && slot.backend == selection.chosen &&
+      if (slot.context == context.id() && slot.backend == selection.chosen &&
           slot.device == device.handle() && slot.spec == spec && slot.tuning == tuning)
         return slot.kernel;
     }
@@ -77,7 +77,7 @@ std::shared_ptr<Kernel> kernel_of(const Context& context, const Selection& selec
   std::shared_ptr<Kernel> kernel = selection.backend->make(spec, device);
   std::lock_guard lock(mutex);
   if (auto existing = find()) return existing;  // another thread made it meanwhile
-  cache.push_back(KernelSlot{&context, selection.chosen, device.handle(), spec, tuning, kernel});
+  cache.push_back(KernelSlot{context.id(), selection.chosen, device.handle(), spec, tuning, kernel});
   return kernel;
 }
 
@@ -89,7 +89,7 @@ std::shared_ptr<Kernel> kernel_of(const Context& context, const Selection& selec
 // Selection and builds no key string, and any change of policy, plugins or environment misses
 // and goes through select() again: select() stays the one source of decisions.
 struct CallKey {
-  const Context* context = nullptr;
+  uint64_t context = 0;  // Context::id
   uint64_t epoch = 0;
   uint64_t generation = 0;
   Device device;
@@ -112,9 +112,9 @@ std::size_t mix(std::size_t h, uint64_t v) {
 }
 
 // The fields that vary between calls; equality is still checked field by field.
-std::size_t call_hash(const Context* context, uint64_t epoch, uint64_t generation, Device device,
+std::size_t call_hash(uint64_t context, uint64_t epoch, uint64_t generation, Device device,
                       const AttentionSpec& s) {
-  std::size_t h = std::hash<const void*>{}(context);
+  std::size_t h = std::hash<uint64_t>{}(context);
   h = mix(h, epoch);
   h = mix(h, generation);
   h = mix(h, (static_cast<uint64_t>(device.kind) << 32) | static_cast<uint32_t>(device.index));
@@ -130,7 +130,7 @@ std::size_t call_hash(const Context* context, uint64_t epoch, uint64_t generatio
 class CallCache {
  public:
   // The kernel and backend id for a call, or false when this exact key has not been seen.
-  bool find(std::size_t hash, const Context* context, uint64_t epoch, uint64_t generation,
+  bool find(std::size_t hash, uint64_t context, uint64_t epoch, uint64_t generation,
             Device device, const AttentionSpec& spec, const std::string& forced,
             const char* env_force, const char* env_exclude, const std::string& tuning,
             std::shared_ptr<Kernel>* kernel, std::string* backend_id) const {
@@ -181,9 +181,9 @@ std::shared_ptr<Kernel> kernel_for(const Context& context, const std::string& fo
   const char* env_exclude = detail::selection_env("LATTE_EXCLUDE");
   const std::string tuning = cuda::tuning_env_key();  // usually empty: no allocation
   const Device handle = device.handle();
-  const std::size_t hash = call_hash(&context, epoch, generation, handle, spec);
+  const std::size_t hash = call_hash(context.id(), epoch, generation, handle, spec);
   std::shared_ptr<Kernel> kernel;
-  if (call_cache().find(hash, &context, epoch, generation, handle, spec, forced, env_force,
+  if (call_cache().find(hash, context.id(), epoch, generation, handle, spec, forced, env_force,
                         env_exclude, tuning, &kernel, backend_id)) {
     return kernel;
   }
@@ -192,7 +192,7 @@ std::shared_ptr<Kernel> kernel_for(const Context& context, const std::string& fo
   const Selection selection = context.select(spec, device, options);
   kernel = kernel_of(context, selection, spec, device, tuning);
   *backend_id = selection.chosen;
-  call_cache().insert(CallEntry{hash, CallKey{&context, epoch, generation, handle, spec, forced, env_force, env_exclude, tuning},
+  call_cache().insert(CallEntry{hash, CallKey{context.id(), epoch, generation, handle, spec, forced, env_force, env_exclude, tuning},
                                 kernel, selection.chosen});
   return kernel;
 }
