@@ -17,6 +17,7 @@
 #include "gpu_test_util.hpp"
 #include "latte/api.hpp"
 #include "latte/backend.hpp"
+#include "latte/context.hpp"
 #include "latte/device.hpp"
 #include "latte/error.hpp"
 #include "latte/formats.hpp"
@@ -838,6 +839,10 @@ TEST(CudaKvStoreCaps, TakesThePooledIndexerStore) {
   }
   const auto kernel = be->make(spec, describe_device("sm_90"));
   EXPECT_EQ(kernel->workspace_bytes(), std::size_t{32} * 16384);  // two tables of bit_ceil(2 x 8192) entries
+  // The default policy ranks it by the cache-writes rule, as the other cache writes.
+  const Selection s = Context::global().explain(spec, describe_device("sm_90"));
+  EXPECT_EQ(s.chosen, "cuda.kv_store") << s.explain();
+  EXPECT_NE(s.explain().find("cuda-cache-writes"), std::string::npos) << s.explain();
   EXPECT_NE(kernel->describe().find("one warp per completing token"), std::string::npos) << kernel->describe();
 }
 
