@@ -119,6 +119,7 @@ def _register(logger: Any) -> List[str]:
         return said
     say(_take_slots(mode, capability))
     say(_take_indexer(mode, capability))
+    say(_pooled_indexer(capability))
     return said
 
 
@@ -144,6 +145,24 @@ def _take_slots(mode: str, capability: Any) -> str:
             register_backend(member, HOLE_FILL_PATH)
             text = (f"on {arch} vLLM's {member.name} cannot run: latte fills its slot (and "
                     f"steps aside where another of vLLM's sparse backends is valid)")
+    return text
+
+
+POOLED_ARCHITECTURES = ("Glm5NextForConditionalGeneration", "Glm5NextForCausalLM")
+
+
+def _pooled_indexer(capability: Any) -> str:
+    """GLM-5.3-Flash: latte's attention serves its DSA layers (no rope, vLLM's 2176-wide top-k
+    buffer); its pooled indexer stays vLLM's whatever the mode (docs/vllm.md says why)."""
+    from vllm.utils.deep_gemm import has_deep_gemm
+
+    text = (f"GLM-5.3-Flash ({', '.join(POOLED_ARCHITECTURES)}): latte's attention serves its "
+            f"DSA layers (sparse MLA without rope) where it is chosen; its pooled indexer stays "
+            f"vLLM's (SparseAttnIndexerKpool writes the pool keys and the incomplete pool's tail "
+            f"cache in the same op that scores them)")
+    if not has_deep_gemm():
+        text += ("; DeepGEMM is not installed, which vLLM's pooled indexer needs on CUDA, so "
+                 "vLLM cannot build that model here")
     return text
 
 

@@ -91,6 +91,26 @@ def _layer_choice(kv_cache_dtype: Optional[str], block_size: Optional[int],
                          max_tokens=max_tokens)
 
 
+def _head_size_reason(head_size: int) -> Optional[str]:
+    """Why ``head_size`` does not fit the model being configured, or None. Both 576 (with rope)
+    and 512 (without: GLM-5.3-Flash) are latte's, but each only for the model that has it."""
+    try:
+        config = _model_config_dict(get_current_vllm_config())
+    except Exception:
+        return None
+    if not config:
+        return None  # layer_choice words the missing config
+    rope = config.get("qk_rope_head_dim")
+    latent = config.get("kv_lora_rank")
+    if not isinstance(rope, int) or not isinstance(latent, int):
+        return None  # latte's selector reads the config and words what is wrong
+    expected = latent + rope
+    if int(head_size) != expected:
+        return (f"head size {head_size} does not fit this model: kv_lora_rank {latent} + "
+                f"qk_rope_head_dim {rope} = {expected}")
+    return None
+
+
 class LatteMLASparseBackend(AttentionBackend):
     """Sparse MLA (DeepSeek Sparse Attention) through latte, on every NVIDIA GPU latte runs on."""
 
@@ -116,7 +136,9 @@ class LatteMLASparseBackend(AttentionBackend):
 
     @classmethod
     def get_supported_head_sizes(cls) -> List[int]:
-        return [576]
+        # 576 = 512 latent + 64 rope (GLM-5, DeepSeek-V3.2); 512 = the latent alone (GLM-5.3-Flash,
+        # qk_rope_head_dim 0). vLLM's fp8_ds_mla rows are 656 bytes either way.
+        return [576, 512]
 
     @classmethod
     def is_mla(cls) -> bool:
@@ -139,6 +161,9 @@ class LatteMLASparseBackend(AttentionBackend):
         # selector answers for the model, the cache, the block size and the GPU.
         if not (use_mla and use_sparse):
             return None  # already refused by the generic checks
+        wrong_head = _head_size_reason(head_size)
+        if wrong_head:
+            return wrong_head
         result = layer_choice(kv_cache_dtype, block_size, device_capability)
         if not result.ok:
             return "; ".join(result.reasons)
@@ -175,7 +200,7 @@ class LatteMLASparseHoleFillBackend(LatteMLASparseBackend):
 class LatteMLASparseMetadata(SparseMLACommonMetadata):
     """vLLM's sparse-MLA metadata plus what latte reads per token: ``req_id_per_token`` (the
     token's block-table row), ``visible_lens`` (its position + 1), and the ``slots`` buffer the
-    logical top-k positions are converted into."""
+    logical top-k positions are converted into (as wide as the model's top-k buffer)."""
 
     visible_lens: torch.Tensor
     slots: torch.Tensor
@@ -192,11 +217,15 @@ class LatteMLASparseMetadataBuilder(AttentionMetadataBuilder):
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=True)
         self.topk_tokens = int(vllm_config.model_config.hf_text_config.index_topk)
+        # The top-k buffer's width: index_topk, or wider where the model pads it (GLM-5.3-Flash:
+        # 2176 = index_topk + index_kpool - 1 rounded up to 128; vLLM's spec carries it).
+        self.topk_width = int(getattr(kv_cache_spec, "topk_buffer_width", None)
+                              or self.topk_tokens)
         max_tokens = int(vllm_config.scheduler_config.max_num_batched_tokens)
         # Persistent buffers: their addresses stay fixed across steps and CUDA-graph replays.
         self.token_request = torch.zeros(max_tokens, dtype=torch.int32, device=device)
         self.visible_lens = torch.zeros(max_tokens, dtype=torch.int32, device=device)
-        self.slots = torch.full((max_tokens, self.topk_tokens), -1, dtype=torch.int32,
+        self.slots = torch.full((max_tokens, self.topk_width), -1, dtype=torch.int32,
                                 device=device)
 
     def build(self, common_prefix_len: int, common_attn_metadata: Any,
@@ -266,6 +295,13 @@ class LatteMLASparseImpl(SparseMLACommonImpl):
             raise NotImplementedError(f"{NAME} needs the DSA indexer's top-k buffer; this layer "
                                       f"has none (is the model a DSA model?)")
         self.kv_format = fmt
+        # 64 (GLM-5, DeepSeek-V3.2) or 0 (GLM-5.3-Flash: q and the cache rows are the 512 latent
+        # values; an fp8_ds_mla row keeps vLLM's 656 bytes, of which latte reads 528).
+        if self.qk_rope_head_dim not in (0, 64):
+            raise NotImplementedError(
+                f"{NAME} serves MLA with 64 rope dims or none (GLM-5.3-Flash), not "
+                f"qk_rope_head_dim={self.qk_rope_head_dim}")
+        self.rope_dim = int(self.qk_rope_head_dim)
         self.supports_quant_query_input = False  # latte takes the bf16 query
         vllm_config = get_current_vllm_config()
         cache_config = getattr(vllm_config, "cache_config", None)
@@ -281,7 +317,26 @@ class LatteMLASparseImpl(SparseMLACommonImpl):
     def forward_mqa(self, q: Any, kv_c_and_k_pe_cache: torch.Tensor,
                     attn_metadata: LatteMLASparseMetadata, layer: Any):
         md = attn_metadata
+        topk = self.topk_indices_buffer
+        slots = md.slots
+        if slots.shape[1] != topk.shape[1]:  # a builder made for another buffer width
+            slots = _slots_like(topk)
+        # vLLM's own indexers hand no row lengths: -1 padding marks the unused columns.
         out = kernels.sparse_mla_forward(
-            q, kv_c_and_k_pe_cache, self.topk_indices_buffer, md.block_table,
-            md.req_id_per_token, self.scale, slots=md.slots)
+            q, kv_c_and_k_pe_cache, topk, md.block_table, md.req_id_per_token, self.scale,
+            slots=slots, rope_dim=self.rope_dim)
         return out, None
+
+
+_slot_buffers: dict = {}
+
+
+def _slots_like(topk: torch.Tensor) -> torch.Tensor:
+    # One slots buffer per top-k buffer shape and device, kept (allocated outside graph capture
+    # on the first call of a shape, as vLLM's warm-up runs every shape before capturing).
+    key = (tuple(topk.shape), topk.device)
+    buf = _slot_buffers.get(key)
+    if buf is None:
+        buf = _slot_buffers[key] = torch.full(topk.shape, -1, dtype=torch.int32,
+                                              device=topk.device)
+    return buf

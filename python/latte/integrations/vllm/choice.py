@@ -29,6 +29,16 @@ _KV_CACHE_FIXES = {
 
 # The operations latte runs for a DSA layer in vLLM.
 LAYER_OPS = ("sparse_mla", "indexer_topk", "logical_to_slots")
+# GLM-5.3-Flash (a pooled indexer, index_kpool): vLLM keeps its own indexer op
+# (SparseAttnIndexerKpool, which also writes the pool keys and the incomplete pool's tail
+# cache), so latte answers for the attention only.
+POOLED_LAYER_OPS = ("sparse_mla", "logical_to_slots")
+
+
+def layer_ops(spec: Mapping[str, Any]) -> Tuple[str, ...]:
+    """The ops latte runs for a layer of the model ``spec`` (latte.model_spec's dict)."""
+    indexer = spec.get("indexer") or {}
+    return POOLED_LAYER_OPS if indexer.get("kpool") else LAYER_OPS
 
 PREFER_ENV = "LATTE_VLLM"  # auto (default) | prefer | off
 
@@ -63,6 +73,7 @@ class LayerChoice:
     kv_cache: Optional[str]
     reasons: List[str] = field(default_factory=list)
     selections: Dict[str, Any] = field(default_factory=dict)  # op -> latte.Selection
+    pooled: bool = False  # GLM-5.3-Flash's pooled indexer: the indexer stays vLLM's
 
     @property
     def ok(self) -> bool:
@@ -72,8 +83,13 @@ class LayerChoice:
         """The explanation vLLM's log receives: each op's decision as ``latte select`` prints it."""
         if not self.ok:
             return "latte refuses this layer: " + "; ".join(self.reasons)
-        return "\n".join(f"[{op}]\n{self.selections[op].explain()}" for op in LAYER_OPS
-                         if op in self.selections)
+        text = "\n".join(f"[{op}]\n{self.selections[op].explain()}" for op in LAYER_OPS
+                          if op in self.selections)
+        if self.pooled:
+            text += ("\n[indexer_topk]\nvLLM's own (the pooled indexer of GLM-5.3-Flash: vLLM's "
+                     "op writes the pool keys and the incomplete pool's tail cache with the "
+                     "scores; latte reads its top-k buffer)")
+        return text
 
 
 def _refusal(op: str, sel: Any) -> str:
@@ -113,9 +129,11 @@ def choose(config: Mapping[str, Any], *, tp: int, kv_cache_dtype: Optional[str],
         return choice
     if not spec["is_dsa"]:
         choice.reasons.append("the model has no DSA indexer (index_topk); latte's vLLM backend "
-                              "serves sparse MLA models (GLM-5, DeepSeek-V3.2)")
+                              "serves sparse MLA models (GLM-5, GLM-5.3-Flash, DeepSeek-V3.2)")
         return choice
-    for op in LAYER_OPS:
+    ops = layer_ops(spec)
+    choice.pooled = ops is POOLED_LAYER_OPS
+    for op in ops:
         try:
             sel = select(config, tp=tp, kv_cache=fmt, block_size=block, device=device, op=op,
                          tokens=max_tokens)

@@ -7,7 +7,10 @@ installed (tests/python/test_vllm_layout_gpu.py).
 vLLM's layouts (vLLM 0.33):
 
 - MLA cache of one layer: ``[num_blocks, block_size, 576]`` bfloat16, or ``[num_blocks,
-  block_size, 656]`` uint8 for ``fp8_ds_mla``. The block stride may exceed ``block_size`` rows
+  block_size, 656]`` uint8 for ``fp8_ds_mla``. A model without rope (GLM-5.3-Flash,
+  ``qk_rope_head_dim`` 0): ``[num_blocks, block_size, 512]`` bfloat16, or the same 656-byte
+  ``fp8_ds_mla`` rows (vLLM sizes every ``fp8_ds_mla`` row at 656 bytes; its writer fills
+  the rope's 128 bytes with zeros), of which latte reads the first 528 (``rope_dim=0``). The block stride may exceed ``block_size`` rows
   (other layers' pages sit between blocks); latte reads the strides, so the cache is passed
   as vLLM binds it.
 - Indexer K cache of one layer: ``[num_blocks, block_size, 132]`` uint8, a page being
@@ -15,6 +18,10 @@ vLLM's layouts (vLLM 0.33):
   page layout, docs/operations.md).
 - The shared top-k buffer: ``[max_tokens, index_topk]`` int32 of *logical* positions in each
   token's request, -1 for none. Attention turns them into cache slots through the block table.
+  GLM-5.3-Flash's is wider, ``index_topk + index_kpool - 1`` rounded up to 128 (2176): vLLM's
+  pooled indexer writes the kept pools' positions in columns 0..2047 (-1 where fewer pools
+  exist), the incomplete pool's positions in 2048..2050 (-1 past them) and leaves -1 after;
+  no row length comes with it, so every column is read.
 - ``query_start_loc`` ``[num_reqs + 1]`` and ``seq_lens`` ``[num_reqs]`` int32: a request's
   tokens are consecutive, and the last of them sits at position ``seq_lens[r] - 1``.
 """
@@ -59,27 +66,38 @@ def step_token_tables(query_start_loc: Tensor, seq_lens: Tensor, num_reqs: int, 
 def mqa_query(q: Union[Tensor, Tuple[Tensor, Tensor]]) -> Tuple[Tensor, Tensor]:
     """The query as latte takes it: vLLM hands either one ``[T, H, 576]`` tensor or the pair
     ``(ql_nope [T, H, 512], q_pe [T, H, 64])``, which latte reads as q and q_rope in place
-    (no concatenation). Returns (q, q_rope or None)."""
+    (no concatenation). A model without rope gets ``(ql_nope [T, H, 512], q_pe [T, H, 0])``
+    (or one ``[T, H, 512]`` tensor): the empty rope part is dropped. Returns (q, q_rope or
+    None)."""
     if isinstance(q, tuple):
-        return q[0], q[1]
+        q_rope = q[1]
+        if q_rope is not None and q_rope.shape[-1] == 0:
+            q_rope = None
+        return q[0], q_rope
     return q, None
 
 
 def sparse_mla_forward(q: Union[Tensor, Tuple[Tensor, Tensor]], kv_cache: Tensor,
                        topk_logical: Tensor, block_table: Tensor, token_request: Tensor,
                        scale: float, *, slots: Tensor, out: Tensor = None,
-                       backend: str = None) -> Tensor:
+                       backend: str = None, rope_dim: int = 64,
+                       topk_lens: Tensor = None) -> Tensor:
     """Sparse MLA over vLLM's cache for the first ``T`` tokens (``T`` = q's rows), in one latte
     call: the logical positions of ``topk_logical`` (vLLM's top-k buffer, ``[>=T, topk]``)
     become cache slots in ``slots`` (an int32 ``[>=T, topk]`` buffer the caller keeps) through
     ``block_table`` and ``token_request`` (``[>=T]``), then attention reads those slots.
+    ``rope_dim`` is the model's (64, or 0 for GLM-5.3-Flash: q ``[T, H, 512]``, cache rows of 512
+    bf16 values or 656-byte fp8_ds_mla rows read as 528). ``topk_lens`` (``[>=T]`` int32,
+    optional): row t uses its first ``topk_lens[t]`` columns only.
     Returns ``[T, H, 512]`` bfloat16 (``out`` when given, else allocated like q)."""
     q, q_rope = mqa_query(q)
     if out is None:
         out = q.new_empty((q.shape[0], q.shape[1], KV_LORA_RANK))
+    if topk_lens is not None:
+        topk_lens = rows(topk_lens, q.shape[0])
     return ops.sparse_mla(q, kv_cache, topk_logical, scale, out=out, backend=backend,
                           block_table=block_table, token_request=token_request, slots=slots,
-                          q_rope=q_rope)
+                          q_rope=q_rope, rope_dim=rope_dim, topk_lens=topk_lens)
 
 
 def rows(t: Tensor, n: int) -> Tensor:

@@ -75,13 +75,17 @@ def hole(capability: Any) -> Optional[Any]:
 
 def preferred(capability: Any) -> List[Any]:
     """The slots LATTE_VLLM=prefer takes: the first sparse member of each list vLLM may walk on
-    this GPU (the lists differ by cache dtype and head count on some GPUs)."""
+    this GPU (the lists differ by cache dtype and head count on some GPUs, and on sm_90 by head
+    size: 512, a model without rope such as GLM-5.3-Flash, puts FlashInfer's sparse backend
+    first)."""
     taken: List[Any] = []
-    for kv in (None, "fp8_ds_mla"):
-        for heads in (8, 128):
-            members = sparse_members(capability, kv_cache_dtype=kv, num_heads=heads)
-            if members and members[0] not in taken:
-                taken.append(members[0])
+    for head_size in (576, 512):
+        for kv in (None, "fp8_ds_mla"):
+            for heads in (8, 128):
+                members = sparse_members(capability, head_size=head_size, kv_cache_dtype=kv,
+                                         num_heads=heads)
+                if members and members[0] not in taken:
+                    taken.append(members[0])
     return taken
 
 

@@ -1,0 +1,425 @@
+"""GLM-5.3-Flash (``glm5_next``: MLA without rope, the pooled indexer) through the plugin, on the
+CPU against the real vLLM.
+
+vLLM keeps this model's indexer (its ``SparseAttnIndexerKpool`` op writes the pool keys and the
+incomplete pool's tail cache in the op that scores them); latte serves the sparse attention:
+``q`` of 512 latent values (vLLM hands ``(ql_nope, q_pe)`` with an empty ``q_pe``), cache rows
+of 512 bf16 values or vLLM's 656-byte ``fp8_ds_mla`` rows of which the first 528 hold the row,
+and vLLM's 2176-wide top-k buffer laid out by vLLM's own expansion functions (kept pools in
+columns 0..2047, the incomplete pool at 2048..2050, -1 elsewhere).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import latte
+from conftest import reload_plugin, vllm_config
+
+from vllm.config import set_current_vllm_config
+from vllm.platforms.interface import DeviceCapability
+
+BLOCK = 64
+H = 8  # 64 heads at TP8
+SCALE = 256 ** -0.5  # qk_head_dim 256
+TOPK, KPOOL = 2048, 4
+WIDTH = 2176  # index_topk + index_kpool - 1, rounded up to 128 (vLLM's buffer)
+POOLS = TOPK // KPOOL
+# (query tokens, tokens in the cache after this step) per request: a short decode (vLLM fills
+# every causal position), a long decode whose context is a whole number of pools, a prefill
+# chunk of 6 tokens whose rows end with 0..3 tail tokens, and a short decode.
+REQUESTS = [(1, 40), (1, 2300), (6, 2100), (1, 130)]
+ARCHS = [(8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]
+
+
+def _positions():
+    return [(r, p) for r, (q, s) in enumerate(REQUESTS) for p in range(s - q, s)]
+
+
+def _padded_cache(num_blocks, row, dtype, gen, pad_rows=3):
+    # vLLM's per-layer view of a shared allocation, other layers' pages between blocks; random
+    # bytes everywhere, so a byte latte must not read cannot pass for a zero.
+    raw = torch.randint(0, 256, (num_blocks, (BLOCK + pad_rows) * row * dtype.itemsize),
+                        generator=gen, dtype=torch.uint8)
+    if dtype == torch.bfloat16:
+        raw = torch.randn(num_blocks, (BLOCK + pad_rows) * row, generator=gen).bfloat16()
+    return raw[:, :BLOCK * row].view(num_blocks, BLOCK, row)
+
+
+def _batch(gen):
+    qsl = [0]
+    for q, _ in REQUESTS:
+        qsl.append(qsl[-1] + q)
+    seq_lens = [s for _, s in REQUESTS]
+    max_blocks = max((s + BLOCK - 1) // BLOCK for s in seq_lens)
+    num_blocks = 2 + sum((s + BLOCK - 1) // BLOCK for s in seq_lens)
+    perm = torch.randperm(num_blocks, generator=gen).tolist()
+    table = torch.full((len(REQUESTS), max_blocks + 1), -1, dtype=torch.int32)
+    used = 0
+    for r, s in enumerate(seq_lens):
+        n = (s + BLOCK - 1) // BLOCK
+        table[r, :n] = torch.tensor(perm[used:used + n], dtype=torch.int32)
+        used += n
+    return (torch.tensor(qsl, dtype=torch.int32), torch.tensor(seq_lens, dtype=torch.int32),
+            table, num_blocks)
+
+
+def _common_metadata(qsl, seq_lens, table):
+    from vllm.v1.attention.backend import CommonAttentionMetadata
+
+    slots = [int(table[r, p // BLOCK]) * BLOCK + p % BLOCK for r, p in _positions()]
+    return CommonAttentionMetadata(
+        query_start_loc=qsl, query_start_loc_cpu=qsl.clone(), seq_lens=seq_lens,
+        num_reqs=len(REQUESTS), num_actual_tokens=int(qsl[-1]),
+        max_query_len=max(q for q, _ in REQUESTS), max_seq_len=max(s for _, s in REQUESTS),
+        block_table_tensor=table, slot_mapping=torch.tensor(slots, dtype=torch.int32),
+        seq_lens_cpu_upper_bound=seq_lens.clone())
+
+
+def _fill_cache(gen, table, kv_cache, scale_kind):
+    """Every position of every request holds a token (latte's kv_store with rope_dim 0)."""
+    slots = [int(table[r, p // BLOCK]) * BLOCK + p % BLOCK
+             for r, (_, s) in enumerate(REQUESTS) for p in range(s)]
+    latent = torch.randn(len(slots), 512, generator=gen).bfloat16()
+    latte.kv_store(latent, None, torch.tensor(slots, dtype=torch.int32), kv_cache,
+                   scale_kind=scale_kind, rope_dim=0)
+
+
+def _decode_rows(kv_cache):
+    """float64 [nb, BLOCK, 512]: the latent values a cache row holds (first 528 bytes of an fp8
+    row: 512 e4m3 codes, 4 float32 group scales)."""
+    if kv_cache.dtype == torch.bfloat16:
+        return kv_cache.double()
+    b = kv_cache.contiguous()
+    codes = b[..., :512].view(torch.float8_e4m3fn).double()
+    scales = b[..., 512:528].contiguous().view(torch.float32).double()
+    return (codes.view(*codes.shape[:-1], 4, 128) * scales[..., None]).reshape(*codes.shape)
+
+
+def _vllm_topk_buffer(gen, max_tokens):
+    """vLLM's top-k buffer for this step, made by vLLM's own functions: the causal fill of a
+    short row, and for a long one the kept pools expanded to tokens with the incomplete pool
+    appended (the torch form of vLLM's fused expansion kernel)."""
+    from vllm.models.glm5next.common.sparse_indexer import _fill_causal_indices
+    from vllm.models.glm5next.nvidia.ops.kpool_compress import (append_tail_to_topk,
+                                                               expand_pools_to_tokens)
+
+    buffer = torch.full((max_tokens, WIDTH), -7, dtype=torch.int32)
+    tokens = len(_positions())
+    buffer[:tokens] = -1  # vLLM's indexer clears the step's rows first
+    for t, (_, p) in enumerate(_positions()):
+        visible = p + 1
+        if visible <= TOPK:
+            _fill_causal_indices(buffer[t:t + 1], torch.tensor([p]))
+            continue
+        pools = torch.randperm(visible // KPOOL, generator=gen)[:POOLS].to(torch.int32)
+        if t == 4:
+            pools[-100:] = -1  # fewer kept pools than 512: -1 gaps before the tail
+        expanded = expand_pools_to_tokens(pools[None], pools[None] >= 0, TOPK, KPOOL)
+        row = append_tail_to_topk(expanded, torch.tensor([visible]),
+                                  torch.tensor([visible // KPOOL]), KPOOL)
+        buffer[t, :row.shape[1]] = row[0]
+    return buffer
+
+
+def _queries(gen, kv_cache, table):
+    """Random queries, except that a token whose own position is in the incomplete pool (a long
+    context, position mod 4 != 3) looks at itself with half its heads, so the tail decides its
+    answer."""
+    rows = _decode_rows(kv_cache)
+    q = torch.randn(len(_positions()), H, 512, generator=gen)
+    for t, (r, p) in enumerate(_positions()):
+        if p + 1 > TOPK and (p + 1) % KPOOL:
+            q[t, :H // 2] = 0.5 * rows[int(table[r, p // BLOCK]), p % BLOCK].float()
+    return q.bfloat16()
+
+
+def _reference(q, rows, buffer, table, columns=WIDTH):
+    out = torch.zeros(q.shape[0], H, 512, dtype=torch.float64)
+    for t, (r, _) in enumerate(_positions()):
+        pos = [int(s) for s in buffer[t, :columns] if s >= 0]
+        kv = torch.stack([rows[int(table[r, s // BLOCK]), s % BLOCK] for s in pos])
+        out[t] = torch.softmax(SCALE * (q[t].double() @ kv.T), dim=-1) @ kv
+    return out
+
+
+def _impl(topk_buffer, kv_cache_dtype, monkeypatch, rope=0):
+    import vllm.model_executor.layers.attention.sparse_mla_attention as sparse
+    from latte.integrations.vllm.backend import LatteMLASparseImpl
+
+    monkeypatch.setattr(sparse, "get_tensor_model_parallel_world_size", lambda: 1)
+    return LatteMLASparseImpl(
+        num_heads=H, head_size=512 + rope, scale=SCALE, num_kv_heads=1, alibi_slopes=None,
+        sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None,
+        attn_type="decoder", kv_sharing_target_layer_name=None, q_lora_rank=1536,
+        kv_lora_rank=512, qk_nope_head_dim=256, qk_rope_head_dim=rope, qk_head_dim=256 + rope,
+        v_head_dim=256, kv_b_proj=None, indexer=None, topk_indices_buffer=topk_buffer)
+
+
+@pytest.mark.parametrize("kv_cache_dtype,scale_kind", [("auto", "amax"), ("fp8_ds_mla", "amax"),
+                                                       ("fp8_ds_mla", "pow2")])
+def test_glm53_forward_matches_float64(model_dirs, monkeypatch, kv_cache_dtype, scale_kind):
+    from vllm.v1.kv_cache_interface import MLAAttentionSpec
+
+    from latte.integrations.vllm.backend import LatteMLASparseMetadataBuilder
+
+    reload_plugin()
+    gen = torch.Generator().manual_seed(11)
+    qsl, seq_lens, table, num_blocks = _batch(gen)
+    fp8 = kv_cache_dtype == "fp8_ds_mla"
+    # vLLM sizes every fp8_ds_mla row at 656 bytes, a model without rope too.
+    kv_cache = _padded_cache(num_blocks, 656 if fp8 else 512,
+                             torch.uint8 if fp8 else torch.bfloat16, gen)
+    before = kv_cache.clone()
+    _fill_cache(gen, table, kv_cache, scale_kind)
+    if fp8:  # latte writes the first 528 bytes of a row and leaves the rest as it was
+        assert torch.equal(kv_cache[..., 528:], before[..., 528:])
+    cm = _common_metadata(qsl, seq_lens, table)
+    tokens = cm.num_actual_tokens
+    config = vllm_config(model_dirs, "glm-5.3-flash", tp=8, kv_cache_dtype=kv_cache_dtype)
+
+    with set_current_vllm_config(config):
+        spec = MLAAttentionSpec(block_size=BLOCK, num_kv_heads=1, head_size=512,
+                                dtype=torch.bfloat16, topk_buffer_width=WIDTH)
+        builder = LatteMLASparseMetadataBuilder(spec, ["layer.attn"], config, torch.device("cpu"))
+        assert builder.topk_tokens == TOPK and builder.slots.shape[1] == WIDTH
+        md = builder.build(0, cm)
+        buffer = _vllm_topk_buffer(gen, config.scheduler_config.max_num_batched_tokens)
+        snapshot = buffer.clone()
+        impl = _impl(buffer, kv_cache_dtype, monkeypatch)
+        assert impl.rope_dim == 0
+
+        q = _queries(gen, kv_cache, table)
+        q_pe = q.new_empty((tokens, H, 0))  # what vLLM hands for a model without rope
+        out, lse = impl.forward_mqa((q, q_pe), kv_cache, md, layer=None)
+        assert lse is None and out.shape == (tokens, H, 512) and out.dtype == torch.bfloat16
+        assert torch.equal(buffer, snapshot)  # the top-k buffer is vLLM's: read, not written
+
+    ref = _reference(q, _decode_rows(kv_cache), buffer, table)
+    err = (out.double() - ref).norm() / ref.norm()
+    assert err < 8e-3, err
+    # The tail columns (2048..2050) carry the incomplete pool, which these queries look at:
+    # leaving them out would change the answer by far more than the tolerance.
+    no_tail = _reference(q, _decode_rows(kv_cache), buffer, table, columns=TOPK)
+    assert (no_tail - ref).norm() / ref.norm() > 0.2
+    out2, _ = impl.forward_mqa(q, kv_cache, md, layer=None)  # one [T, H, 512] tensor alike
+    assert torch.equal(out, out2)
+
+
+@pytest.mark.parametrize("cap", ARCHS, ids=lambda c: f"sm_{c[0]}{c[1]}")
+@pytest.mark.parametrize("tp", [1, 8])
+@pytest.mark.parametrize("kv", ["auto", "fp8_ds_mla"])
+def test_glm53_accepted_on_every_arch(model_dirs, cap, tp, kv):
+    from test_selection import _validate
+
+    plugin = reload_plugin()
+    plugin.register()
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    backend = AttentionBackendEnum["LATTE_MLA_SPARSE"].get_class()
+    with set_current_vllm_config(vllm_config(model_dirs, "glm-5.3-flash", tp=tp,
+                                             kv_cache_dtype=kv)):
+        assert _validate(backend, cap, kv, head_size=512) == []
+        # 576 is the head of a model with rope: not this one's.
+        assert any("head size 576 does not fit this model" in r
+                   for r in _validate(backend, cap, kv, head_size=576))
+        assert any("--kv-cache-dtype fp8_ds_mla" in r
+                   for r in _validate(backend, cap, "fp8", head_size=512))
+
+
+def test_glm53_choice_leaves_the_indexer_to_vllm(model_dirs):
+    from latte.integrations.vllm import backend, choice
+
+    with set_current_vllm_config(vllm_config(model_dirs, "glm-5.3-flash", tp=8,
+                                             kv_cache_dtype="fp8_ds_mla")):
+        result = backend.layer_choice("fp8_ds_mla", 64, DeviceCapability(8, 9))
+    assert result.ok, result.reasons
+    assert result.pooled and set(result.selections) == set(choice.POOLED_LAYER_OPS)
+    text = result.explain()
+    assert "[sparse_mla]" in text and "vLLM's own (the pooled indexer" in text
+    with set_current_vllm_config(vllm_config(model_dirs, "glm-5", tp=8)):
+        glm5 = backend.layer_choice("auto", 64, DeviceCapability(8, 9))
+    assert not glm5.pooled and set(glm5.selections) == set(choice.LAYER_OPS)
+
+
+def test_impl_refuses_other_rope_widths(model_dirs, monkeypatch):
+    config = vllm_config(model_dirs, "glm-5.3-flash", tp=8)
+    with set_current_vllm_config(config):
+        with pytest.raises(NotImplementedError, match="qk_rope_head_dim=32"):
+            _impl(torch.zeros(16, WIDTH, dtype=torch.int32), "auto", monkeypatch, rope=32)
+
+
+@pytest.mark.parametrize("deep_gemm", [False, True])
+def test_glm53_decision_says_the_indexer_stays_vllms(monkeypatch, deep_gemm):
+    import vllm.utils.deep_gemm as dg
+    from vllm.model_executor.custom_op import op_registry_oot
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    plugin = reload_plugin()
+    monkeypatch.setattr(dg, "has_deep_gemm", lambda: deep_gemm)
+    plugin._take_indexer("prefer", DeviceCapability(8, 9))
+    text = plugin._pooled_indexer(DeviceCapability(8, 9))
+    assert "GLM-5.3-Flash (Glm5NextForConditionalGeneration" in text
+    assert "its pooled indexer stays vLLM's" in text
+    assert ("DeepGEMM is not installed" in text) is (not deep_gemm)
+    # Even with LATTE_VLLM=prefer, latte replaces neither the pooled indexer op nor the model.
+    assert "SparseAttnIndexerKpool" not in op_registry_oot
+    assert "sparse_attn_indexer_kpool" not in op_registry_oot
+    for arch in plugin.POOLED_ARCHITECTURES:
+        assert ModelRegistry.models[arch].module_name.startswith("vllm.")
+
+
+@pytest.mark.parametrize("cap", [(8, 0), (8, 9)], ids=lambda c: f"sm_{c[0]}{c[1]}")
+@pytest.mark.parametrize("kv", ["auto", "fp8_ds_mla"])
+def test_vllm_selects_latte_for_glm53_on_sm8x(model_dirs, monkeypatch, clean_overrides, cap, kv):
+    import vllm.platforms.cuda as cuda
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    plugin = reload_plugin()
+    monkeypatch.setattr(cuda.CudaPlatform, "get_device_capability",
+                        classmethod(lambda cls, device_id=0: DeviceCapability(*cap)))
+    plugin._take_slots("auto", DeviceCapability(*cap))
+    selector = AttentionSelectorConfig(head_size=512, dtype=torch.bfloat16, kv_cache_dtype=kv,
+                                       block_size=64, use_mla=True, use_sparse=True)
+    with set_current_vllm_config(vllm_config(model_dirs, "glm-5.3-flash", tp=8,
+                                             kv_cache_dtype=kv)):
+        chosen = cuda.CudaPlatform.get_attn_backend_cls(None, selector, num_heads=8)
+    assert chosen == plugin.HOLE_FILL_PATH
+
+
+# ---- The pooled indexer cache: vLLM's own pool-key writer against latte's layout ----------
+
+@pytest.fixture(scope="module")
+def pool_written(tmp_path_factory):
+    """What vLLM's GLM-5.3-Flash pool-key writer and index-query rotation wrote, run on the CPU
+    through Triton's interpreter in a process of its own (vllm_pool_writer.py)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path_factory.mktemp("pools") / "pools.pt"
+    subprocess.run([sys.executable, str(Path(__file__).with_name("vllm_pool_writer.py")),
+                    str(out), "5"], check=True, env=dict(os.environ), capture_output=True,
+                   timeout=600)
+    return torch.load(out, weights_only=False)
+
+
+def _hadamard():
+    idx = torch.arange(128)
+    bits = (idx[:, None] & idx[None, :]).tolist()
+    return torch.tensor([[(-1.0) ** bin(b).count("1") for b in row] for row in bits],
+                        dtype=torch.float64)
+
+
+def _pool_key(data, p, rotate=True):
+    """float64 pool key p as the model defines it: the per-dimension softmax of gate + ape
+    over the pool's 4 tokens mixing their keys, rounded to bf16, then (rotate) the Hadamard-128
+    rotation / sqrt(128), rounded to bf16 again."""
+    w = torch.softmax(data["slot_score"][p].double() + data["ape"].double(), dim=0)
+    key = (w * data["slot_k"][p].double()).sum(0).bfloat16().double()
+    if not rotate:
+        return key
+    return ((_hadamard() @ key) / 128 ** 0.5).bfloat16().double()
+
+
+def _pool_row(cache, rows, slot):
+    """(codes [128] float64, scale) of pool slot ``slot`` in latte's pooled page layout: a page
+    (block) holds ``rows`` rows of 128 e4m3 codes, then ``rows`` float32 scales."""
+    block, row = divmod(int(slot), rows)
+    page = cache[block].reshape(-1)
+    codes = page[row * 128:(row + 1) * 128].view(torch.float8_e4m3fn).double()
+    scale = page[rows * 128 + 4 * row:rows * 128 + 4 * row + 4].view(torch.float32)
+    return codes, float(scale)
+
+
+def test_vllm_pool_pages_are_latte_layout(pool_written):
+    d = pool_written
+    rotated = unrotated = 0.0
+    for p in range(d["loc"].shape[0]):
+        codes, scale = _pool_row(d["cache"], d["rows"], d["loc"][p])
+        key = codes * scale
+        ref = _pool_key(d, p)
+        # One power-of-two scale per pool: the smallest with amax / scale <= 448.
+        assert scale == 2.0 ** torch.ceil(torch.log2(ref.abs().max() / 448)).item()
+        rotated = max(rotated, 1 - float(torch.nn.functional.cosine_similarity(key, ref, dim=0)))
+        unrotated = max(unrotated, 1 - float(torch.nn.functional.cosine_similarity(
+            key, _pool_key(d, p, rotate=False), dim=0)))
+    # The rows hold the rotated keys, e4m3-rounded (and some values converted off their nearest
+    # code by the interpreter, see the last test).
+    assert rotated < 3e-2, rotated
+    assert unrotated > 0.3, unrotated  # and not the unrotated ones
+
+
+def test_latte_pooled_scores_on_vllm_pool_pages(pool_written):
+    d = pool_written
+    rows, kpool = d["rows"], d["kpool"]
+    pools = d["loc"].shape[0]
+    tokens, heads = 6, 32
+    q = d["q_fp8"].view(tokens, heads, 128)
+    gen = torch.Generator().manual_seed(2)
+    # vLLM folds the query's scale into the head weights; latte then takes q_scale = 1.
+    weights = torch.rand(tokens, heads, generator=gen) * d["q_scale"].view(tokens, heads)
+    block_table = d["blocks"][None, :]
+    visible = torch.tensor([pools * kpool, pools * kpool - 1, 100, 37, 3, 150], dtype=torch.int32)
+    logits = latte.indexer_logits(
+        q, weights, d["cache"], block_table, visible, q_scale=torch.ones(tokens, heads),
+        token_request=torch.zeros(tokens, dtype=torch.int32), kpool=kpool,
+        backend="cpu.reference")
+    assert logits.shape == (tokens, block_table.shape[1] * rows)
+    keys = torch.stack([_pool_row(d["cache"], rows, d["loc"][p])[0] *
+                        _pool_row(d["cache"], rows, d["loc"][p])[1] for p in range(pools)])
+    for t in range(tokens):
+        complete = int(visible[t]) // kpool
+        ref = (torch.relu(q[t].double() @ keys[:complete].T) *
+               weights[t].double()[:, None]).sum(0)
+        assert torch.allclose(logits[t, :complete].double(), ref, rtol=1e-5, atol=1e-4), t
+        assert torch.isinf(logits[t, complete:]).all() and (logits[t, complete:] < 0).all()
+
+
+def test_latte_pool_store_writes_vllms_pool_pages(pool_written):
+    """latte's indexer_pool_store (hadamard, pow2) on the same tokens writes every scale byte as
+    vLLM's writer does, and every code alike except where vLLM's kernel, run by Triton's CPU
+    interpreter, converts a value to e4m3 off its nearest code: there latte's code is the
+    nearer one (the interpreter's conversion is not the GPU's round-to-nearest)."""
+    d = pool_written
+    rows, kpool = d["rows"], d["kpool"]
+    pools = d["loc"].shape[0]
+    tokens = pools * kpool
+    mine = torch.zeros_like(d["cache"])
+    latte.indexer_pool_store(
+        d["slot_k"].reshape(tokens, 128), d["slot_score"].reshape(tokens, 128), d["ape"],
+        torch.arange(tokens, dtype=torch.int32), d["blocks"][None, :], mine,
+        torch.zeros(1, kpool - 1, 2, 128), kpool=kpool,
+        token_request=torch.zeros(tokens, dtype=torch.int32), scale_kind="pow2",
+        hadamard=True, backend="cpu.reference")
+    same = 0
+    for p in range(pools):
+        theirs, scale = _pool_row(d["cache"], rows, d["loc"][p])
+        ours, our_scale = _pool_row(mine, rows, d["loc"][p])
+        assert our_scale == scale, p
+        exact = _pool_key(d, p) / scale
+        differ = ours != theirs
+        same += int((~differ).sum())
+        assert ((ours - exact).abs() <= (theirs - exact).abs())[differ].all(), p
+    assert same >= 0.8 * pools * 128, same
+
+
+@pytest.mark.parametrize("kv", ["auto", "fp8_ds_mla"])
+def test_prefer_reaches_glm53_on_sm90(model_dirs, monkeypatch, clean_overrides, kv):
+    # On sm_90 vLLM's list for head size 512 starts with FlashInfer's sparse backend, not the
+    # 576 list's first: LATTE_VLLM=prefer takes that slot too.
+    import vllm.platforms.cuda as cuda
+    from vllm.v1.attention.selector import AttentionSelectorConfig
+
+    plugin = reload_plugin()
+    monkeypatch.setattr(cuda.CudaPlatform, "get_device_capability",
+                        classmethod(lambda cls, device_id=0: DeviceCapability(9, 0)))
+    plugin._take_slots("prefer", DeviceCapability(9, 0))
+    selector = AttentionSelectorConfig(head_size=512, dtype=torch.bfloat16, kv_cache_dtype=kv,
+                                       block_size=64, use_mla=True, use_sparse=True)
+    with set_current_vllm_config(vllm_config(model_dirs, "glm-5.3-flash", tp=8,
+                                             kv_cache_dtype=kv)):
+        chosen = cuda.CudaPlatform.get_attn_backend_cls(None, selector, num_heads=8)
+    assert chosen == plugin.BACKEND_PATH
