@@ -62,6 +62,11 @@ def _real(op: str, name: str, value: Any) -> float:
                                    f"of float range") from None
 
 
+# The range of a C int: what the extension's int arguments hold (a larger Python int would reach
+# nanobind and fail there with a TypeError instead of latte's error).
+_C_INT_MIN, _C_INT_MAX = -2**31, 2**31 - 1
+
+
 def _int(op: str, name: str, value: Any, low: int, high: int) -> int:
     try:
         if isinstance(value, bool):
@@ -169,8 +174,8 @@ def sparse_mla(
         _required("sparse_mla", q=q, kv_cache=kv_cache, indices=indices)
     if type(scale) is not float:
         scale = _real("sparse_mla", "scale", scale)
-    if type(rope_dim) is not int:
-        rope_dim = _int("sparse_mla", "rope_dim", rope_dim, -2**31, 2**31 - 1)
+    if type(rope_dim) is not int or not _C_INT_MIN <= rope_dim <= _C_INT_MAX:
+        rope_dim = _int("sparse_mla", "rope_dim", rope_dim, _C_INT_MIN, _C_INT_MAX)
     if kv_format is not None or backend is not None:
         _texts("sparse_mla", kv_format=kv_format, backend=backend)
     if block_table is None and (token_request is not None or slots is not None):
@@ -298,9 +303,10 @@ def indexer_topk(
     if type(kind) is not str or backend is not None:
         _texts("indexer_topk", backend=backend)
         _text("indexer_topk", "kind", kind, optional=False)
-    if type(kpool) is not int or type(pool_topk) is not int:
-        kpool = _int("indexer_topk", "kpool", kpool, -2**31, 2**31 - 1)
-        pool_topk = _int("indexer_topk", "pool_topk", pool_topk, -2**31, 2**31 - 1)
+    if (type(kpool) is not int or type(pool_topk) is not int or not _C_INT_MIN <= kpool <= _C_INT_MAX
+            or not _C_INT_MIN <= pool_topk <= _C_INT_MAX):
+        kpool = _int("indexer_topk", "kpool", kpool, _C_INT_MIN, _C_INT_MAX)
+        pool_topk = _int("indexer_topk", "pool_topk", pool_topk, _C_INT_MIN, _C_INT_MAX)
     if topk is None and indices is None and kpool > 0 and pool_topk > 0:
         topk = kpool * pool_topk + (kpool - 1 if select_tail else 0)
     if topk is not None:
@@ -349,6 +355,8 @@ def indexer_logits(
         _required("indexer_logits", q=q, weights=weights, k_cache=k_cache,
                   block_table=block_table, visible_lens=visible_lens)
     _texts("indexer_logits", backend=backend)
+    if type(kpool) is not int or not _C_INT_MIN <= kpool <= _C_INT_MAX:
+        kpool = _int("indexer_logits", "kpool", kpool, _C_INT_MIN, _C_INT_MAX)
     if logits is None:
         op = "indexer_logits"
         (t,) = lead_shape(q, "q", op, 1)
@@ -393,8 +401,8 @@ def kv_store(
         _required("kv_store", latent=latent, slot_mapping=slot_mapping, kv_cache=kv_cache)
     _text("kv_store", "scale_kind", scale_kind, optional=False)
     _texts("kv_store", kv_format=kv_format, backend=backend)
-    if type(rope_dim) is not int:
-        rope_dim = _int("kv_store", "rope_dim", rope_dim, -2**31, 2**31 - 1)
+    if type(rope_dim) is not int or not _C_INT_MIN <= rope_dim <= _C_INT_MAX:
+        rope_dim = _int("kv_store", "rope_dim", rope_dim, _C_INT_MIN, _C_INT_MAX)
     _latte.kv_store(latent, rope, slot_mapping, kv_cache, scale_kind, kv_format, backend or None,
                     stream, check_indices, rope_dim)
 
@@ -474,8 +482,8 @@ def indexer_pool_store(
                   block_table=block_table, k_cache=k_cache, pool_state=pool_state)
     _text("indexer_pool_store", "scale_kind", scale_kind, optional=False)
     _texts("indexer_pool_store", backend=backend)
-    if type(kpool) is not int:
-        kpool = _int("indexer_pool_store", "kpool", kpool, -2**31, 2**31 - 1)
+    if type(kpool) is not int or not _C_INT_MIN <= kpool <= _C_INT_MAX:
+        kpool = _int("indexer_pool_store", "kpool", kpool, _C_INT_MIN, _C_INT_MAX)
     _latte.indexer_pool_store(k, gate, ape, positions, token_request, block_table, k_cache, pool_state,
                               kpool, scale_kind, bool(hadamard), backend or None, stream, check_indices)
 

@@ -137,3 +137,31 @@ def test_pooled_errors_name_the_value_and_the_fix(rng):
                            select_tail=True, indices=np.empty((1, 2048), np.int32))
     with pytest.raises(latte.InvalidArgumentError, match="arguments of the pooled indexer, but kpool is 0"):
         latte.indexer_topk(q, w, cache, table, np.array([8], np.int32), 4, pool_topk=2)
+
+
+@pytest.mark.parametrize("big", [2 ** 31, -2 ** 31 - 1, 2 ** 70])
+def test_ints_beyond_a_c_int_are_latte_errors(rng, big):
+    """kpool, pool_topk and rope_dim past a C int are refused by latte, naming the value (they
+    once reached the extension and failed there with a TypeError; found by the soak)."""
+    table, cache, state = geometry(rng, 8)
+    k, gate = bf16(rng, 8, 128), bf16(rng, 8, 128)
+    ape = np.zeros((KPOOL, 128), np.float32)
+    pos, req = np.arange(8, dtype=np.int32), np.zeros(8, np.int32)
+    q, w, vis = bf16(rng, 1, 2, 128), np.ones((1, 2), np.float32), np.array([8], np.int32)
+    calls = {
+        "indexer_pool_store kpool": lambda: latte.indexer_pool_store(k, gate, ape, pos, table, cache, state,
+                                                                    kpool=big, token_request=req),
+        "indexer_topk kpool": lambda: latte.indexer_topk(q, w, cache, table, vis, 8, kpool=big),
+        "indexer_topk pool_topk": lambda: latte.indexer_topk(q, w, cache, table, vis, 8, kpool=KPOOL,
+                                                             pool_topk=big),
+        "indexer_logits kpool": lambda: latte.indexer_logits(q, w, cache, table, vis, kpool=big),
+        "kv_store rope_dim": lambda: latte.kv_store(bf16(rng, 2, 512), None, np.zeros(2, np.int32),
+                                                    np.zeros((2, 4, 512), ml_dtypes.bfloat16), rope_dim=big),
+        "sparse_mla rope_dim": lambda: latte.sparse_mla(bf16(rng, 1, 2, 512), np.zeros((2, 4, 512), ml_dtypes.bfloat16),
+                                                        np.zeros((1, 4), np.int32), 0.0625, rope_dim=big),
+    }
+    for what, call in calls.items():
+        with pytest.raises(latte.InvalidArgumentError, match=f"{big} is out of range"):
+            call()
+    with pytest.raises(latte.ArgumentTypeError, match="kpool must be an int"):
+        latte.indexer_logits(q, w, cache, table, vis, kpool="4")

@@ -103,19 +103,8 @@ WRONG_DTYPES = {"bf16": ("f32", "f16", "i32", "u8", "e4m3"), "f32": ("f64", "bf1
 OUT_OF_RANGE = (-2, -7, 10**6, 2**31 - 1, -2**31)  # index values every rule treats as "none"
 # Invalid calls latte does not refuse with a latte error yet, (op, scalar, kind) -> what happens:
 # not generated unless --known-gaps (which then reports them as violations); take an entry off
-# when it is fixed. python/latte/ops.py passes an int scalar straight to the extension when its
-# type is int, and nanobind refuses one beyond a C int with a TypeError; indexer_logits passes
-# kpool through unchecked, so a kpool of the wrong type is nanobind's TypeError too.
-_C_INT = "TypeError from nanobind (an int beyond a C int), not a latte error"
-KNOWN_GAPS = {
-    ("sparse_mla", "rope_dim", "scalar_range"): _C_INT,
-    ("kv_store", "rope_dim", "scalar_range"): _C_INT,
-    ("indexer_topk", "kpool", "scalar_range"): _C_INT,
-    ("indexer_topk", "pool_topk", "scalar_range"): _C_INT,
-    ("indexer_pool_store", "kpool", "scalar_range"): _C_INT,
-    ("indexer_logits", "kpool", "scalar_range"): _C_INT,
-    ("indexer_logits", "kpool", "scalar_type"): "TypeError from nanobind, not a latte error",
-}
+# when it is fixed. None today.
+KNOWN_GAPS: dict = {}
 SKIPPED_GAPS = set(KNOWN_GAPS)   # emptied by --known-gaps
 SCALES = (0.0625, 0.13523, 1 / 24, -0.05)
 
