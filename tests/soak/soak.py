@@ -1731,7 +1731,9 @@ class Oracle:
             w = ref.get(name)
             if w is None:
                 continue
-            if self.exact or name in ("slots", "out_lens", "pool_state") or (
+            if call.op == "indexer_pool_store" and name == "k_cache":
+                errors[name] = self._pool_rows_err(host, g, w)
+            elif self.exact or name in ("slots", "out_lens", "pool_state") or (
                     call.op == "indexer_pool_store"):   # byte-identical on every backend
                 errors[name] = _exact_err(g, w)
             elif name in ("kv_cache", "k_cache"):
@@ -1771,6 +1773,32 @@ class Oracle:
                 page[bs * 128 + (s % bs) * 4: bs * 128 + (s % bs) * 4 + 4] = 0
         return _exact_err(g, w)
 
+    @staticmethod
+    def _pool_rows_err(host: dict, got: np.ndarray, want: np.ndarray) -> float:
+        """indexer_pool_store's pages: bytes that differ, except in page rows two different pools
+        complete (a block the block table lists twice: backend-defined which lands, as for two
+        tokens naming one slot)."""
+        kpool, pos = int(host["kpool"]), host["positions"].astype(np.int64)
+        bt, (nb, rows, _) = host["block_table"], got.shape
+        bs = kpool * rows
+        tr = host.get("token_request")
+        req = tr.astype(np.int64) if tr is not None else np.arange(len(pos))
+        writers: dict = {}
+        for r, p in zip(req, pos):
+            if p < 0 or p % kpool != kpool - 1 or not 0 <= r < bt.shape[0] or p >= bt.shape[1] * bs:
+                continue
+            block = int(bt[r, p // bs])
+            if 0 <= block < nb:
+                writers.setdefault((block, int(p % bs) // kpool), set()).add((int(r), int(p)))
+        g, w = np.ascontiguousarray(got).copy(), np.ascontiguousarray(want).copy()
+        for (block, row), pools in writers.items():
+            if len(pools) > 1:
+                for arr in (g, w):
+                    page = arr[block].reshape(-1)
+                    page[row * 128:(row + 1) * 128] = 0
+                    page[rows * 128 + row * 4: rows * 128 + row * 4 + 4] = 0
+        return _exact_err(g, w)
+
     def _pooled_topk_err(self, call: Call, host: dict, got: np.ndarray, want: np.ndarray,
                          want_lens: Optional[np.ndarray]) -> float:
         """Pooled top-k rows: each row is g = min(pool_topk, candidate pools) groups of kpool
@@ -1808,6 +1836,10 @@ class Oracle:
             if n < g * kpool or np.any(chosen[g * kpool:n] != want[t, g * kpool:n]):
                 return math.inf   # the tail, exactly
             r = int(tr[t]) if tr is not None else t
+            if not 0 <= r < bt.shape[0]:   # a token of no request sees nothing
+                if len(cand) or n:
+                    return math.inf
+                continue
             expansion = {}   # the entries of each candidate pool -> its score
             for p in cand:
                 first = kpool * int(p)
@@ -1849,6 +1881,8 @@ class Oracle:
             chosen = chosen[:n_valid].astype(np.int64)
             if physical:
                 r = int(tr[t]) if tr is not None else t
+                if not 0 <= r < bt.shape[0]:   # a token of no request sees nothing (n_valid 0)
+                    continue
                 slot_of = bt[r].astype(np.int64)[cand // bs] * bs + cand % bs
                 # a slot holds one key, so all its positions score the same; a block listed
                 # twice in the row makes a slot stand for several positions
