@@ -122,3 +122,25 @@ def written(request, tmp_path_factory):
     data["mla_dtype"] = mla_dtype
     return data
 
+
+def paged_batch(requests, block, gen):
+    """vLLM's metadata of a batch of (query tokens, sequence length) requests: query_start_loc,
+    seq_lens, a block table whose rows hold each request's blocks scattered over the cache (not in
+    order; -1 past them) and the number of blocks."""
+    import torch
+
+    qsl = [0]
+    for q, _ in requests:
+        qsl.append(qsl[-1] + q)
+    seq_lens = [s for _, s in requests]
+    max_blocks = max((s + block - 1) // block for s in seq_lens)
+    num_blocks = 2 + sum((s + block - 1) // block for s in seq_lens)
+    perm = torch.randperm(num_blocks, generator=gen).tolist()
+    table = torch.full((len(requests), max_blocks + 1), -1, dtype=torch.int32)
+    used = 0
+    for r, s in enumerate(seq_lens):
+        n = (s + block - 1) // block
+        table[r, :n] = torch.tensor(perm[used:used + n], dtype=torch.int32)
+        used += n
+    return (torch.tensor(qsl, dtype=torch.int32), torch.tensor(seq_lens, dtype=torch.int32),
+            table, num_blocks)

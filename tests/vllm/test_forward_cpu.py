@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import latte
-from conftest import reload_plugin, vllm_config
+from conftest import paged_batch, reload_plugin, vllm_config
 
 from vllm.config import set_current_vllm_config
 
@@ -29,25 +29,6 @@ def _padded_cache(num_blocks, row, dtype, pad_rows=3):
     # vLLM's per-layer view of a shared allocation: other layers' pages between blocks.
     raw = torch.zeros(num_blocks, (BLOCK + pad_rows) * row, dtype=dtype)
     return raw[:, :BLOCK * row].view(num_blocks, BLOCK, row)
-
-
-def _batch(gen):
-    qsl = [0]
-    for q, _ in REQUESTS:
-        qsl.append(qsl[-1] + q)
-    seq_lens = [s for _, s in REQUESTS]
-    max_blocks = max((s + BLOCK - 1) // BLOCK for s in seq_lens)
-    num_blocks = 2 + sum((s + BLOCK - 1) // BLOCK for s in seq_lens)
-    # Each request's blocks, scattered over the cache (not in order).
-    perm = torch.randperm(num_blocks, generator=gen).tolist()
-    table = torch.full((len(REQUESTS), max_blocks + 1), -1, dtype=torch.int32)
-    used = 0
-    for r, s in enumerate(seq_lens):
-        n = (s + BLOCK - 1) // BLOCK
-        table[r, :n] = torch.tensor(perm[used:used + n], dtype=torch.int32)
-        used += n
-    return torch.tensor(qsl, dtype=torch.int32), torch.tensor(seq_lens, dtype=torch.int32), \
-        table, num_blocks
 
 
 def _common_metadata(qsl, seq_lens, table):
@@ -154,7 +135,7 @@ def test_mixed_batch_step_matches_float64(model_dirs, monkeypatch, kv_cache_dtyp
 
     reload_plugin()
     gen = torch.Generator().manual_seed(7)
-    qsl, seq_lens, table, num_blocks = _batch(gen)
+    qsl, seq_lens, table, num_blocks = paged_batch(REQUESTS, BLOCK, gen)
     fp8 = kv_cache_dtype == "fp8_ds_mla"
     kv_cache = _padded_cache(num_blocks, 656 if fp8 else 576, torch.uint8 if fp8 else torch.bfloat16)
     k_cache = _padded_cache(num_blocks, 132, torch.uint8, pad_rows=4)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import latte
-from conftest import reload_plugin, vllm_config
+from conftest import paged_batch, reload_plugin, vllm_config
 
 from vllm.config import set_current_vllm_config
 from vllm.platforms.interface import DeviceCapability
@@ -45,24 +45,6 @@ def _padded_cache(num_blocks, row, dtype, gen, pad_rows=3):
     if dtype == torch.bfloat16:
         raw = torch.randn(num_blocks, (BLOCK + pad_rows) * row, generator=gen).bfloat16()
     return raw[:, :BLOCK * row].view(num_blocks, BLOCK, row)
-
-
-def _batch(gen):
-    qsl = [0]
-    for q, _ in REQUESTS:
-        qsl.append(qsl[-1] + q)
-    seq_lens = [s for _, s in REQUESTS]
-    max_blocks = max((s + BLOCK - 1) // BLOCK for s in seq_lens)
-    num_blocks = 2 + sum((s + BLOCK - 1) // BLOCK for s in seq_lens)
-    perm = torch.randperm(num_blocks, generator=gen).tolist()
-    table = torch.full((len(REQUESTS), max_blocks + 1), -1, dtype=torch.int32)
-    used = 0
-    for r, s in enumerate(seq_lens):
-        n = (s + BLOCK - 1) // BLOCK
-        table[r, :n] = torch.tensor(perm[used:used + n], dtype=torch.int32)
-        used += n
-    return (torch.tensor(qsl, dtype=torch.int32), torch.tensor(seq_lens, dtype=torch.int32),
-            table, num_blocks)
 
 
 def _common_metadata(qsl, seq_lens, table):
@@ -166,7 +148,7 @@ def test_glm53_forward_matches_float64(model_dirs, monkeypatch, kv_cache_dtype, 
 
     reload_plugin()
     gen = torch.Generator().manual_seed(11)
-    qsl, seq_lens, table, num_blocks = _batch(gen)
+    qsl, seq_lens, table, num_blocks = paged_batch(REQUESTS, BLOCK, gen)
     fp8 = kv_cache_dtype == "fp8_ds_mla"
     # vLLM sizes every fp8_ds_mla row at 656 bytes, a model without rope too.
     kv_cache = _padded_cache(num_blocks, 656 if fp8 else 512,
