@@ -16,6 +16,7 @@ import torch
 
 import latte
 from conftest import paged_batch, reload_plugin, vllm_config
+from pooled_reference import hadamard, pool_key, pool_row, pow2_scale
 
 from vllm.config import set_current_vllm_config
 from vllm.platforms.interface import DeviceCapability
@@ -210,19 +211,21 @@ def test_glm53_accepted_on_every_arch(model_dirs, cap, tp, kv):
                    for r in _validate(backend, cap, "fp8", head_size=512))
 
 
-def test_glm53_choice_leaves_the_indexer_to_vllm(model_dirs):
+def test_glm53_choice_names_the_pooled_indexer_ops(model_dirs):
     from latte.integrations.vllm import backend, choice
 
     with set_current_vllm_config(vllm_config(model_dirs, "glm-5.3-flash", tp=8,
                                              kv_cache_dtype="fp8_ds_mla")):
         result = backend.layer_choice("fp8_ds_mla", 64, DeviceCapability(8, 9))
     assert result.ok, result.reasons
-    assert result.pooled and set(result.selections) == set(choice.POOLED_LAYER_OPS)
+    assert result.pooled and list(result.selections) == list(choice.POOLED_LAYER_OPS)
     text = result.explain()
-    assert "[sparse_mla]" in text and "vLLM's own (the pooled indexer" in text
+    for op in choice.POOLED_LAYER_OPS:
+        assert f"[{op}]" in text
+    assert "kpool=4" in text  # the pooled indexer's spec
     with set_current_vllm_config(vllm_config(model_dirs, "glm-5", tp=8)):
         glm5 = backend.layer_choice("auto", 64, DeviceCapability(8, 9))
-    assert not glm5.pooled and set(glm5.selections) == set(choice.LAYER_OPS)
+    assert not glm5.pooled and list(glm5.selections) == list(choice.LAYER_OPS)
 
 
 def test_impl_refuses_other_rope_widths(model_dirs, monkeypatch):
@@ -232,24 +235,72 @@ def test_impl_refuses_other_rope_widths(model_dirs, monkeypatch):
             _impl(torch.zeros(16, WIDTH, dtype=torch.int32), "auto", monkeypatch, rope=32)
 
 
-@pytest.mark.parametrize("deep_gemm", [False, True])
-def test_glm53_decision_says_the_indexer_stays_vllms(monkeypatch, deep_gemm):
+MODEL_ARCHS = ("Glm5NextForConditionalGeneration", "Glm5NextForCausalLM", "Glm5NextMTPModel")
+
+
+@pytest.mark.parametrize("mode, deep_gemm, cap, latte_op", [
+    ("auto", False, (8, 9), True), ("auto", False, (12, 0), True), ("auto", True, (9, 0), False),
+    ("prefer", True, (9, 0), True), ("prefer", False, (10, 0), False),
+    ("auto", False, (8, 0), True)])
+def test_glm53_pooled_indexer_through_latte(monkeypatch, mode, deep_gemm, cap, latte_op):
     import vllm.utils.deep_gemm as dg
     from vllm.model_executor.custom_op import op_registry_oot
     from vllm.model_executor.models.registry import ModelRegistry
 
     plugin = reload_plugin()
     monkeypatch.setattr(dg, "has_deep_gemm", lambda: deep_gemm)
-    plugin._take_indexer("prefer", DeviceCapability(8, 9))
-    text = plugin._pooled_indexer(DeviceCapability(8, 9))
-    assert "GLM-5.3-Flash (Glm5NextForConditionalGeneration" in text
-    assert "its pooled indexer stays vLLM's" in text
-    assert ("DeepGEMM is not installed" in text) is (not deep_gemm)
-    # Even with LATTE_VLLM=prefer, latte replaces neither the pooled indexer op nor the model.
-    assert "SparseAttnIndexerKpool" not in op_registry_oot
-    assert "sparse_attn_indexer_kpool" not in op_registry_oot
-    for arch in plugin.POOLED_ARCHITECTURES:
-        assert ModelRegistry.models[arch].module_name.startswith("vllm.")
+    op_registry_oot.pop("SparseAttnIndexerKpool", None)
+    vllms = {arch: ModelRegistry.models[arch] for arch in MODEL_ARCHS}
+    try:
+        text = plugin._pooled_indexer(mode, DeviceCapability(*cap))
+        assert "GLM-5.3-Flash (Glm5NextForConditionalGeneration" in text
+        assert ("its pooled indexer (pool keys, the tail cache, scores, top-k over pools) runs "
+                "through latte" in text) is latte_op
+        assert ("SparseAttnIndexerKpool" in op_registry_oot) is latte_op
+        if latte_op:
+            from latte.integrations.vllm.pooled import LatteSparseAttnIndexerKpool
+
+            assert op_registry_oot["SparseAttnIndexerKpool"] is LatteSparseAttnIndexerKpool
+        elif cap[0] == 10:
+            assert "packed UE8M0 scales" in text
+        else:
+            assert "DeepGEMM is installed: the pooled indexer stays vLLM's" in text
+        # The op is swapped where vLLM builds it; below sm_89 the model classes are latte's
+        # too (their indexer layers rotate the index query with latte's torch code).
+        below = latte_op and cap < (8, 9)
+        assert ("latte computes it too" in text) is below
+        for arch in MODEL_ARCHS:
+            module = ModelRegistry.models[arch].module_name
+            assert module == ("latte.integrations.vllm.pooled" if below else vllms[arch].module_name)
+    finally:
+        op_registry_oot.pop("SparseAttnIndexerKpool", None)
+        for arch, model in vllms.items():
+            ModelRegistry.models[arch] = model
+
+
+def test_vllm_builds_latte_pooled_indexer_op(monkeypatch):
+    """Once registered, vLLM's own constructor call ``SparseAttnIndexerKpool(...)`` (as its
+    GLM-5.3-Flash indexer makes it) builds latte's op, which vLLM then calls as its own."""
+    import types
+
+    import vllm.utils.deep_gemm as dg
+    from vllm.model_executor.custom_op import op_registry_oot
+    from vllm.models.glm5next.nvidia.sparse_indexer import SparseAttnIndexerKpool
+
+    from latte.integrations.vllm.pooled import LatteSparseAttnIndexerKpool
+
+    plugin = reload_plugin()
+    monkeypatch.setattr(dg, "has_deep_gemm", lambda: False)
+    op_registry_oot.pop("SparseAttnIndexerKpool", None)
+    try:
+        plugin._pooled_indexer("auto", DeviceCapability(12, 0))
+        cache = types.SimpleNamespace(prefix="p", kv_cache=None)
+        op = SparseAttnIndexerKpool(cache, 128, "ue8m0", 2048, 128, 1024, 4096,
+                                    torch.zeros(4, WIDTH, dtype=torch.int32), tail_cache=cache)
+        assert type(op) is LatteSparseAttnIndexerKpool
+        assert op._forward_method == op.forward_latte
+    finally:
+        op_registry_oot.pop("SparseAttnIndexerKpool", None)
 
 
 @pytest.mark.parametrize("cap", [(8, 0), (8, 9)], ids=lambda c: f"sm_{c[0]}{c[1]}")
@@ -288,32 +339,13 @@ def pool_written(tmp_path_factory):
     return torch.load(out, weights_only=False)
 
 
-def _hadamard():
-    idx = torch.arange(128)
-    bits = (idx[:, None] & idx[None, :]).tolist()
-    return torch.tensor([[(-1.0) ** bin(b).count("1") for b in row] for row in bits],
-                        dtype=torch.float64)
-
-
 def _pool_key(data, p, rotate=True):
-    """float64 pool key p as the model defines it: the per-dimension softmax of gate + ape
-    over the pool's 4 tokens mixing their keys, rounded to bf16, then (rotate) the Hadamard-128
-    rotation / sqrt(128), rounded to bf16 again."""
-    w = torch.softmax(data["slot_score"][p].double() + data["ape"].double(), dim=0)
-    key = (w * data["slot_k"][p].double()).sum(0).bfloat16().double()
-    if not rotate:
-        return key
-    return ((_hadamard() @ key) / 128 ** 0.5).bfloat16().double()
+    return pool_key(data["slot_k"][p], data["slot_score"][p], data["ape"], rotate)
 
 
 def _pool_row(cache, rows, slot):
-    """(codes [128] float64, scale) of pool slot ``slot`` in latte's pooled page layout: a page
-    (block) holds ``rows`` rows of 128 e4m3 codes, then ``rows`` float32 scales."""
-    block, row = divmod(int(slot), rows)
-    page = cache[block].reshape(-1)
-    codes = page[row * 128:(row + 1) * 128].view(torch.float8_e4m3fn).double()
-    scale = page[rows * 128 + 4 * row:rows * 128 + 4 * row + 4].view(torch.float32)
-    return codes, float(scale)
+    codes, scale = pool_row(cache, rows, slot)
+    return codes.double(), scale
 
 
 def test_vllm_pool_pages_are_latte_layout(pool_written):
@@ -324,7 +356,7 @@ def test_vllm_pool_pages_are_latte_layout(pool_written):
         key = codes * scale
         ref = _pool_key(d, p)
         # One power-of-two scale per pool: the smallest with amax / scale <= 448.
-        assert scale == 2.0 ** torch.ceil(torch.log2(ref.abs().max() / 448)).item()
+        assert scale == pow2_scale(ref)
         rotated = max(rotated, 1 - float(torch.nn.functional.cosine_similarity(key, ref, dim=0)))
         unrotated = max(unrotated, 1 - float(torch.nn.functional.cosine_similarity(
             key, _pool_key(d, p, rotate=False), dim=0)))
@@ -405,3 +437,45 @@ def test_prefer_reaches_glm53_on_sm90(model_dirs, monkeypatch, clean_overrides, 
                                              kv_cache_dtype=kv)):
         chosen = cuda.CudaPlatform.get_attn_backend_cls(None, selector, num_heads=8)
     assert chosen == plugin.BACKEND_PATH
+
+
+def test_latte_query_rotation_is_vllms(pool_written):
+    """latte's ``fwht128_quant_fp8`` (below sm_89) on the queries vLLM's Triton kernel rotated and
+    quantized. Triton's CPU interpreter rounds float32 to bf16 by truncation where the GPU rounds
+    to nearest, so a row whose bf16 maximum lands on either side of a power-of-two boundary gets
+    a scale twice vLLM's: every other row has vLLM's scale, and its codes equal vLLM's save where
+    the interpreter's e4m3 conversion is off the nearest code (there latte's is the nearer)."""
+    from latte.integrations.vllm import prep
+
+    d = pool_written
+    codes, scale = prep.fwht128_quant_fp8(d["queries"])
+    assert codes.dtype == torch.float8_e4m3fn and codes.shape == d["q_fp8"].shape
+    rotated = (d["queries"].double() @ hadamard()).float() * prep.HADAMARD_128_NORM
+    truncated = (rotated.view(torch.int32) & -65536).view(torch.float32)  # the interpreter's bf16
+
+    def pow2(x):
+        return torch.exp2(torch.ceil(torch.log2(x.abs().amax(-1, keepdim=True) / 448)))
+
+    assert torch.equal(d["q_scale"], pow2(truncated))  # what the interpreter computed
+    same = pow2(rotated.bfloat16().float()) == pow2(truncated)
+    assert torch.equal(scale[same], d["q_scale"][same]) and int(same.sum()) >= 0.9 * len(same)
+    exact = rotated.bfloat16().double() / scale.double()
+    rows = same.squeeze(-1)
+    ours, theirs, exact = codes[rows].double(), d["q_fp8"][rows].double(), exact[rows]
+    differ = ours != theirs
+    assert ((ours - exact).abs() <= (theirs - exact).abs())[differ].all()
+    assert int(differ.sum()) <= 0.2 * ours.numel()
+
+
+def test_prep_indexer_is_vllms_with_latte_rotation():
+    from vllm.models.glm5next.common.attention import Indexer
+
+    from latte.integrations.vllm import pooled, prep
+
+    forward = pooled.LattePrepGlm5NextIndexer.forward
+    assert forward.__code__ is Indexer.forward.__code__
+    assert forward.__globals__["fwht128_quant_fp8"] is prep.fwht128_quant_fp8
+    assert Indexer.forward.__globals__["fwht128_quant_fp8"] is not prep.fwht128_quant_fp8
+    for cls in pooled.PREP_MODEL_CLASSES.values():
+        model = getattr(pooled, cls)
+        assert model.__mro__[1].__module__.startswith("vllm.models.glm5next")

@@ -12,7 +12,8 @@
   backend name;
 - replaces the DSA indexer (logits + exact top-k through latte) where DeepGEMM is missing or
   ``LATTE_VLLM=prefer``; below sm_89 also the step preparation whose Triton kernels need fp8
-  (norms, rope, cache writes, index-query quantization).
+  (norms, rope, cache writes, index-query quantization); GLM-5.3-Flash's pooled indexer alike
+  (pool writes, tail cache, scores, top-k; below sm_89 its index-query rotation too).
 
 What it decided, and why, goes to vLLM's log. docs/vllm.md is the user's guide.
 """
@@ -31,6 +32,7 @@ ALLOW_UNTESTED_ENV = "LATTE_VLLM_ALLOW_UNTESTED"
 BACKEND_PATH = "latte.integrations.vllm.backend.LatteMLASparseBackend"
 HOLE_FILL_PATH = "latte.integrations.vllm.backend.LatteMLASparseHoleFillBackend"
 MODEL_PATH = "latte.integrations.vllm.indexer:LatteDsaForCausalLM"
+POOLED_MODULE = "latte.integrations.vllm.pooled"
 
 _lock = threading.Lock()
 _state: Dict[str, Any] = {}
@@ -119,7 +121,7 @@ def _register(logger: Any) -> List[str]:
         return said
     say(_take_slots(mode, capability))
     say(_take_indexer(mode, capability))
-    say(_pooled_indexer(capability))
+    say(_pooled_indexer(mode, capability))
     return said
 
 
@@ -151,18 +153,37 @@ def _take_slots(mode: str, capability: Any) -> str:
 POOLED_ARCHITECTURES = ("Glm5NextForConditionalGeneration", "Glm5NextForCausalLM")
 
 
-def _pooled_indexer(capability: Any) -> str:
+def _pooled_indexer(mode: str, capability: Any) -> str:
     """GLM-5.3-Flash: latte's attention serves its DSA layers (no rope, vLLM's 2176-wide top-k
-    buffer); its pooled indexer stays vLLM's whatever the mode (docs/vllm.md says why)."""
+    buffer); its pooled indexer (pool keys, tail cache, scores, top-k) runs through latte where
+    DeepGEMM is missing or ``LATTE_VLLM=prefer`` (docs/vllm.md)."""
     from vllm.utils.deep_gemm import has_deep_gemm
 
+    from . import choice
+    from .prep import needs_portable_prep
+
     text = (f"GLM-5.3-Flash ({', '.join(POOLED_ARCHITECTURES)}): latte's attention serves its "
-            f"DSA layers (sparse MLA without rope) where it is chosen; its pooled indexer stays "
-            f"vLLM's (SparseAttnIndexerKpool writes the pool keys and the incomplete pool's tail "
-            f"cache in the same op that scores them)")
-    if not has_deep_gemm():
-        text += ("; DeepGEMM is not installed, which vLLM's pooled indexer needs on CUDA, so "
-                 "vLLM cannot build that model here")
+            f"DSA layers (sparse MLA without rope) where it is chosen")
+    if int(capability[0]) == 10:
+        return text + ("; on sm_100 vLLM writes the pool cache with packed UE8M0 scales, which "
+                       "latte does not read: the pooled indexer stays vLLM's (DeepGEMM)")
+    if mode != "prefer" and has_deep_gemm():
+        return text + "; DeepGEMM is installed: the pooled indexer stays vLLM's"
+    from vllm.model_executor.custom_op import CustomOp, op_registry_oot
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    from .pooled import PREP_MODEL_CLASSES, LatteSparseAttnIndexerKpool
+
+    if "SparseAttnIndexerKpool" not in op_registry_oot:
+        CustomOp.register_oot(LatteSparseAttnIndexerKpool, name="SparseAttnIndexerKpool")
+    why = "LATTE_VLLM=prefer" if mode == "prefer" else "DeepGEMM is not installed"
+    text += (f"; {why}: its pooled indexer (pool keys, the tail cache, scores, top-k over "
+             f"pools) runs through latte")
+    if needs_portable_prep(capability):
+        for arch, cls in PREP_MODEL_CLASSES.items():
+            ModelRegistry.register_model(arch, f"{POOLED_MODULE}:{cls}")
+        text += (f"; below sm_89 Triton cannot compile vLLM's rotation of the index query on "
+                 f"{choice.arch_name(capability)} (it stores e4m3), so latte computes it too")
     return text
 
 

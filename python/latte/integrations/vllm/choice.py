@@ -29,10 +29,8 @@ _KV_CACHE_FIXES = {
 
 # The operations latte runs for a DSA layer in vLLM.
 LAYER_OPS = ("sparse_mla", "indexer_topk", "logical_to_slots")
-# GLM-5.3-Flash (a pooled indexer, index_kpool): vLLM keeps its own indexer op
-# (SparseAttnIndexerKpool, which also writes the pool keys and the incomplete pool's tail
-# cache), so latte answers for the attention only.
-POOLED_LAYER_OPS = ("sparse_mla", "logical_to_slots")
+# GLM-5.3-Flash (a pooled indexer, index_kpool): the indexer op also writes the pool keys.
+POOLED_LAYER_OPS = ("sparse_mla", "indexer_topk", "indexer_pool_store", "logical_to_slots")
 
 
 def layer_ops(spec: Mapping[str, Any]) -> Tuple[str, ...]:
@@ -73,7 +71,7 @@ class LayerChoice:
     kv_cache: Optional[str]
     reasons: List[str] = field(default_factory=list)
     selections: Dict[str, Any] = field(default_factory=dict)  # op -> latte.Selection
-    pooled: bool = False  # GLM-5.3-Flash's pooled indexer: the indexer stays vLLM's
+    pooled: bool = False  # GLM-5.3-Flash's pooled indexer (its ops: POOLED_LAYER_OPS)
 
     @property
     def ok(self) -> bool:
@@ -83,13 +81,7 @@ class LayerChoice:
         """The explanation vLLM's log receives: each op's decision as ``latte select`` prints it."""
         if not self.ok:
             return "latte refuses this layer: " + "; ".join(self.reasons)
-        text = "\n".join(f"[{op}]\n{self.selections[op].explain()}" for op in LAYER_OPS
-                          if op in self.selections)
-        if self.pooled:
-            text += ("\n[indexer_topk]\nvLLM's own (the pooled indexer of GLM-5.3-Flash: vLLM's "
-                     "op writes the pool keys and the incomplete pool's tail cache with the "
-                     "scores; latte reads its top-k buffer)")
-        return text
+        return "\n".join(f"[{op}]\n{sel.explain()}" for op, sel in self.selections.items())
 
 
 def _refusal(op: str, sel: Any) -> str:

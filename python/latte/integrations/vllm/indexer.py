@@ -37,7 +37,7 @@ _ones_rows: Dict[Tuple[Any, int, int], torch.Tensor] = {}
 _ones_lock = threading.Lock()
 
 
-def _q_scale_ones(device: torch.device, heads: int, tokens: int) -> torch.Tensor:
+def q_scale_ones(device: torch.device, heads: int, tokens: int) -> torch.Tensor:
     # vLLM folds the query's scale into the head weights; latte's e4m3 query then takes a scale
     # of 1 per (token, head): rows of one buffer per device and head count, grown outside graph
     # capture, its [tokens] views kept (a slice per layer would cost a launch's host time).
@@ -82,7 +82,7 @@ def run_indexer(layer: Any, q_fp8: torch.Tensor, weights: torch.Tensor,
     kernels.indexer_topk_logical(
         kernels.rows(q_fp8, tokens), kernels.rows(weights, tokens),
         layer.indexer.k_cache.kv_cache, block_table, mla_md.req_id_per_token, visible,
-        q_scale=_q_scale_ones(q_fp8.device, q_fp8.shape[1], tokens), topk_out=topk_out)
+        q_scale=q_scale_ones(q_fp8.device, q_fp8.shape[1], tokens), topk_out=topk_out)
     return True
 
 
@@ -151,17 +151,22 @@ class LatteDeepseekV32Attention(DeepseekV32Attention):
             self.skip_topk = False
 
 
-def _forward_with_latte_prep() -> Any:
-    """vLLM's own ``DeepseekV32Attention.forward``, its code unchanged, with the two Triton
-    helpers it calls (``fused_norm_rope``, ``fused_q``) bound to latte's (:mod:`.prep`)."""
-    forward = DeepseekV32Attention.forward
-    names = dict(forward.__globals__, fused_norm_rope=prep.fused_norm_rope, fused_q=prep.fused_q)
-    bound = types.FunctionType(forward.__code__, names, forward.__name__, forward.__defaults__,
-                               forward.__closure__)
-    bound.__kwdefaults__ = forward.__kwdefaults__
-    bound.__qualname__ = forward.__qualname__
-    bound.__doc__ = forward.__doc__
+def rebind(function: Any, **names: Any) -> Any:
+    """vLLM's own ``function``, its code unchanged, with the module-level ``names`` it calls
+    bound to latte's (a copy: vLLM's module and function are left as they are)."""
+    bound = types.FunctionType(function.__code__, dict(function.__globals__, **names),
+                               function.__name__, function.__defaults__, function.__closure__)
+    bound.__kwdefaults__ = function.__kwdefaults__
+    bound.__qualname__ = function.__qualname__
+    bound.__doc__ = function.__doc__
     return bound
+
+
+def _forward_with_latte_prep() -> Any:
+    """vLLM's own ``DeepseekV32Attention.forward`` with the two Triton helpers it calls
+    (``fused_norm_rope``, ``fused_q``) bound to latte's (:mod:`.prep`)."""
+    return rebind(DeepseekV32Attention.forward, fused_norm_rope=prep.fused_norm_rope,
+                  fused_q=prep.fused_q)
 
 
 class LattePrepDeepseekV32Attention(LatteDeepseekV32Attention):

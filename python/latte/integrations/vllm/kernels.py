@@ -121,3 +121,75 @@ def indexer_topk_logical(q_fp8: Tensor, weights: Tensor, k_cache: Tensor, block_
     return ops.indexer_topk(q_fp8, weights, k_cache, block_table, rows(visible_lens, tokens),
                             q_scale=rows(q_scale, tokens), token_request=rows(token_request, tokens),
                             kind="logical", indices=rows(topk_out, tokens), backend=backend)
+
+
+def pooled_indexer_step(q_fp8: Tensor, weights: Tensor, k: Tensor, gate: Tensor, ape: Tensor,
+                        positions: Tensor, tail_slots: Tensor, block_table: Tensor,
+                        k_cache: Tensor, tail_cache: Tensor, *, kpool: int, pool_topk: int,
+                        q_scale: Tensor, topk_out: Tensor, write: bool = True,
+                        backend: str = None) -> Tensor:
+    """GLM-5.3-Flash's pooled indexer for the ``T`` tokens of ``tail_slots``, on vLLM's caches:
+    what vLLM's ``SparseAttnIndexerKpool`` computes, in latte's ops.
+
+    - ``tail_cache`` ``[blocks, 2, ring, 128]`` bfloat16 is vLLM's tail cache: one block per
+      request, slot ``pos % ring`` holding a token's raw key (``[:, 0]``) and gate (``[:, 1]``);
+      ``tail_slots[t]`` = ``block * ring + pos % ring`` of token t's request (-1: the token has
+      no request, as in vLLM's padding requests, and is skipped). Tokens of one request are
+      consecutive, so a new block in ``tail_slots`` starts the next request (row of
+      ``block_table``, the indexer's token block table).
+    - ``write``: the pools this step completes are written to ``k_cache`` (latte's
+      ``indexer_pool_store``, Hadamard rotation and power-of-two scales, as vLLM writes them),
+      the earlier tokens of a pool coming from the tail cache, and each request's last ``ring``
+      tokens are stashed in its tail block for the steps after. The state is read before
+      anything is stashed, so a call may complete pools and start new ones.
+    - Then ``indexer_topk`` over the pools: the best ``pool_topk`` complete pools expanded to
+      their tokens, then the incomplete pool's tokens, -1 after (logical positions), into the
+      first ``T`` rows of ``topk_out``.
+
+    ``q_fp8`` ``[>=T, H, 128]`` e4m3 (rotated like the keys; its scale folded into ``weights``,
+    so ``q_scale`` is ones), ``k`` / ``gate`` ``[>=T, 128]`` bfloat16, ``ape`` ``[kpool, 128]``,
+    ``positions`` ``[>=T]``. Tensor ops only: no host sync. Returns the ``T`` rows written."""
+    import torch
+
+    tokens = tail_slots.shape[0]
+    rows_out = rows(topk_out, tokens)
+    if tokens == 0:
+        return rows_out
+    ring = tail_cache.shape[2]
+    slots = tail_slots.long()
+    live = slots >= 0
+    tail_block = torch.div(slots, ring, rounding_mode="floor")
+    new_request = torch.ones_like(live)
+    new_request[1:] = tail_block[1:] != tail_block[:-1]
+    token_request = (torch.cumsum(new_request, 0, dtype=torch.int32) - 1)
+    pos = rows(positions, tokens).to(torch.int32)
+    pos = torch.where(live, pos, torch.full_like(pos, -1))  # no request: skipped by every op
+    if write:
+        requests = block_table.shape[0]
+        req = token_request.long()
+        # Each request's state: the slots of the pool its first token falls in, from its ring.
+        first = torch.zeros(requests, dtype=torch.int32, device=pos.device).scatter_reduce_(
+            0, req, pos, "amin", include_self=False)
+        block = torch.zeros(requests, dtype=torch.int64, device=pos.device).scatter_reduce_(
+            0, req, tail_block.clamp(min=0), "amax", include_self=False)
+        state_pos = (torch.div(first.clamp(min=0), kpool, rounding_mode="floor") * kpool)[:, None] \
+            + torch.arange(kpool - 1, device=pos.device)
+        pool_state = tail_cache[block[:, None], :, state_pos % ring].float()  # [B, kpool-1, 2, 128]
+        ops.indexer_pool_store(rows(k, tokens), rows(gate, tokens), ape, pos, block_table,
+                               k_cache, pool_state, kpool=kpool, token_request=token_request,
+                               scale_kind="pow2", hadamard=True, backend=backend)
+        # Stash each request's last `ring` tokens (one per ring slot, so no two writes collide).
+        # A skipped token rewrites slot 0 of block 0 with its own bytes: vLLM's null block,
+        # which no live request owns, is left as it was, with no host-side filtering.
+        ahead = torch.full_like(tail_block, -1)
+        ahead[:-ring] = tail_block[ring:]
+        stash = live & (ahead != tail_block)
+        values = torch.stack((rows(k, tokens), rows(gate, tokens)), 1).to(tail_cache.dtype)
+        dst_block = torch.where(stash, tail_block, torch.zeros_like(tail_block))
+        dst_slot = torch.where(stash, slots % ring, torch.zeros_like(slots))
+        keep = tail_cache[dst_block, :, dst_slot]
+        tail_cache[dst_block, :, dst_slot] = torch.where(stash[:, None, None], values, keep)
+    return ops.indexer_topk(
+        rows(q_fp8, tokens), rows(weights, tokens), k_cache, block_table, pos + 1,
+        q_scale=rows(q_scale, tokens), token_request=token_request, kind="logical",
+        indices=rows_out, kpool=kpool, pool_topk=pool_topk, select_tail=True, backend=backend)

@@ -10,7 +10,10 @@ Triton kernels:
   e4m3 quantization of the index query with one power-of-two scale per (token, head), and the
   head weights multiplied by that scale, the softmax scale and ``H_i^-0.5``.
 
-Both cast to Triton's ``fp8e4nv``, which Triton compiles only for sm_89 and newer, so on an
+GLM-5.3-Flash's indexer layer (``vllm.models.glm5next``) rotates and quantizes its index query
+with a third, ``fwht128_quant_fp8`` (:func:`fwht128_quant_fp8` here).
+
+All cast to Triton's ``fp8e4nv``, which Triton compiles only for sm_89 and newer, so on an
 A100 / A10 / RTX 30xx (sm_80, sm_86) the model cannot run a single step. This module computes
 the same results with torch operations and latte's cache writers (``kv_store`` and
 ``indexer_k_store`` with power-of-two scales), each step as one opaque torch custom op: under
@@ -85,6 +88,26 @@ def _e4m3_pow2_rows(x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     amax = x.abs().amax(dim=-1, keepdim=True).clamp_min(INDEX_AMAX_FLOOR)
     scale = torch.exp2(torch.ceil(torch.log2(amax / E4M3_MAX)))
     return (x / scale).to(E4M3), scale.squeeze(-1)
+
+
+# 1 / sqrt(128) as a float32 multiplier, as vLLM's GLM-5.3-Flash kernels scale the rotation.
+HADAMARD_128_NORM = 0.08838834764831845
+
+
+def fwht128_quant_fp8(q: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """GLM-5.3-Flash's index-query rotation and quantization, as vLLM's ``fwht128_quant_fp8``
+    computes it (same arguments and results): each 128-wide row through the Hadamard-128
+    butterflies in float32 (the same additions in the same order, so the same float32 values),
+    times 1/sqrt(128), rounded to bf16, then e4m3 codes with one power-of-two scale per row (the
+    smallest >= max(amax, 1e-4) / 448). Returns (codes ``[rows, 128]``, scales ``[rows, 1]``)."""
+    x = q.float().reshape(-1, 128)
+    for stride in (1, 2, 4, 8, 16, 32, 64):
+        x = x.view(-1, 128 // (2 * stride), 2, stride)
+        x = torch.stack((x[:, :, 0] + x[:, :, 1], x[:, :, 0] - x[:, :, 1]), 2)
+    x = (x.reshape(-1, 128) * HADAMARD_128_NORM).bfloat16().float()
+    amax = x.abs().amax(dim=-1, keepdim=True).clamp_min(INDEX_AMAX_FLOOR)
+    scale = torch.exp2(torch.ceil(torch.log2(amax * (1.0 / E4M3_MAX))))
+    return (x / scale).clamp(-E4M3_MAX, E4M3_MAX).to(E4M3), scale
 
 
 @torch.library.custom_op("latte_vllm::dsa_norm_rope_store",
