@@ -85,7 +85,6 @@ class IndexerKernel final : public Kernel {
           cuda::split_workspace_bound(tokens, 2 * kUnfusedLenHint, std::max(1, spec.topk), traits_.sm_count);
       workspace_ = std::max({fused, unfused, cuda::long_row_workspace_bytes(spec.topk, traits_.sm_count)});
     }
-    workspace_ += cuda::pooled_extra_workspace(spec);
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
@@ -100,10 +99,8 @@ class IndexerKernel final : public Kernel {
  protected:
   void compute(const Problem& problem, const RunContext& ctx) override {
     const cuda::ScopedTuning tuning(tuning_);
-    auto* stream = static_cast<cudaStream_t>(ctx.stream);
     if (const auto* a = std::get_if<IndexerTopkProblem>(&problem)) {
-      const bool pdl = path_arch(traits_) >= 90 && cuda::topk_pdl_enabled();
-      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes, pdl, stream,
+      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes,
                              [&](const cuda::IndexerParams& p, const cuda::TopkOutput& out, void* ws, std::size_t bytes) {
                                launch_indexer_topk(p, out, TopkPath::automatic, ws, bytes, traits_, ctx.stream);
                              });

@@ -68,7 +68,6 @@ class IndexerKernel final : public Kernel {
       workspace_ = topk_workspace_bound(std::max<int64_t>(1, spec.max_tokens), topk_,
                                         device.sm_count > 0 ? device.sm_count : 132);
     }
-    workspace_ += cuda::pooled_extra_workspace(spec);
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
@@ -82,9 +81,8 @@ class IndexerKernel final : public Kernel {
   void compute(const Problem& problem, const RunContext& ctx) override {
     const cuda::ScopedTuning tuning(tuning_);
     if (sm_count_ <= 0) sm_count_ = current_sm_count();
-    auto* stream = static_cast<cudaStream_t>(ctx.stream);
     if (const auto* a = std::get_if<IndexerTopkProblem>(&problem)) {
-      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes, cuda::topk_pdl_enabled(), stream,
+      cuda::run_indexer_topk(*a, ctx.workspace, ctx.workspace_bytes,
                              [&](const cuda::IndexerParams& p, const cuda::TopkOutput& out, void* ws, std::size_t bytes) {
                                launch_topk_sm90a(p, out, TopkPath::automatic, ws, bytes, sm_count_, ctx.stream);
                              });

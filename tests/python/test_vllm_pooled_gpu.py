@@ -113,6 +113,7 @@ def test_pooled_step_matches_the_oracle():
     topk_gpu = topk_ref.to(DEV)
     ones = torch.ones(MAX_TOKENS, HEADS)
     ones_gpu = ones.to(DEV)
+    ape_gpu = ape.to(DEV)
     for step in STEPS:
         inp = _inputs(step, blocks, data, gen)
         tokens = inp["positions"].shape[0]
@@ -122,7 +123,7 @@ def test_pooled_step_matches_the_oracle():
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("error")  # any wait on the GPU raises
         try:
-            _run(on_gpu, k_gpu, tail_gpu, ape.to(DEV), topk_gpu, ones_gpu)
+            _run(on_gpu, k_gpu, tail_gpu, ape_gpu, topk_gpu, ones_gpu)
         finally:
             torch.cuda.set_sync_debug_mode("default")
         _run(inp, k_ref, tail_ref, ape, topk_ref, ones)

@@ -60,20 +60,20 @@ inline TopkOutput topk_output(const IndexerTopkProblem& s) {
 
 // indexer_topk of a validated problem through a backend's per-token top-k
 // `topk(params, output, workspace, workspace_bytes)`; a pooled problem (GLM-5.3-Flash) runs it
-// over the pools and expands them (pooled_topk.hpp; pdl: the device has programmatic dependent
-// launch and the backend uses it).
+// over the pools, its kernels writing the kept pools' positions (pooled_topk.hpp).
 template <typename Topk>
-void run_indexer_topk(const IndexerTopkProblem& a, void* workspace, std::size_t workspace_bytes, bool pdl,
-                      cudaStream_t stream, Topk&& topk) {
+void run_indexer_topk(const IndexerTopkProblem& a, void* workspace, std::size_t workspace_bytes, Topk&& topk) {
   const IndexerParams p = indexer_params(a.args->in, a);
   if (!a.pooled()) {
     topk(p, topk_output(a), workspace, workspace_bytes);
     return;
   }
   const TensorView& lens = a.args->out_lens;
-  run_pooled_topk(p, static_cast<int>(a.kpool), static_cast<int>(a.pool_topk), a.select_tail, topk_output(a),
-                  lens.defined() ? lens.ptr<int32_t>() : nullptr, lens.defined() ? lens.stride(0) : 0, workspace,
-                  workspace_bytes, pdl, stream, topk);
+  const int kpool = static_cast<int>(a.kpool);
+  topk(pooled_problem(p, kpool),
+       pooled_output(topk_output(a), kpool, static_cast<int>(a.pool_topk), a.select_tail,
+                     lens.defined() ? lens.ptr<int32_t>() : nullptr, lens.defined() ? lens.stride(0) : 0),
+       workspace, workspace_bytes);
 }
 
 // indexer_logits of a validated problem through a backend's `logits(params, out, row stride,
@@ -84,13 +84,6 @@ void run_indexer_logits(const IndexerLogitsProblem& l, Logits&& logits) {
   IndexerParams p = indexer_params(l.args->in, l);
   if (l.pooled()) p = pooled_problem(p, static_cast<int>(l.kpool));
   logits(p, out.ptr<float>(), out.stride(0), out.stride(1), l.logits_len);
-}
-
-// What the pooled indexer adds to an indexer_topk kernel's workspace (0 for the per-token
-// indexer and for indexer_logits): the kept pools (at most topk / kpool per token).
-inline std::size_t pooled_extra_workspace(const AttentionSpec& spec) {
-  if (spec.kpool <= 0 || spec.op != Op::indexer_topk) return 0;
-  return pooled_workspace_bytes(spec.max_tokens > 0 ? spec.max_tokens : 1, spec.topk);
 }
 
 }  // namespace latte::cuda

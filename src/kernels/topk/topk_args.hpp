@@ -38,6 +38,12 @@ struct TopkArgs {
   const int* cand_count;  // kSrcCands: pairs in row r (at most ld; else n_fixed); null: n_fixed
   int dense;              // kSrcCands: no empty entries (key 0) among the n pairs
   unsigned long long* prof;  // measurements (LATTE_CUDA_TOPK_PROF=1): phase times of row 0, else null
+  // The pooled indexer (topk_pooled_output.cuh), expand > 0: the row's positions are pools of
+  // `expand` tokens; each selected one is written as its tokens, then (exp_tail) the incomplete
+  // pool, then -1 up to exp_width columns; exp_lens (optional) gets each row's count.
+  int expand, exp_tail, exp_width;
+  int32_t* exp_lens;
+  int64_t exp_lens_s;
   // Fused path (topk_fused_final_kernel's repair source): each row's admission threshold and
   // candidate list capacity, which tell whether the row was repaired.
   const uint32_t* repair_tau;

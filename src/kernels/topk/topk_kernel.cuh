@@ -25,6 +25,7 @@
 #include "kernels/topk/radix_select.cuh"
 #include "kernels/topk/topk_args.hpp"
 #include "kernels/topk/topk_launch.hpp"
+#include "kernels/topk/topk_pooled_output.cuh"
 
 namespace latte::cuda {
 
@@ -416,6 +417,12 @@ __device__ __forceinline__ void topk_row_body(const TopkArgs& a, int row, uint8_
   }
   __syncthreads();
   const int written = total < a.topk ? total : a.topk;
+  if (a.expand > 0) {
+    for (int i = tid; i < written; i += kTopkThreads) pooled_write_pool(a, out, brow, i, chosen[i]);
+    pooled_write_rest(a, out, row, brow, written, tid, kTopkThreads);
+    prof_mark(a.prof, row, 5);
+    return;
+  }
   const int32_t* btrow = a.physical && brow >= 0 ? a.bt + static_cast<int64_t>(brow) * a.bt_sr : nullptr;
 #pragma unroll 4
   for (int i = tid; i < a.topk; i += kTopkThreads) {

@@ -443,6 +443,11 @@ TopkArgs topk_args(const IndexerParams& p, const TopkOutput& out, const TopkPlan
   a.out_sr = out.st;
   a.out_sc = out.sc;
   a.physical = out.physical ? 1 : 0;
+  a.expand = out.expand;
+  a.exp_tail = out.tail ? 1 : 0;
+  a.exp_width = out.width;
+  a.exp_lens = out.lens;
+  a.exp_lens_s = out.lens_s;
   a.bt = p.block_table;
   a.bt_sr = p.bt_sr;
   a.bt_sc = p.bt_sc;

@@ -27,6 +27,21 @@ struct TopkOutput {
   int64_t st = 0, sc = 1;
   int topk = 0;
   bool physical = true;
+  // The pooled indexer (pooled_topk.hpp): the rows' positions are pools of `expand` tokens and
+  // the output rows hold `width` token columns (TopkArgs::expand).
+  int expand = 0;
+  bool tail = false;
+  int width = 0;
+  int32_t* lens = nullptr;  // optional: each row's count of entries before the padding
+  int64_t lens_s = 1;
+
+  // The output of rows t0.. (a call run in token slices).
+  [[nodiscard]] TopkOutput from_row(int64_t t0) const {
+    TopkOutput o = *this;
+    o.indices = indices + t0 * st;
+    if (lens != nullptr) o.lens = lens + t0 * lens_s;
+    return o;
+  }
 };
 
 // Shared memory of the one-CTA-per-row kernel for rows of up to `max_positions` positions: its

@@ -329,14 +329,17 @@ __device__ __forceinline__ void spread_write_winners(const TopkArgs& a, const Sp
     int at = -1;
     if (t) at = base + t_at + (e_at < quota ? e_at : quota);
     else if (e && e_at < quota) at = base + t_at + e_at;
-    if (at >= 0 && at < a.topk)
-      out[static_cast<int64_t>(at) * a.out_sc] = spread_out_value(a, sl.brow, p, sh.blocks, sl.blk0, sl.nblk);
+    if (at >= 0 && at < a.topk) {
+      if (a.expand > 0) pooled_write_pool(a, out, sl.brow, at, p);
+      else out[static_cast<int64_t>(at) * a.out_sc] = spread_out_value(a, sl.brow, p, sh.blocks, sl.blk0, sl.nblk);
+    }
     rt += __popc(bt);
     re += __popc(be);
   }
   if (sl.s == sl.S - 1) {
     const int written = base + ct + (ce < quota ? ce : quota);
-    for (int i = written + tid; i < a.topk; i += kSpreadThreads) out[static_cast<int64_t>(i) * a.out_sc] = -1;
+    if (a.expand > 0) pooled_write_rest(a, out, sl.row, sl.brow, written, tid, kSpreadThreads);
+    else for (int i = written + tid; i < a.topk; i += kSpreadThreads) out[static_cast<int64_t>(i) * a.out_sc] = -1;
   }
 }
 

@@ -166,8 +166,7 @@ void launch_unfused(const cuda::IndexerParams& p, const cuda::TopkOutput& out, u
   for (int t0 = 0; t0 < p.tokens; t0 += per_pass) {
     const int n = std::min(per_pass, p.tokens - t0);
     const cuda::IndexerParams slice = per_pass < p.tokens ? p.token_slice(t0, n) : p;
-    cuda::TopkOutput o = out;
-    o.indices = out.indices + static_cast<int64_t>(t0) * out.st;
+    const cuda::TopkOutput o = out.from_row(t0);
     auto* keys = reinterpret_cast<uint32_t*>(ws);
     const std::size_t kb = std::min(ws_bytes, align_up(static_cast<std::size_t>(n) * row_bytes));
     int* key_hist = cuda::prepare_keys_topk(slice, out.topk, ws + kb, ws_bytes - kb, sm_count, s);

@@ -654,8 +654,7 @@ void launch_indexer_topk(const IndexerParams& p, const TopkOutput& out, TopkPath
     const int per_pass = static_cast<int>(per_pass64);
     for (int t0 = 0; t0 < p.tokens; t0 += per_pass) {
       const int n = std::min(per_pass, p.tokens - t0);
-      TopkOutput o = out;
-      o.indices = out.indices + static_cast<int64_t>(t0) * out.st;
+      const TopkOutput o = out.from_row(t0);
       launch_indexer_topk(p.token_slice(t0, n), o, TopkPath::unfused, workspace, workspace_bytes, dev, stream_ptr);
     }
     return;
