@@ -1,8 +1,8 @@
 """GLM-5.3-Flash (``glm5_next``: MLA without rope, the pooled indexer) through the plugin, on the
 CPU against the real vLLM.
 
-vLLM keeps this model's indexer (its ``SparseAttnIndexerKpool`` op writes the pool keys and the
-incomplete pool's tail cache in the op that scores them); latte serves the sparse attention:
+latte serves the sparse attention (its pooled indexer op, which replaces vLLM's
+``SparseAttnIndexerKpool`` where DeepGEMM is missing, is test_glm53_indexer.py's):
 ``q`` of 512 latent values (vLLM hands ``(ql_nope, q_pe)`` with an empty ``q_pe``), cache rows
 of 512 bf16 values or vLLM's 656-byte ``fp8_ds_mla`` rows of which the first 528 hold the row,
 and vLLM's 2176-wide top-k buffer laid out by vLLM's own expansion functions (kept pools in
