@@ -144,3 +144,21 @@ def paged_batch(requests, block, gen):
         used += n
     return (torch.tensor(qsl, dtype=torch.int32), torch.tensor(seq_lens, dtype=torch.int32),
             table, num_blocks)
+
+
+def latte_impl(monkeypatch, topk_buffer, kv_cache_dtype, *, num_heads, scale, rope, qk_nope_head_dim,
+               q_lora_rank):
+    """latte's sparse-MLA impl as vLLM's MLA layer builds it for one rank (no tensor-parallel
+    group in a unit test), for a model with ``rope`` rope dims (64, or 0 for GLM-5.3-Flash)."""
+    import vllm.model_executor.layers.attention.sparse_mla_attention as sparse
+
+    from latte.integrations.vllm.backend import LatteMLASparseImpl
+
+    monkeypatch.setattr(sparse, "get_tensor_model_parallel_world_size", lambda: 1)
+    return LatteMLASparseImpl(
+        num_heads=num_heads, head_size=512 + rope, scale=scale, num_kv_heads=1, alibi_slopes=None,
+        sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None,
+        attn_type="decoder", kv_sharing_target_layer_name=None, q_lora_rank=q_lora_rank,
+        kv_lora_rank=512, qk_nope_head_dim=qk_nope_head_dim, qk_rope_head_dim=rope,
+        qk_head_dim=qk_nope_head_dim + rope, v_head_dim=256, kv_b_proj=None, indexer=None,
+        topk_indices_buffer=topk_buffer)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import latte
-from conftest import paged_batch, reload_plugin, vllm_config
+from conftest import latte_impl, paged_batch, reload_plugin, vllm_config
 
 from vllm.config import set_current_vllm_config
 
@@ -110,17 +110,8 @@ def _reference_attention(q, rows, topk, table):
 
 
 def _impl(topk_buffer, kv_cache_dtype, monkeypatch):
-    import vllm.model_executor.layers.attention.sparse_mla_attention as sparse
-    from latte.integrations.vllm.backend import LatteMLASparseImpl
-
-    # No tensor-parallel group in a unit test: one rank.
-    monkeypatch.setattr(sparse, "get_tensor_model_parallel_world_size", lambda: 1)
-    return LatteMLASparseImpl(
-        num_heads=H, head_size=576, scale=SCALE, num_kv_heads=1, alibi_slopes=None,
-        sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None,
-        attn_type="decoder", kv_sharing_target_layer_name=None, q_lora_rank=2048,
-        kv_lora_rank=512, qk_nope_head_dim=192, qk_rope_head_dim=64, qk_head_dim=256,
-        v_head_dim=256, kv_b_proj=None, indexer=None, topk_indices_buffer=topk_buffer)
+    return latte_impl(monkeypatch, topk_buffer, kv_cache_dtype, num_heads=H, scale=SCALE, rope=64,
+                      qk_nope_head_dim=192, q_lora_rank=2048)
 
 
 @pytest.mark.parametrize("kv_cache_dtype,scale_kind", [("auto", "amax"), ("fp8_ds_mla", "amax"),

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import latte
-from conftest import paged_batch, reload_plugin, vllm_config
+from conftest import latte_impl, paged_batch, reload_plugin, vllm_config
 from pooled_reference import hadamard, pool_key, pool_row, pow2_scale
 
 from vllm.config import set_current_vllm_config
@@ -128,16 +128,8 @@ def _reference(q, rows, buffer, table, columns=WIDTH):
 
 
 def _impl(topk_buffer, kv_cache_dtype, monkeypatch, rope=0):
-    import vllm.model_executor.layers.attention.sparse_mla_attention as sparse
-    from latte.integrations.vllm.backend import LatteMLASparseImpl
-
-    monkeypatch.setattr(sparse, "get_tensor_model_parallel_world_size", lambda: 1)
-    return LatteMLASparseImpl(
-        num_heads=H, head_size=512 + rope, scale=SCALE, num_kv_heads=1, alibi_slopes=None,
-        sliding_window=None, kv_cache_dtype=kv_cache_dtype, logits_soft_cap=None,
-        attn_type="decoder", kv_sharing_target_layer_name=None, q_lora_rank=1536,
-        kv_lora_rank=512, qk_nope_head_dim=256, qk_rope_head_dim=rope, qk_head_dim=256 + rope,
-        v_head_dim=256, kv_b_proj=None, indexer=None, topk_indices_buffer=topk_buffer)
+    return latte_impl(monkeypatch, topk_buffer, kv_cache_dtype, num_heads=H, scale=SCALE, rope=rope,
+                      qk_nope_head_dim=256, q_lora_rank=1536)
 
 
 @pytest.mark.parametrize("kv_cache_dtype,scale_kind", [("auto", "amax"), ("fp8_ds_mla", "amax"),
@@ -303,22 +295,28 @@ def test_vllm_builds_latte_pooled_indexer_op(monkeypatch):
         op_registry_oot.pop("SparseAttnIndexerKpool", None)
 
 
-@pytest.mark.parametrize("cap", [(8, 0), (8, 9)], ids=lambda c: f"sm_{c[0]}{c[1]}")
+# On sm_8x latte fills vLLM's empty slot with no flag. On sm_90 vLLM's list for head size 512
+# starts with FlashInfer's sparse backend, not the 576 list's first: LATTE_VLLM=prefer takes
+# that slot too.
+@pytest.mark.parametrize("cap, mode, path", [((8, 0), "auto", "HOLE_FILL_PATH"),
+                                             ((8, 9), "auto", "HOLE_FILL_PATH"),
+                                             ((9, 0), "prefer", "BACKEND_PATH")],
+                         ids=["sm_80", "sm_89", "sm_90-prefer"])
 @pytest.mark.parametrize("kv", ["auto", "fp8_ds_mla"])
-def test_vllm_selects_latte_for_glm53_on_sm8x(model_dirs, monkeypatch, clean_overrides, cap, kv):
+def test_vllm_selects_latte_for_glm53(model_dirs, monkeypatch, clean_overrides, cap, mode, path, kv):
     import vllm.platforms.cuda as cuda
     from vllm.v1.attention.selector import AttentionSelectorConfig
 
     plugin = reload_plugin()
     monkeypatch.setattr(cuda.CudaPlatform, "get_device_capability",
                         classmethod(lambda cls, device_id=0: DeviceCapability(*cap)))
-    plugin._take_slots("auto", DeviceCapability(*cap))
+    plugin._take_slots(mode, DeviceCapability(*cap))
     selector = AttentionSelectorConfig(head_size=512, dtype=torch.bfloat16, kv_cache_dtype=kv,
                                        block_size=64, use_mla=True, use_sparse=True)
     with set_current_vllm_config(vllm_config(model_dirs, "glm-5.3-flash", tp=8,
                                              kv_cache_dtype=kv)):
         chosen = cuda.CudaPlatform.get_attn_backend_cls(None, selector, num_heads=8)
-    assert chosen == plugin.HOLE_FILL_PATH
+    assert chosen == getattr(plugin, path)
 
 
 # ---- The pooled indexer cache: vLLM's own pool-key writer against latte's layout ----------
@@ -418,25 +416,6 @@ def test_latte_pool_store_writes_vllms_pool_pages(pool_written):
         same += int((~differ).sum())
         assert ((ours - exact).abs() <= (theirs - exact).abs())[differ].all(), p
     assert same >= 0.8 * pools * 128, same
-
-
-@pytest.mark.parametrize("kv", ["auto", "fp8_ds_mla"])
-def test_prefer_reaches_glm53_on_sm90(model_dirs, monkeypatch, clean_overrides, kv):
-    # On sm_90 vLLM's list for head size 512 starts with FlashInfer's sparse backend, not the
-    # 576 list's first: LATTE_VLLM=prefer takes that slot too.
-    import vllm.platforms.cuda as cuda
-    from vllm.v1.attention.selector import AttentionSelectorConfig
-
-    plugin = reload_plugin()
-    monkeypatch.setattr(cuda.CudaPlatform, "get_device_capability",
-                        classmethod(lambda cls, device_id=0: DeviceCapability(9, 0)))
-    plugin._take_slots("prefer", DeviceCapability(9, 0))
-    selector = AttentionSelectorConfig(head_size=512, dtype=torch.bfloat16, kv_cache_dtype=kv,
-                                       block_size=64, use_mla=True, use_sparse=True)
-    with set_current_vllm_config(vllm_config(model_dirs, "glm-5.3-flash", tp=8,
-                                             kv_cache_dtype=kv)):
-        chosen = cuda.CudaPlatform.get_attn_backend_cls(None, selector, num_heads=8)
-    assert chosen == plugin.BACKEND_PATH
 
 
 def test_latte_query_rotation_is_vllms(pool_written):

@@ -162,6 +162,7 @@ def pooled_indexer_step(q_fp8: Tensor, weights: Tensor, k: Tensor, gate: Tensor,
     new_request = torch.ones_like(live)
     new_request[1:] = tail_block[1:] != tail_block[:-1]
     token_request = (torch.cumsum(new_request, 0, dtype=torch.int32) - 1)
+    k, gate = rows(k, tokens), rows(gate, tokens)
     pos = rows(positions, tokens).to(torch.int32)
     pos = torch.where(live, pos, torch.full_like(pos, -1))  # no request: skipped by every op
     if write:
@@ -175,7 +176,7 @@ def pooled_indexer_step(q_fp8: Tensor, weights: Tensor, k: Tensor, gate: Tensor,
         state_pos = (torch.div(first.clamp(min=0), kpool, rounding_mode="floor") * kpool)[:, None] \
             + torch.arange(kpool - 1, device=pos.device)
         pool_state = tail_cache[block[:, None], :, state_pos % ring].float()  # [B, kpool-1, 2, 128]
-        ops.indexer_pool_store(rows(k, tokens), rows(gate, tokens), ape, pos, block_table,
+        ops.indexer_pool_store(k, gate, ape, pos, block_table,
                                k_cache, pool_state, kpool=kpool, token_request=token_request,
                                scale_kind="pow2", hadamard=True, backend=backend)
         # Stash each request's last `ring` tokens (one per ring slot, so no two writes collide).
@@ -184,7 +185,7 @@ def pooled_indexer_step(q_fp8: Tensor, weights: Tensor, k: Tensor, gate: Tensor,
         ahead = torch.full_like(tail_block, -1)
         ahead[:-ring] = tail_block[ring:]
         stash = live & (ahead != tail_block)
-        values = torch.stack((rows(k, tokens), rows(gate, tokens)), 1).to(tail_cache.dtype)
+        values = torch.stack((k, gate), 1).to(tail_cache.dtype)
         dst_block = torch.where(stash, tail_block, torch.zeros_like(tail_block))
         dst_slot = torch.where(stash, slots % ring, torch.zeros_like(slots))
         keep = tail_cache[dst_block, :, dst_slot]

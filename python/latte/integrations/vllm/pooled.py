@@ -99,7 +99,8 @@ class LatteSparseAttnIndexerKpool(SparseAttnIndexerKpool):
                 "latte's pooled indexer takes GLM-5.3-Flash's fp8 index query, gate scores, "
                 "ape and positions; this layer passed another form. Set LATTE_VLLM=off")
         tokens = int(index_md.slot_mapping.shape[0])
-        buffer[tokens:hidden_states.shape[0]] = -1
+        if hidden_states.shape[0] > tokens:  # vLLM's padding rows, cleared as its op does
+            buffer[tokens:hidden_states.shape[0]] = -1
         kernels.pooled_indexer_step(
             q_quant, weights, k, gate_score, compress_ape, positions,
             tail_md.slot_mapping[:tokens], index_md.block_table, self.k_cache.kv_cache,
