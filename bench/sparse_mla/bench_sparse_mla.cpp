@@ -1,7 +1,16 @@
-// cuda.sparse_mla benchmark (host side): sparse MLA decode / prefill and dense MLA decode through the
-// backend (Registry -> make -> run), plus the two ceilings measured in the same process: a
-// 4 GiB device-to-device copy and a cuBLAS bf16 GEMM. Prints one JSON object per line;
-// bench/sparse_mla/run_bench.py times the PyTorch peer and prints the table.
+// Sparse-MLA benchmark (host side): sparse MLA decode / prefill and dense MLA decode through each
+// attention backend of the build (Registry -> make -> run; cuda.sparse_mla, and hopper.mla on
+// sm_90 for the shapes it takes), on the same inputs in the same process, plus the two ceilings
+// measured in the same process: a 4 GiB device-to-device copy and a cuBLAS bf16 GEMM. Prints one
+// JSON object per line and backend; bench/sparse_mla/run_bench.py times the PyTorch peer and
+// prints the table. LATTE_BENCH_BACKEND=id[,id...]: only these backends (a shape one of them
+// refuses is listed as skipped, with the reason).
+//
+// Each row carries "baseline_us" / "vs_baseline" (cuda.sparse_mla's time in this process, and
+// that time over the row's: > 1 is faster) and, for the rows of issue #29's table,
+// "flashmla_ref_us" / "vs_flashmla_ref": FlashMLA's time on the H200 for that shape as measured
+// for the issue (HEAD 9241ae3, sm_90a build, same dims, L2 flushed, do_bench median; another
+// process, so a reference, not a same-run peer) and that time over the row's.
 //
 // Method (docs/performance.md, "Method"): random data (never zeros), warm-up, median of many calls,
 // inputs rotated over several copies so that the working set of consecutive calls is several times
@@ -113,6 +122,39 @@ Ceilings measure_ceilings(cudaStream_t s) {
   return c;
 }
 
+// FlashMLA on the H200 (issue #29's table; fewer than 64 heads padded to 64).
+double flashmla_ref_us(const std::string& name) {
+  static const std::pair<const char*, double> kRef[] = {
+      {"glm5-tp8 decode fp8 T=1", 21.9},      {"glm5-tp4 decode fp8 T=1", 21.9},
+      {"glm5-tp1 decode fp8 T=1", 22.0},      {"dsv32 decode fp8 T=1", 21.8},
+      {"glm5-tp1 decode fp8 T=32", 52.3},     {"dsv32 decode fp8 T=32", 67.6},
+      {"glm5-tp1 decode fp8 T=128", 120.9},   {"dsv32 decode fp8 T=128", 189.0},
+      {"glm5-tp8 decode fp8 T=128", 120.5},   {"glm5-tp4 decode fp8 T=128", 120.9},
+      {"dsv32 decode bf16 T=32", 68.9},       {"glm5-tp1 decode bf16 T=128", 97.0},
+      {"dsv32 decode bf16 T=128", 148.7},     {"glm5-tp1 prefill bf16 T=4096", 2143.0},
+      {"dsv32 prefill bf16 T=4096", 4126.0},  {"dsv3 dense decode bf16 ctx4096 B=32", 75.3},
+      {"dsv3 dense decode bf16 ctx4096 B=128", 255.0}, {"dsv3-tp8 dense decode bf16 ctx4096 B=128", 166.9},
+  };
+  for (const auto& [n, us] : kRef)
+    if (name == n) return us;
+  return 0;
+}
+
+// The backends measured: LATTE_BENCH_BACKEND's list (explicit: refusals are printed), else every
+// attention backend of the build that takes the shape.
+std::vector<std::string> bench_backends(bool* explicit_list) {
+  std::vector<std::string> ids;
+  const char* env = std::getenv("LATTE_BENCH_BACKEND");
+  *explicit_list = env != nullptr && *env != '\0';
+  if (!*explicit_list) return {"cuda.sparse_mla", "hopper.mla"};
+  for (std::string rest = env; !rest.empty();) {
+    const std::size_t comma = rest.find(',');
+    ids.push_back(rest.substr(0, comma));
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+  }
+  return ids;
+}
+
 struct Shape {
   std::string name;
   bool decode;  // dense mla_decode (else sparse_mla)
@@ -219,141 +261,161 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   spec.scale = sh.scale;
   if (nope) spec.head_dim = latte::kLatentDim;
   const DeviceInfo dev = describe_device("cuda:0");
-  auto be = Registry::global().get("cuda.sparse_mla");
-  auto kernel = be->make(spec, dev);
-  void* ws = nullptr;
-  if (kernel->workspace_bytes()) CK(cudaMalloc(&ws, kernel->workspace_bytes()));
-  RunContext rc;
-  rc.stream = s;
-  rc.workspace = ws;
-  rc.workspace_bytes = kernel->workspace_bytes();
-  const Device d{DeviceKind::cuda, 0};
-  auto args_for = [&](int r) -> OpArgs {
-    TensorView kv = sh.fmt == CacheFormat::bf16
-                        ? TensorView::contiguous(cache, DType::bf16, {nblocks, kBlock, static_cast<int64_t>(tb / 2)}, d)
-                        : TensorView::contiguous(cache, DType::u8, {nblocks, kBlock, static_cast<int64_t>(tb)}, d);
-    if (sh.decode) {
-      MlaDecodeArgs a;
-      a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, 1, sh.H, 576}, d);
+  bool explicit_list = false;
+  double baseline_us = 0;  // cuda.sparse_mla's time_us in this process
+  for (const std::string& backend_id : bench_backends(&explicit_list)) {
+    const auto be = Registry::global().find(backend_id);
+    if (be == nullptr) {
+      if (explicit_list)
+        std::printf("{\"name\":\"%s\",\"backend\":\"%s\",\"skipped\":\"not in this build\"}\n", sh.name.c_str(),
+                    backend_id.c_str());
+      continue;
+    }
+    if (const auto refused = check(*be, spec, dev); !refused.empty()) {
+      if (explicit_list)
+        std::printf("{\"name\":\"%s\",\"backend\":\"%s\",\"skipped\":\"%s\"}\n", sh.name.c_str(), backend_id.c_str(),
+                    refused[0].text.c_str());
+      continue;
+    }
+    auto kernel = be->make(spec, dev);
+    void* ws = nullptr;
+    if (kernel->workspace_bytes()) CK(cudaMalloc(&ws, kernel->workspace_bytes()));
+    RunContext rc;
+    rc.stream = s;
+    rc.workspace = ws;
+    rc.workspace_bytes = kernel->workspace_bytes();
+    const Device d{DeviceKind::cuda, 0};
+    auto args_for = [&](int r) -> OpArgs {
+      TensorView kv = sh.fmt == CacheFormat::bf16
+                          ? TensorView::contiguous(cache, DType::bf16, {nblocks, kBlock, static_cast<int64_t>(tb / 2)}, d)
+                          : TensorView::contiguous(cache, DType::u8, {nblocks, kBlock, static_cast<int64_t>(tb)}, d);
+      if (sh.decode) {
+        MlaDecodeArgs a;
+        a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, 1, sh.H, 576}, d);
+        a.kv_cache = kv;
+        a.block_table = TensorView::contiguous(tables[r], DType::i32, {groups, max_blocks}, d);
+        a.seq_lens = TensorView::contiguous(lens_d, DType::i32, {groups}, d);
+        a.out = TensorView::contiguous(out, DType::bf16, {groups, 1, sh.H, 512}, d);
+        a.lse = TensorView::contiguous(lse, DType::f32, {groups, 1, sh.H}, d);
+        a.scale = sh.scale;
+        return a;
+      }
+      SparseMlaArgs a;
+      a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, sh.H, qd}, d);
       a.kv_cache = kv;
-      a.block_table = TensorView::contiguous(tables[r], DType::i32, {groups, max_blocks}, d);
-      a.seq_lens = TensorView::contiguous(lens_d, DType::i32, {groups}, d);
-      a.out = TensorView::contiguous(out, DType::bf16, {groups, 1, sh.H, 512}, d);
-      a.lse = TensorView::contiguous(lse, DType::f32, {groups, 1, sh.H}, d);
+      if (nope) a.rope_dim = latte::kNoRopeDim;
+      a.indices = TensorView::contiguous(idxs[r], DType::i32, {groups, sh.topk}, d);
+      a.out = TensorView::contiguous(out, DType::bf16, {groups, sh.H, 512}, d);
+      a.lse = TensorView::contiguous(lse, DType::f32, {groups, sh.H}, d);
       a.scale = sh.scale;
       return a;
-    }
-    SparseMlaArgs a;
-    a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, sh.H, qd}, d);
-    a.kv_cache = kv;
-    if (nope) a.rope_dim = latte::kNoRopeDim;
-    a.indices = TensorView::contiguous(idxs[r], DType::i32, {groups, sh.topk}, d);
-    a.out = TensorView::contiguous(out, DType::bf16, {groups, sh.H, 512}, d);
-    a.lse = TensorView::contiguous(lse, DType::f32, {groups, sh.H}, d);
-    a.scale = sh.scale;
-    return a;
-  };
-  std::vector<OpArgs> args;
-  for (int r = 0; r < nrot; ++r) args.push_back(args_for(r));
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) kernel->run(args[i % nrot], rc);
-  CK(cudaStreamSynchronize(s));
-  // sync_us: synchronize after every call (host-side run() counted while the GPU idles)
-  std::vector<float> ts;
-  for (int i = 0; i < iters; ++i) {
-    CK(cudaEventRecord(e0, s));
-    kernel->run(args[i % nrot], rc);
-    CK(cudaEventRecord(e1, s));
-    CK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms);
-  }
-  CK(cudaGetLastError());
-  const double sync_us = median(ts) * 1e3;
-  // time_us: queued back to back, an event pair per call, one synchronization at the end
-  // (triton.testing.do_bench). A few untimed calls first fill the queue.
-  const int nq = std::max(iters, 2 * nrot);
-  std::vector<cudaEvent_t> qa(static_cast<std::size_t>(nq)), qb(static_cast<std::size_t>(nq));
-  for (int i = 0; i < nq; ++i) {
-    CK(cudaEventCreate(&qa[i]));
-    CK(cudaEventCreate(&qb[i]));
-  }
-  for (int i = 0; i < 4; ++i) kernel->run(args[i % nrot], rc);
-  std::vector<float> host;  // host time of run() itself (validation, plan, launches), µs
-  for (int i = 0; i < nq; ++i) {
-    CK(cudaEventRecord(qa[i], s));
-    const auto h0 = std::chrono::steady_clock::now();
-    kernel->run(args[i % nrot], rc);
-    const auto h1 = std::chrono::steady_clock::now();
-    host.push_back(std::chrono::duration<float, std::micro>(h1 - h0).count());
-    CK(cudaEventRecord(qb[i], s));
-  }
-  CK(cudaStreamSynchronize(s));
-  CK(cudaGetLastError());
-  ts.clear();
-  for (int i = 0; i < nq; ++i) {
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, qa[i], qb[i]));
-    ts.push_back(ms);
-    CK(cudaEventDestroy(qa[i]));
-    CK(cudaEventDestroy(qb[i]));
-  }
-  const double t_us = median(ts) * 1e3;
-  const double host_us = median(host);
-  // graph_us: one call per rotated input set captured in a CUDA graph, replayed
-  double graph_us = 0;
-  {
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int r = 0; r < nrot; ++r) kernel->run(args[r], rc);
-    CK(cudaStreamEndCapture(s, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, s));
+    };
+    std::vector<OpArgs> args;
+    for (int r = 0; r < nrot; ++r) args.push_back(args_for(r));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; ++i) kernel->run(args[i % nrot], rc);
     CK(cudaStreamSynchronize(s));
-    const int reps = std::max(3, (iters + nrot - 1) / nrot);
-    ts.clear();
-    for (int k = 0; k < 3; ++k) {
+    // sync_us: synchronize after every call (host-side run() counted while the GPU idles)
+    std::vector<float> ts;
+    for (int i = 0; i < iters; ++i) {
       CK(cudaEventRecord(e0, s));
-      for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(exec, s));
+      kernel->run(args[i % nrot], rc);
       CK(cudaEventRecord(e1, s));
       CK(cudaEventSynchronize(e1));
       float ms = 0;
       CK(cudaEventElapsedTime(&ms, e0, e1));
-      ts.push_back(ms / (reps * nrot));
+      ts.push_back(ms);
     }
-    graph_us = median(ts) * 1e3;
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-  }
-  // valid tokens per query
-  double kv_tokens = 0;
-  if (sh.decode) {
-    kv_tokens = static_cast<double>(groups) * sh.ctx;
-  } else if (prefill) {
-    for (int64_t t = 0; t < groups; ++t) kv_tokens += std::min<int64_t>(sh.topk, sh.ctx - sh.T + t + 1);
-  } else {
-    kv_tokens = static_cast<double>(groups) * std::min(sh.topk, sh.ctx);
-  }
-  const double flops = 2.0 * sh.H * kv_tokens * (qd + 512);
-  const double bytes = static_cast<double>(q_elems) * 2 + kv_tokens * tb_read + out_elems * 2.0 +
-                       out_elems / 512 * 4.0;
-  const double roof_us = std::max(flops / (ceil.mm_tflops * 1e12), bytes / (ceil.copy_gbs * 1e9)) * 1e6;
-  std::printf(
-      "{\"name\":\"%s\",\"op\":\"%s\",\"fmt\":\"%s\",\"H\":%d,\"T\":%d,\"topk\":%d,\"ctx\":%d,"
-      "\"time_us\":%.2f,\"sync_us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.2f,\"gbs\":%.1f,"
-      "\"roof_pct\":%.1f,\"ws_bytes\":%zu,\"rot\":%d,\"kernel_tokens\":%lld,\"rope_dim\":%d,\"row_bytes\":%zu}\n",
-      sh.name.c_str(), sh.decode ? "mla_decode" : "sparse_mla",
-      sh.fmt == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla", sh.H, sh.T, sh.topk, sh.ctx, t_us,
-      sync_us, graph_us, host_us,
-      flops / (t_us * 1e-6) / 1e12, bytes / (t_us * 1e-6) / 1e9, 100.0 * roof_us / t_us,
-      kernel->workspace_bytes(), nrot, static_cast<long long>(spec.max_tokens), nope ? 0 : 64, tb);
-  std::fflush(stdout);
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
+    CK(cudaGetLastError());
+    const double sync_us = median(ts) * 1e3;
+    // time_us: queued back to back, an event pair per call, one synchronization at the end
+    // (triton.testing.do_bench). A few untimed calls first fill the queue.
+    const int nq = std::max(iters, 2 * nrot);
+    std::vector<cudaEvent_t> qa(static_cast<std::size_t>(nq)), qb(static_cast<std::size_t>(nq));
+    for (int i = 0; i < nq; ++i) {
+      CK(cudaEventCreate(&qa[i]));
+      CK(cudaEventCreate(&qb[i]));
+    }
+    for (int i = 0; i < 4; ++i) kernel->run(args[i % nrot], rc);
+    std::vector<float> host;  // host time of run() itself (validation, plan, launches), µs
+    for (int i = 0; i < nq; ++i) {
+      CK(cudaEventRecord(qa[i], s));
+      const auto h0 = std::chrono::steady_clock::now();
+      kernel->run(args[i % nrot], rc);
+      const auto h1 = std::chrono::steady_clock::now();
+      host.push_back(std::chrono::duration<float, std::micro>(h1 - h0).count());
+      CK(cudaEventRecord(qb[i], s));
+    }
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGetLastError());
+    ts.clear();
+    for (int i = 0; i < nq; ++i) {
+      float ms = 0;
+      CK(cudaEventElapsedTime(&ms, qa[i], qb[i]));
+      ts.push_back(ms);
+      CK(cudaEventDestroy(qa[i]));
+      CK(cudaEventDestroy(qb[i]));
+    }
+    const double t_us = median(ts) * 1e3;
+    const double host_us = median(host);
+    // graph_us: one call per rotated input set captured in a CUDA graph, replayed
+    double graph_us = 0;
+    {
+      cudaGraph_t graph;
+      cudaGraphExec_t exec;
+      CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      for (int r = 0; r < nrot; ++r) kernel->run(args[r], rc);
+      CK(cudaStreamEndCapture(s, &graph));
+      CK(cudaGraphInstantiate(&exec, graph, 0));
+      CK(cudaGraphLaunch(exec, s));
+      CK(cudaStreamSynchronize(s));
+      const int reps = std::max(3, (iters + nrot - 1) / nrot);
+      ts.clear();
+      for (int k = 0; k < 3; ++k) {
+        CK(cudaEventRecord(e0, s));
+        for (int i = 0; i < reps; ++i) CK(cudaGraphLaunch(exec, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        ts.push_back(ms / (reps * nrot));
+      }
+      graph_us = median(ts) * 1e3;
+      CK(cudaGraphExecDestroy(exec));
+      CK(cudaGraphDestroy(graph));
+    }
+    // valid tokens per query
+    double kv_tokens = 0;
+    if (sh.decode) {
+      kv_tokens = static_cast<double>(groups) * sh.ctx;
+    } else if (prefill) {
+      for (int64_t t = 0; t < groups; ++t) kv_tokens += std::min<int64_t>(sh.topk, sh.ctx - sh.T + t + 1);
+    } else {
+      kv_tokens = static_cast<double>(groups) * std::min(sh.topk, sh.ctx);
+    }
+    const double flops = 2.0 * sh.H * kv_tokens * (qd + 512);
+    const double bytes = static_cast<double>(q_elems) * 2 + kv_tokens * tb_read + out_elems * 2.0 +
+                         out_elems / 512 * 4.0;
+    const double roof_us = std::max(flops / (ceil.mm_tflops * 1e12), bytes / (ceil.copy_gbs * 1e9)) * 1e6;
+    if (backend_id == "cuda.sparse_mla") baseline_us = t_us;
+    const double ref_us = flashmla_ref_us(sh.name);
+    std::printf(
+        "{\"name\":\"%s\",\"backend\":\"%s\",\"op\":\"%s\",\"fmt\":\"%s\",\"H\":%d,\"T\":%d,\"topk\":%d,"
+        "\"ctx\":%d,\"time_us\":%.2f,\"sync_us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.2f,"
+        "\"gbs\":%.1f,\"roof_pct\":%.1f,\"ws_bytes\":%zu,\"rot\":%d,\"kernel_tokens\":%lld,\"rope_dim\":%d,"
+        "\"row_bytes\":%zu,\"baseline_us\":%.2f,\"vs_baseline\":%.3f,\"flashmla_ref_us\":%.1f,\"vs_flashmla_ref\":%.3f}\n",
+        sh.name.c_str(), backend_id.c_str(), sh.decode ? "mla_decode" : "sparse_mla",
+        sh.fmt == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla", sh.H, sh.T, sh.topk, sh.ctx, t_us, sync_us, graph_us,
+        host_us, flops / (t_us * 1e-6) / 1e12, bytes / (t_us * 1e-6) / 1e9, 100.0 * roof_us / t_us,
+        kernel->workspace_bytes(), nrot, static_cast<long long>(spec.max_tokens), nope ? 0 : 64, tb, baseline_us,
+        baseline_us > 0 ? baseline_us / t_us : 0.0, ref_us, ref_us > 0 ? ref_us / t_us : 0.0);
+    std::fflush(stdout);
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    if (ws) CK(cudaFree(ws));
+  }  // backends
   for (int r = 0; r < nrot; ++r) {
     cudaFree(qs[r]);
     if (idxs[r]) cudaFree(idxs[r]);
@@ -363,7 +425,6 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   cudaFree(cache);
   cudaFree(out);
   cudaFree(lse);
-  if (ws) cudaFree(ws);
 }
 
 // Positive integers separated by commas from environment variable `name` into *out (left as it
@@ -466,6 +527,7 @@ int main(int argc, char** argv) {
     const std::string fs = f == CacheFormat::bf16 ? "bf16" : "fp8";
     for (int T : decode_tokens) {
       sparse({"glm5-tp8 decode " + fs + " T=" + std::to_string(T), false, f, 8, T, topk, 32768, glm});
+      sparse({"glm5-tp4 decode " + fs + " T=" + std::to_string(T), false, f, 16, T, topk, 32768, glm});
       sparse({"glm5-tp1 decode " + fs + " T=" + std::to_string(T), false, f, 64, T, topk, 32768, glm});
       sparse({"dsv32 decode " + fs + " T=" + std::to_string(T), false, f, 128, T, topk, 32768, ds});
     }
@@ -478,6 +540,11 @@ int main(int argc, char** argv) {
       shapes.push_back({"dsv3 dense decode bf16 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 32768, ds});
     for (int B : dense_fp8)
       shapes.push_back({"dsv3 dense decode fp8 B=" + std::to_string(B), true, CacheFormat::fp8_ds_mla, 128, B, 0, 32768, ds});
+    // issue #29's dense rows: context 4096, 128 heads (TP1) and 16 (TP8)
+    for (int B : {32, 128})
+      shapes.push_back(
+          {"dsv3 dense decode bf16 ctx4096 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 4096, ds});
+    shapes.push_back({"dsv3-tp8 dense decode bf16 ctx4096 B=128", true, CacheFormat::bf16, 16, 128, 0, 4096, ds});
   }
   for (const Shape& sh : shapes) {
     if (only && sh.name.find(only) == std::string::npos) continue;

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""cuda.sparse_mla benchmark in one command (on a GPU machine with PyTorch):
+"""Sparse-MLA benchmark in one command (on a GPU machine with PyTorch):
 
     python3 bench/sparse_mla/run_bench.py [--bin build/bench/sparse_mla/bench_sparse_mla]
                                           [--filter SUBSTR] [--iters N] [--md FILE]
 
-Runs the C++ benchmark (latte kernels, copy and cuBLAS ceilings measured in the same run),
+Runs the C++ benchmark (latte's attention backends on the same inputs: cuda.sparse_mla, and
+hopper.mla on sm_90 for the shapes it takes; copy and cuBLAS ceilings measured in the same run),
 then times the PyTorch-eager peer (gather + matmul + fp32 softmax, on the same cache format)
 for the same shapes in the same run, and prints time, TFLOP/s, GB/s, % of roofline, the ratio
 against the peer and the issue's targets. "time µs" is the steady-state time per call (calls
@@ -13,7 +14,10 @@ the time with a synchronization after every call (host-side work counted), "grap
 time per call of a CUDA-graph replay (docs/kernels/sparse_mla.md, "Benchmark method"). The peer
 is timed both ways too: "vs peer" compares the queued figures (the issue's >= 3x target),
 "graph vs graph" latte's graph replay against the peer's (no host-side launch work on either
-side: the stable ratio, since the peer's queued time is host-bound at small T).
+side: the stable ratio, since the peer's queued time is host-bound at small T). "vs portable"
+is cuda.sparse_mla's queued time in the same run over the row's; "FlashMLA ref" the H200
+figure of issue #29's table for that shape (another process: a reference) and "vs ref" that
+figure over the row's; "sm_90 target" issue #29's target for the shape.
 """
 import argparse
 import json
@@ -32,6 +36,18 @@ TARGETS = {
 }
 
 
+# Issue #29 (hopper.mla): the time each shape must reach on the H200, µs.
+SM90_TARGETS = {
+    "glm5-tp8 decode fp8 T=1": 15.0, "glm5-tp4 decode fp8 T=1": 15.0, "glm5-tp1 decode fp8 T=1": 15.0,
+    "dsv32 decode fp8 T=1": 15.0, "glm5-tp1 decode fp8 T=32": 47.0, "dsv32 decode fp8 T=32": 61.0,
+    "glm5-tp1 decode fp8 T=128": 110.0, "dsv32 decode fp8 T=128": 172.0, "glm5-tp8 decode fp8 T=128": 50.0,
+    "glm5-tp4 decode fp8 T=128": 55.0, "dsv32 decode bf16 T=32": 62.0, "glm5-tp1 decode bf16 T=128": 88.0,
+    "dsv32 decode bf16 T=128": 135.0, "glm5-tp1 prefill bf16 T=4096": 1950.0, "dsv32 prefill bf16 T=4096": 3750.0,
+    "dsv3 dense decode bf16 ctx4096 B=32": 68.0, "dsv3 dense decode bf16 ctx4096 B=128": 232.0,
+    "dsv3-tp8 dense decode bf16 ctx4096 B=128": 152.0,
+}
+
+
 def run_latte(binary, flt, iters):
     cmd = [binary, flt, str(iters)]
     print("$", " ".join(cmd), flush=True)
@@ -44,7 +60,10 @@ def run_latte(binary, flt, iters):
         d = json.loads(line)
         if d.get("ceilings"):
             ceil = d
+        elif "skipped" in d:
+            print("skipped: %s on %s: %s" % (d["name"], d.get("backend", "?"), d["skipped"]), flush=True)
         else:
+            d.setdefault("backend", "cuda.sparse_mla")
             rows.append(d)
     if proc.returncode != 0:
         print(proc.stdout)
@@ -174,17 +193,21 @@ def main():
     ceil, rows = run_latte(a.bin, a.filter, a.iters)
     print("ceilings: copy %.0f GB/s, bf16 GEMM (cuBLAS 8192^3) %.0f TFLOP/s" % (ceil["copy_gbs"], ceil["mm_tflops"]),
           flush=True)
+    peers = {}  # the peer is timed once per shape, whatever the backends
     for r in rows:
         r["peer_us"] = r["peer_graph_us"] = float("nan")
         if a.no_peer:
             continue
-        try:
-            r["peer_us"], r["peer_graph_us"] = peer_time_us(r, a.peer_iters)
-        except Exception as e:  # e.g. out of memory
-            print("peer failed for %s: %s" % (r["name"], e), flush=True)
-    hdr = ("| shape | time µs | sync µs | graph µs | TFLOP/s | GB/s | % roofline | peer µs | vs peer "
-           "| peer graph µs | graph vs graph | target |")
-    lines = [hdr, "|" + "---|" * 12]
+        if r["name"] not in peers:
+            try:
+                peers[r["name"]] = peer_time_us(r, a.peer_iters)
+            except Exception as e:  # e.g. out of memory
+                peers[r["name"]] = (float("nan"), float("nan"))
+                print("peer failed for %s: %s" % (r["name"], e), flush=True)
+        r["peer_us"], r["peer_graph_us"] = peers[r["name"]]
+    hdr = ("| shape | backend | time µs | sync µs | graph µs | host µs | TFLOP/s | GB/s | % roofline | vs portable "
+           "| FlashMLA ref µs | vs ref | peer µs | vs peer | peer graph µs | graph vs graph | target | sm_90 target |")
+    lines = [hdr, "|" + "---|" * 18]
     for r in rows:
         tgt = TARGETS.get(r["name"])
         tstr = ""
@@ -199,9 +222,15 @@ def main():
             tstr += ("; " if tstr else "") + (">= 3x peer: %s" % ("met" if ratio >= 3 else "MISSED"))
         gg = r["peer_graph_us"] / r["graph_us"] if r.get("graph_us", 0) > 0 else float("nan")
         r["graph_vs_peer_graph"] = gg
-        lines.append("| %s | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f%% | %.1f | %.1fx | %.1f | %.1fx | %s |" % (
-            r["name"], r["time_us"], r.get("sync_us", float("nan")), r.get("graph_us", float("nan")),
-            r["tflops"], r["gbs"], r["roof_pct"], r["peer_us"], ratio, r["peer_graph_us"], gg, tstr))
+        s90 = SM90_TARGETS.get(r["name"])
+        s90str = "<= %g µs: %s" % (s90, "met" if r["time_us"] <= s90 else "MISSED") if s90 else ""
+        ref = r.get("flashmla_ref_us", 0.0)
+        lines.append("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f | %.0f%% | %s | %s | %s | %.1f | %.1fx | %.1f | %.1fx | %s | %s |" % (
+            r["name"], r["backend"], r["time_us"], r.get("sync_us", float("nan")), r.get("graph_us", float("nan")),
+            r.get("host_us", float("nan")), r["tflops"], r["gbs"], r["roof_pct"],
+            "%.2fx" % r["vs_baseline"] if r.get("vs_baseline") else "",
+            "%.1f" % ref if ref else "", "%.2fx" % r["vs_flashmla_ref"] if ref else "",
+            r["peer_us"], ratio, r["peer_graph_us"], gg, tstr, s90str))
     table = "\n".join(lines)
     print()
     print("ceilings measured in this run: copy %.0f GB/s, bf16 matmul %.0f TFLOP/s" % (ceil["copy_gbs"], ceil["mm_tflops"]))

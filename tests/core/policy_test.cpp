@@ -14,6 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::glm5_sparse;
+using testing::glm5_tp1_fp8;
 
 Policy parse(const std::string& text, PolicyLayer layer = PolicyLayer::user, const std::string& source = "test.json") {
   return Policy::parse(text, source, layer);
@@ -36,16 +37,35 @@ TEST(Policy, BuiltinParsesAndSendsCpuToCpuBackends) {
   EXPECT_EQ(p.layer, PolicyLayer::defaults);
   PolicyStack stack;
   stack.add(p);
-  const auto on_cpu = stack.rank({"cuda.sparse_mla", "cpu.reference", "hopper.sparse_mla"}, glm5_sparse(1),
+  const auto on_cpu = stack.rank({"cuda.sparse_mla", "cpu.reference", "hopper.sparse_mla"}, glm5_tp1_fp8(),
                                  describe_device("cpu"));
   EXPECT_EQ(on_cpu.front().id, "cpu.reference");
   EXPECT_EQ(on_cpu.front().rule, "defaults:built-in#cpu");
   // Hopper first on sm_90 with 64 heads per rank, the portable kernel first with 8.
-  const auto h64 = stack.rank({"cuda.sparse_mla", "hopper.sparse_mla"}, glm5_sparse(1), describe_device("sm_90"));
+  const auto h64 = stack.rank({"cuda.sparse_mla", "hopper.sparse_mla"}, glm5_tp1_fp8(), describe_device("sm_90"));
   EXPECT_EQ(ids_of(h64), (std::vector<std::string>{"hopper.sparse_mla", "cuda.sparse_mla"}));
   const auto h8 = stack.rank({"cuda.sparse_mla", "hopper.sparse_mla"}, glm5_sparse(8), describe_device("sm_90"));
   EXPECT_EQ(ids_of(h8), (std::vector<std::string>{"cuda.sparse_mla", "hopper.sparse_mla"}));
   EXPECT_EQ(h8.front().rule, "defaults:built-in#cuda-attention");
+  // Where hopper.mla measured faster: 64 heads from 16 tokens per call, 128 heads from 8, the fp8
+  // cache only; an unknown token count (0) matches no tokens condition.
+  const std::vector<std::string> both = {"cuda.sparse_mla", "hopper.sparse_mla"};
+  EXPECT_EQ(stack.rank(both, glm5_tp1_fp8(16), describe_device("sm_90")).front().rule,
+            "defaults:built-in#hopper-sparse-mla-64-heads");
+  for (const int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{15}}) {
+    const auto few = stack.rank(both, glm5_tp1_fp8(tokens), describe_device("sm_90"));
+    EXPECT_EQ(few.front().id, "cuda.sparse_mla") << tokens;
+    EXPECT_EQ(few.front().rule, "defaults:built-in#cuda-attention") << tokens;
+  }
+  AttentionSpec h128 = glm5_tp1_fp8(8);
+  h128.num_heads = 128;
+  EXPECT_EQ(stack.rank(both, h128, describe_device("sm_90")).front().rule,
+            "defaults:built-in#hopper-sparse-mla-128-heads");
+  h128.max_tokens = 7;
+  EXPECT_EQ(stack.rank(both, h128, describe_device("sm_90")).front().id, "cuda.sparse_mla");
+  EXPECT_EQ(stack.rank(both, glm5_sparse(1, CacheFormat::bf16), describe_device("sm_90")).front().id,
+            "cuda.sparse_mla");
+  EXPECT_EQ(stack.rank(both, glm5_tp1_fp8(), describe_device("sm_100")).front().id, "cuda.sparse_mla");
 }
 
 TEST(PolicyCondition, DeviceArchAndWords) {

@@ -19,6 +19,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::glm5_sparse;
+using testing::glm5_tp1_fp8;
 using testing::make_backend;
 using testing::mla_caps;
 
@@ -80,17 +81,20 @@ class SelectorTest : public ::testing::Test {
 };
 
 TEST_F(SelectorTest, ChoosesByPolicyAndExplainsEveryBackend) {
-  const Selection s = context.select(glm5_sparse(1), describe_device("sm_90"), no_env());
+  const Selection s = context.select(glm5_tp1_fp8(), describe_device("sm_90"), no_env());
   EXPECT_EQ(s.chosen, "hopper.sparse_mla");
   ASSERT_NE(s.backend, nullptr);
   EXPECT_EQ(s.backend->info().id, "hopper.sparse_mla");
   ASSERT_EQ(s.valid.size(), 2u);
-  EXPECT_EQ(s.valid[0].rule, "defaults:built-in#hopper-sparse-mla");
+  EXPECT_EQ(s.valid[0].rule, "defaults:built-in#hopper-sparse-mla-64-heads");
   EXPECT_EQ(s.valid[1].id, "cuda.sparse_mla");
   ASSERT_EQ(s.rejected.size(), 2u);
   EXPECT_EQ(s.rejected[0].id, "cpu.reference");  // id order
   EXPECT_EQ(s.rejected[0].reasons[0].code, "device_kind");
-  EXPECT_EQ(rejected(s, "cuda.wide_block")->reasons[0].code, "block_size");
+  // cuda.wide_block: bf16 caches of block size 1 only; this spec is fp8 with pages of 64.
+  ASSERT_EQ(rejected(s, "cuda.wide_block")->reasons.size(), 2u);
+  EXPECT_EQ(rejected(s, "cuda.wide_block")->reasons[0].code, "kv_cache");
+  EXPECT_EQ(rejected(s, "cuda.wide_block")->reasons[1].code, "block_size");
   EXPECT_TRUE(s.suggestions.empty());
 
   // GLM-5 at TP8 on sm_90: 8 heads per rank, the Hopper kernel refuses, the portable one runs.
@@ -227,7 +231,7 @@ TEST_F(SelectorTest, ARefusedHeadDim512IsExplainedAsMlaWithoutRope) {
 TEST_F(SelectorTest, ForcingAValidBackendOverridesThePolicy) {
   SelectOptions o = no_env();
   o.force = {"cuda.sparse_mla"};
-  const Selection s = context.select(glm5_sparse(1), describe_device("sm_90"), o);
+  const Selection s = context.select(glm5_tp1_fp8(), describe_device("sm_90"), o);
   EXPECT_EQ(s.chosen, "cuda.sparse_mla");
   EXPECT_EQ(s.forced, std::vector<std::string>{"force=cuda.sparse_mla"});
   EXPECT_EQ(rejected(s, "hopper.sparse_mla")->reasons[0].code, "not_forced");
@@ -311,15 +315,15 @@ TEST_F(SelectorTest, APlainForceAppliesOnlyToTheOpsItsBackendDeclares) {
   EXPECT_TRUE(s.forced.empty());
   // With an op prefix the force applies to that op only.
   o.force = {"mla_decode=cuda.sparse_mla"};
-  EXPECT_EQ(context.select(glm5_sparse(1), describe_device("sm_90"), o).chosen, "hopper.sparse_mla");
-  AttentionSpec decode = glm5_sparse(1);
+  EXPECT_EQ(context.select(glm5_tp1_fp8(), describe_device("sm_90"), o).chosen, "hopper.sparse_mla");
+  AttentionSpec decode = glm5_tp1_fp8();
   decode.op = Op::mla_decode;
   decode.topk = 0;
   EXPECT_EQ(context.select(decode, describe_device("sm_90"), o).chosen, "cuda.sparse_mla");
   // An op prefix on a backend that does not implement the op: forced, and refused with "op".
   o.force = {"sparse_mla=cuda.kv_store"};
   try {
-    (void)context.select(glm5_sparse(1), describe_device("sm_90"), o);
+    (void)context.select(glm5_tp1_fp8(), describe_device("sm_90"), o);
     FAIL();
   } catch (const Error& e) {
     EXPECT_THAT(e.what(), HasSubstr("cuda.kv_store: op: does not implement sparse_mla"));
@@ -329,7 +333,7 @@ TEST_F(SelectorTest, APlainForceAppliesOnlyToTheOpsItsBackendDeclares) {
 TEST_F(SelectorTest, ExcludeRemovesWithReasonExcluded) {
   SelectOptions o = no_env();
   o.exclude = {"hopper.*"};
-  const Selection s = context.select(glm5_sparse(1), describe_device("sm_90"), o);
+  const Selection s = context.select(glm5_tp1_fp8(), describe_device("sm_90"), o);
   EXPECT_EQ(s.chosen, "cuda.sparse_mla");
   EXPECT_EQ(s.excluded, std::vector<std::string>{"exclude=hopper.*"});
   const RejectedBackend* h = rejected(s, "hopper.sparse_mla");
@@ -339,7 +343,7 @@ TEST_F(SelectorTest, ExcludeRemovesWithReasonExcluded) {
   EXPECT_EQ(h->reasons[0].text, "excluded by exclude=hopper.*");
   // Excluding everything that works names the excluded backend that would.
   o.exclude = {"hopper.*", "cuda.sparse_mla"};
-  const Selection none = context.explain(glm5_sparse(1), describe_device("sm_90"), o);
+  const Selection none = context.explain(glm5_tp1_fp8(), describe_device("sm_90"), o);
   ASSERT_FALSE(none.ok());
   std::vector<std::string> values;
   for (const auto& sug : none.suggestions) values.push_back(sug.field + ":" + sug.value);
@@ -348,24 +352,24 @@ TEST_F(SelectorTest, ExcludeRemovesWithReasonExcluded) {
   // Forced and excluded at once is a contradiction.
   o.force = {"cuda.sparse_mla"};
   o.exclude = {"cuda.*"};
-  EXPECT_THROW((void)context.select(glm5_sparse(1), describe_device("sm_90"), o), Error);
+  EXPECT_THROW((void)context.select(glm5_tp1_fp8(), describe_device("sm_90"), o), Error);
 }
 
 TEST_F(SelectorTest, EnvironmentForcesAndExcludes) {
   setenv("LATTE_BACKEND", "cuda.sparse_mla", 1);
   SelectOptions o;
-  EXPECT_EQ(context.select(glm5_sparse(1), describe_device("sm_90"), o).chosen, "cuda.sparse_mla");
-  EXPECT_EQ(context.select(glm5_sparse(1), describe_device("sm_90"), o).forced,
+  EXPECT_EQ(context.select(glm5_tp1_fp8(), describe_device("sm_90"), o).chosen, "cuda.sparse_mla");
+  EXPECT_EQ(context.select(glm5_tp1_fp8(), describe_device("sm_90"), o).forced,
             std::vector<std::string>{"LATTE_BACKEND=cuda.sparse_mla"});
   // The environment is part of the cache key: changing it changes the decision.
   setenv("LATTE_BACKEND", "", 1);
   setenv("LATTE_EXCLUDE", "hopper.sparse_mla, cuda.wide_block", 1);
-  const Selection s = context.select(glm5_sparse(1), describe_device("sm_90"), o);
+  const Selection s = context.select(glm5_tp1_fp8(), describe_device("sm_90"), o);
   EXPECT_EQ(s.chosen, "cuda.sparse_mla");
   EXPECT_EQ(s.excluded.size(), 2u);
   EXPECT_EQ(rejected(s, "hopper.sparse_mla")->reasons[0].text, "excluded by LATTE_EXCLUDE=hopper.sparse_mla");
   // ...and ignored when asked to.
-  EXPECT_EQ(context.select(glm5_sparse(1), describe_device("sm_90"), no_env()).chosen, "hopper.sparse_mla");
+  EXPECT_EQ(context.select(glm5_tp1_fp8(), describe_device("sm_90"), no_env()).chosen, "hopper.sparse_mla");
   setenv("LATTE_BACKEND", "hopper.sparse_mla", 1);
   unsetenv("LATTE_EXCLUDE");
   EXPECT_THROW((void)context.select(glm5_sparse(8), describe_device("sm_90"), o), Error);
@@ -375,12 +379,12 @@ TEST_F(SelectorTest, UserPolicyOutranksDefaultsAndIsExplained) {
   context.add_policy(Policy::parse(R"({"latte_policy": 1, "rules": [
       {"name": "prefer-portable", "when": {"arch": ">=90"}, "order": ["cuda.sparse_mla"]}]})",
                                    "/home/me/latte.json", PolicyLayer::user));
-  const Selection s = context.select(glm5_sparse(1), describe_device("sm_90"), no_env());
+  const Selection s = context.select(glm5_tp1_fp8(), describe_device("sm_90"), no_env());
   EXPECT_EQ(s.chosen, "cuda.sparse_mla");
   EXPECT_EQ(s.valid[0].rule, "user:/home/me/latte.json#prefer-portable");
-  EXPECT_EQ(s.valid[1].rule, "defaults:built-in#hopper-sparse-mla");
+  EXPECT_EQ(s.valid[1].rule, "defaults:built-in#hopper-sparse-mla-64-heads");
   context.clear_policy_layer(PolicyLayer::user);
-  EXPECT_EQ(context.select(glm5_sparse(1), describe_device("sm_90"), no_env()).chosen, "hopper.sparse_mla");
+  EXPECT_EQ(context.select(glm5_tp1_fp8(), describe_device("sm_90"), no_env()).chosen, "hopper.sparse_mla");
 }
 
 TEST_F(SelectorTest, LoadUserPolicyReplacesTheUserLayerAndKeepsItOnError) {
@@ -389,9 +393,9 @@ TEST_F(SelectorTest, LoadUserPolicyReplacesTheUserLayerAndKeepsItOnError) {
   std::ofstream(good) << R"({"latte_policy": 1, "rules": [{"name": "p", "order": ["cuda.sparse_mla"]}]})";
   std::ofstream(bad) << R"({"latte_policy": 1, "rules": [{"name": "p", "when": {"arch": "sm9"}, "order": ["x.*"]}]})";
   context.load_user_policy(good);
-  EXPECT_EQ(context.select(glm5_sparse(1), describe_device("sm_90"), no_env()).chosen, "cuda.sparse_mla");
+  EXPECT_EQ(context.select(glm5_tp1_fp8(), describe_device("sm_90"), no_env()).chosen, "cuda.sparse_mla");
   EXPECT_THROW(context.load_user_policy(bad), Error);
-  EXPECT_EQ(context.select(glm5_sparse(1), describe_device("sm_90"), no_env()).chosen, "cuda.sparse_mla");
+  EXPECT_EQ(context.select(glm5_tp1_fp8(), describe_device("sm_90"), no_env()).chosen, "cuda.sparse_mla");
   context.load_user_policy(good);  // replaces, does not stack
   int user_policies = 0;
   for (const Policy& p : context.policies().policies()) user_policies += p.layer == PolicyLayer::user;

@@ -78,4 +78,12 @@ inline AttentionSpec glm5_sparse(int tp = 8, CacheFormat cache = CacheFormat::bf
   return attention_spec(load_model("glm-5", deployment), Op::sparse_mla);
 }
 
+// GLM-5 at TP1 (64 heads per rank) over the fp8 cache, kernels made for `max_tokens` tokens per
+// call: from 16 tokens the built-in policy ranks the Hopper kernels first on sm_90.
+inline AttentionSpec glm5_tp1_fp8(int64_t max_tokens = 128) {
+  AttentionSpec spec = glm5_sparse(1, CacheFormat::fp8_ds_mla);
+  spec.max_tokens = max_tokens;
+  return spec;
+}
+
 }  // namespace latte::testing

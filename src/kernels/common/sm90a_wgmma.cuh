@@ -31,9 +31,26 @@ __device__ __forceinline__ uint64_t sw128_kmajor_desc(uint32_t smem_addr) {
          (uint64_t{1} << 62);
 }
 
+// The descriptor `desc` moved by `bytes` (a multiple of 16): the start address field holds
+// address / 16 in 14 bits, and every shared address fits it, so the move is one add.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 // Orders this thread's earlier generic-proxy writes of shared memory (st.shared, cp.async)
 // before later async-proxy reads (wgmma operands). Call after the writes land, before the barrier.
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Warpgroup register reallocation (setmaxnreg): a producer warpgroup gives registers back, the
+// consumers take them. Every warp of the warpgroup executes it; the counts are multiples of 8 in
+// [24, 256], and the consumers' increase must not exceed what the producers released (the
+// increase blocks until the registers are free: asking for more never returns).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
 
 // Before the first wgmma of a batch: orders earlier register accesses of the accumulators.
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }

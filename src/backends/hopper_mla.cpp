@@ -1,0 +1,127 @@
+// hopper.mla: sparse MLA over the fp8_ds_mla cache on H100 / H200 (sm_90a), 64 or 128 heads per
+// rank, with a producer warpgroup widening the cache rows into the wgmma layout. Kernel:
+// src/kernels/sparse_mla/sm90a/mla_sparse_fp8_sm90a_cpasync_wgmma_ws.cu; design notes and
+// measurements: docs/kernels/hopper_mla.md. Everything else (bf16 caches, other head counts,
+// rows without rope, mla_decode, other GPUs): cuda.sparse_mla, which the policy ranks next.
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <memory>
+#include <variant>
+
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/sparse_mla/mla_run.hpp"
+#include "kernels/sparse_mla/sm90a/mla_sm90a.hpp"
+#include "latte/backend.hpp"
+#include "latte/error.hpp"
+#include "latte/registry.hpp"
+#include "latte/spec.hpp"
+
+namespace latte::hopper_mla {
+namespace {
+
+constexpr int kQkDim = 576;
+constexpr int kLatentDim = 512;
+constexpr int kMaxTopk = 32768;
+constexpr int kMaxTokens = 65536;
+constexpr int kDefaultSms = 132;  // a described H100 / H200 without a probed count
+
+Capabilities declared() {
+  Capabilities caps;
+  caps.ops = {Op::sparse_mla};
+  caps.devices = {DeviceKind::cuda};
+  caps.arch = IntRule::list({90});
+  caps.q_dtypes = {DType::bf16};
+  caps.kv_caches = {CacheFormat::fp8_ds_mla};
+  caps.heads = IntRule::list({64, 128});
+  caps.head_dim = IntRule::list({kQkDim});
+  caps.block_size = IntRule::at_least(1);
+  caps.topk = IntRule::range(1, kMaxTopk);
+  caps.max_tokens = IntRule::range(1, kMaxTokens);
+  caps.workspace =
+      "split partials when the plan splits the list (kernels for few tokens x 64-head groups against the SM "
+      "count): tokens x heads x splits x 2052 B; 0 otherwise";
+  caps.notes =
+      "wgmma f16 (sm_90a instructions: H100 / H200 only); 64 heads per CTA; a producer warpgroup copies 656-byte "
+      "rows with 16-byte cp.async (the cache, its block and row strides 16-byte aligned) and widens the e4m3 codes "
+      "to f16 exactly (the group scales are applied to S and P in f32); rows with rope only; bf16 caches, other "
+      "head counts, rows without rope and mla_decode: cuda.sparse_mla";
+  return caps;
+}
+
+class HopperMlaKernel final : public Kernel {
+ public:
+  HopperMlaKernel(const AttentionSpec& spec, const DeviceInfo& device)
+      : Kernel(spec, device.handle()),
+        sm_count_(device.probed && device.sm_count > 0 ? device.sm_count : kDefaultSms),
+        max_groups_(spec.max_tokens),
+        plan_(plan_sm90a(spec.max_tokens, spec.num_heads, std::max(1, spec.topk), sm_count_)),
+        workspace_(workspace_bytes_sm90a(plan_, spec.max_tokens, spec.num_heads)) {}
+
+  [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
+  [[nodiscard]] std::string describe() const override {
+    return describe_sm90a(plan_, max_groups_, spec().num_heads, sm_count_);
+  }
+
+ protected:
+  void compute(const Problem& problem, const RunContext& ctx) override {
+    const auto& s = std::get<SparseMlaProblem>(problem);
+    const cuda_sparse_mla::MlaParams p = cuda_sparse_mla::mla_params(s);
+    const std::size_t need = workspace_bytes_sm90a(plan_, p.groups, p.heads);
+    if (need > ctx.workspace_bytes) {
+      throw Error(ErrorCode::invalid_argument,
+                  fmt::format("hopper.mla: a call of {} tokens needs {} bytes of workspace for its split partials "
+                              "and got {}; make the kernel with spec.max_tokens >= the call's tokens and give it "
+                              "workspace_bytes()",
+                              p.groups, need, ctx.workspace_bytes));
+    }
+    launch_sparse_fp8_sm90a(p, plan_, ctx.workspace, static_cast<cudaStream_t>(ctx.stream));
+  }
+
+ private:
+  int sm_count_;
+  int64_t max_groups_;
+  Sm90aPlan plan_;
+  std::size_t workspace_;
+};
+
+class HopperMlaBackend final : public Backend {
+ public:
+  HopperMlaBackend()
+      : info_{"hopper.mla",
+              "sparse MLA on H100 / H200 (sm_90a): fp8_ds_mla cache, 64 or 128 heads, f16 wgmma on the cache "
+              "widened by a producer warpgroup",
+              declared(), "built-in"} {}
+
+  [[nodiscard]] const BackendInfo& info() const override { return info_; }
+
+  [[nodiscard]] std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    std::vector<Reason> out;
+    if (spec.head_dim_v != kLatentDim) {
+      out.push_back({"head_dim_v", "head_dim_v", std::to_string(kLatentDim), std::to_string(spec.head_dim_v),
+                     fmt::format("hopper.mla computes the 512-dim MLA latent output; this spec has head_dim_v {}.",
+                                 spec.head_dim_v)});
+    }
+    const auto need = static_cast<int64_t>(smem_bytes_sm90a());
+    if (device.kind == DeviceKind::cuda && device.max_smem_per_block > 0 && device.max_smem_per_block < need) {
+      out.push_back({"smem", "max_smem_per_block", fmt::format(">= {} bytes", need),
+                     std::to_string(device.max_smem_per_block),
+                     fmt::format("hopper.mla needs {} bytes of shared memory per block; {} offers {}.", need,
+                                 device.label(), device.max_smem_per_block)});
+    }
+    return out;
+  }
+
+  [[nodiscard]] std::unique_ptr<Kernel> make(const AttentionSpec& spec, const DeviceInfo& device) const override {
+    return std::make_unique<HopperMlaKernel>(spec, device);
+  }
+
+ private:
+  BackendInfo info_;
+};
+
+LATTE_REGISTER_BACKEND(HopperMlaBackend);
+
+}  // namespace
+}  // namespace latte::hopper_mla

@@ -1,0 +1,670 @@
+// Sparse MLA over the fp8_ds_mla cache on sm_90a: 64 heads of one query token per CTA, warp
+// specialized, stages of 32 list entries, f16 wgmma.
+//
+// - Producer warpgroup (warps 0-3). Each warp owns rows w, w + 4, ... of every stage: it copies
+//   them (cp.async, 16 bytes a lane, zero-filled for entries that are -1, outside the cache, past
+//   topk_lens or past the split) into a raw ring of three stages, two stages ahead, and widens
+//   them into an operand stage once the consumers release it: the e4m3 codes to f16 exactly
+//   (f16 holds every e4m3 value; no scale applied), the bf16 rope to f16, the four f32 group
+//   scales beside. Operand stages (two): nine 64-dim blocks of 32 rows x 128 bytes in the
+//   128-byte swizzle, read K-major for S and MN-major for P V.
+// - Two consumer warpgroups split S = Q K^T by dimension over all 32 rows (wgmma m64n32k16,
+//   Q converted to f16 once): consumer 0 scale groups 0-1, consumer 1 groups 2-3 and the rope;
+//   each folds its groups' scales into its partial (f32), the partials meet through shared
+//   memory, and both run the same online softmax (base 2). Consumer c owns output dims
+//   256c .. 256c + 255 = scale groups 2c, 2c + 1: O += (P x scale_g) V_codes per group (wgmma
+//   m64n128k16, P x scale_g in f16 from its own shared tile, V = the codes of the stage tile).
+//
+// With nsplit > 1 each CTA writes its normalized partial (f32) and log2-sum-exp to the
+// workspace and a combine kernel writes out and lse; otherwise the CTA writes them itself.
+// Design notes and measurements: docs/kernels/hopper_mla.md.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/common/cp_async.cuh"
+#include "kernels/common/cuda_check.cuh"
+#include "kernels/common/mma_sync.cuh"
+#include "kernels/common/sm90a_tma.cuh"
+#include "kernels/common/sm90a_wgmma.cuh"
+#include "kernels/common/sm90a_wgmma_f16.cuh"
+#include "kernels/sparse_mla/sm90a/mla_sm90a.hpp"
+#include "latte/error.hpp"
+
+namespace latte::hopper_mla {
+namespace {
+
+namespace wg = cuda::sm90a;
+
+constexpr int kThreads = 384;
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * 168,
+              "the consumers take what the producers give");
+constexpr int kStages = 2;      // f16 operand stages
+constexpr int kRawStages = 3;   // raw 656-byte row stages (the copies run two ahead)
+constexpr int kDims = 576;
+constexpr int kLatent = 512;
+constexpr int kRowBytes = 656;
+constexpr int kKBlocks = kDims / 64;              // 64-dim blocks of an operand row
+constexpr int kGroups = 4;                        // 128-dim scale groups of the latent
+constexpr int kQBlockBytes = kHeadsPerCta * 128;  // one 64-dim block of Q's 64 rows
+constexpr int kBlockBytes = kTileRows * 128;      // one 64-dim block of a stage's rows
+constexpr int kTileBytes = kKBlocks * kBlockBytes;
+constexpr int kRawBytes = kTileRows * kRowBytes;
+
+// Shared memory, from a 1024-byte aligned base.
+constexpr int kOffQ = 0;
+constexpr int kOffKv = kOffQ + kKBlocks * kQBlockBytes;
+// P times each scale group's per-row scale, f16: tile c holds groups 2c (columns 0-31) and 2c + 1
+// (columns 32-63), the operands of consumer c.
+constexpr int kOffP = kOffKv + kStages * kTileBytes;
+constexpr int kPTileBytes = kHeadsPerCta * 128;
+constexpr int kOffRaw = kOffP + 2 * kPTileBytes;
+constexpr int kOffValidF = kOffRaw + kRawStages * kRawBytes;  // [kStages][kTileRows] u8: the operand stages' valid rows
+constexpr int kOffScale = (kOffValidF + kStages * kTileRows + 15) / 16 * 16;  // [kStages][kTileRows][4] f32
+constexpr int kOffBars = kOffScale + kStages * kTileRows * 16;
+// full[kStages], empty[kStages]
+constexpr int kSmemUsed = kOffBars + 2 * kStages * 8;
+constexpr int kSmemBytes = kSmemUsed + 1024;  // room to align the base
+static_assert(kTileRows == 32, "the consumers split a stage's rows 16 + 16");
+static_assert(kRowBytes % 16 == 0 && kOffRaw % 16 == 0, "16-byte copies");
+
+struct SplitOut {
+  float* part_o = nullptr;    // [groups * hgroups * nsplit][64][512]
+  float* part_lse = nullptr;  // [groups * hgroups * nsplit][64], log2 domain
+};
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
+
+// Widened values past the largest finite f16 (65504) saturate (a latent cache holds none).
+__device__ __forceinline__ uint32_t f16x2(float a, float b) {
+  uint32_t r;
+  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // a in the low half
+  return r;
+}
+
+// 16 e4m3 codes -> two 16-byte chunks of 8 f16 each: exact (f16 holds every e4m3 value). The
+// group scale is applied to S and P, in f32, by the consumers.
+__device__ __forceinline__ void widen16(const uint4& c, uint4& lo, uint4& hi) {
+  lo = make_uint4(cuda::e4m3x2_to_f16x2(c.x), cuda::e4m3x2_hi_to_f16x2(c.x), cuda::e4m3x2_to_f16x2(c.y),
+                  cuda::e4m3x2_hi_to_f16x2(c.y));
+  hi = make_uint4(cuda::e4m3x2_to_f16x2(c.z), cuda::e4m3x2_hi_to_f16x2(c.z), cuda::e4m3x2_to_f16x2(c.w),
+                  cuda::e4m3x2_hi_to_f16x2(c.w));
+}
+
+// 8 bf16 -> 8 f16 (the rope and the query).
+__device__ __forceinline__ uint4 bf16x8_to_f16x8(const uint4& v) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
+    o[i] = f16x2(f.x, f.y);
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+__device__ __forceinline__ void st_shared16(uint32_t addr, const uint4& v) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+}
+
+// Byte offset of dims [8 c, 8 c + 8) of operand row `row` (c < 72) in a 9-block tile whose
+// 64-dim blocks are `block_bytes` apart.
+__device__ __forceinline__ uint32_t tile_chunk(int row, int c, int block_bytes) {
+  return static_cast<uint32_t>((c >> 3) * block_bytes) + wg::sw128_offset(row, c & 7);
+}
+
+// Entries [begin, end) of group g's list that this CTA runs, and the list's valid length.
+struct Span {
+  int begin, end;
+};
+
+__device__ __forceinline__ Span split_span(const MlaParams& p, int g, int split, int chunk) {
+  int len = p.topk;
+  if (p.topk_lens != nullptr) {
+    const int l = p.topk_lens[static_cast<int64_t>(g) * p.tl_s];
+    len = l < 0 ? 0 : (l > p.topk ? p.topk : l);
+  }
+  const int b = split * chunk;
+  const int e = min(b + chunk, len);
+  return {b, e > b ? e : b};
+}
+
+constexpr int kQChunks = kHeadsPerCta * (kDims / 8);  // 8-dim chunks of the CTA's 64 query rows
+static_assert(kQChunks % kThreads == 0, "every thread stages the same number of query chunks");
+
+__device__ __forceinline__ const __nv_bfloat16* q_chunk(const MlaParams& p, int g, int h0, int i) {
+  const int r = i / (kDims / 8), c = i % (kDims / 8);
+  return c < kLatent / 8 ? p.q + g * p.q_sg + (h0 + r) * p.q_sh + 8 * c
+                         : p.q_rope + g * p.qr_sg + (h0 + r) * p.qr_sh + 8 * (c - kLatent / 8);
+}
+
+// The CTA's 64 query rows, bf16 -> f16, into the operand layout. All loads are issued before
+// the first store (one memory latency, not one per chunk); `q_aligned` (host-checked) picks
+// 16-byte loads.
+__device__ __forceinline__ void stage_q(const MlaParams& p, int g, int h0, bool q_aligned, uint8_t* base, int tid) {
+  constexpr int kPer = kQChunks / kThreads;
+  uint4 v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const __nv_bfloat16* src = q_chunk(p, g, h0, tid + k * kThreads);
+    if (q_aligned) {
+      v[k] = *reinterpret_cast<const uint4*>(src);
+    } else {
+      uint16_t e[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) e[j] = reinterpret_cast<const uint16_t*>(src)[j];
+      v[k] = make_uint4(e[0] | (uint32_t{e[1]} << 16), e[2] | (uint32_t{e[3]} << 16), e[4] | (uint32_t{e[5]} << 16),
+                        e[6] | (uint32_t{e[7]} << 16));
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = tid + k * kThreads;
+    st_shared16(smem_u32(base + kOffQ) + tile_chunk(i / (kDims / 8), i % (kDims / 8), kQBlockBytes),
+                bf16x8_to_f16x8(v[k]));
+  }
+}
+
+// The cache slot of row `row` of stage t (-1: none).
+__device__ __forceinline__ int stage_slot(const MlaParams& p, int g, const Span& span, int t, int row) {
+  const int j = span.begin + t * kTileRows + row;
+  return j < span.end ? p.indices[static_cast<int64_t>(g) * p.idx_s + j] : -1;
+}
+
+// A producer warp's rows of a stage: w, w + 4, ..., w + 28 (kRowsPerWarp of them).
+constexpr int kRowsPerWarp = kTileRows / 4;
+
+// Starts warp w's copies of stage t into raw stage t % kRawStages: 41 16-byte copies per row
+// (lane l copies chunks l and 32 + l), zero-filled for rows that are -1, outside the cache or
+// past the list. `slot` (lane i < 8: row w + 4 i) comes from stage_slot. Returns the valid rows
+// as bits 0-7.
+__device__ __forceinline__ uint32_t start_copies(const MlaParams& p, int slot, int t, uint8_t* base, int w, int lane) {
+  const bool ok = lane < kRowsPerWarp && slot >= 0 && slot < p.num_blocks * p.block_size;
+  const uint32_t mask = __ballot_sync(0xffffffffu, ok);
+  const uint32_t raw = smem_u32(base + kOffRaw + (t % kRawStages) * kRawBytes);
+  // Lane i's row address, computed once (the slot's block and offset) and handed round.
+  const auto row_addr = reinterpret_cast<unsigned long long>(
+      ok ? p.kv + (slot / p.block_size) * p.kv_sblock + static_cast<int64_t>(slot % p.block_size) * p.kv_stok : p.kv);
+#pragma unroll
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const bool v = (mask >> i) & 1u;
+    const auto* src = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, row_addr, i));
+    const uint32_t dst = raw + (w + 4 * i) * kRowBytes;
+    cuda::cp_async_16_s(dst + 16 * lane, src + 16 * lane, v);
+    if (lane < kRowBytes / 16 - 32) cuda::cp_async_16_s(dst + 16 * (32 + lane), src + 16 * (32 + lane), v);
+  }
+  return mask;
+}
+
+// Widens one landed row (a warp): lane l turns codes 16 l .. 16 l + 15 into f16 chunks 2 l and
+// 2 l + 1 (odd lane quads store them in the other order: the eight lanes of a store phase hit
+// eight different 16-byte bank groups); lanes 0-7 convert rope chunk l; lanes 0-3 copy the
+// scale of group l. Rows not copied were zero-filled and widen to zeros.
+__device__ __forceinline__ void widen_row(const uint8_t* src, uint32_t tile, float* scales, int row, int lane) {
+  const bool swap = (lane >> 2) & 1;
+  uint4 a, b, rope = make_uint4(0, 0, 0, 0);
+  widen16(*reinterpret_cast<const uint4*>(src + 16 * lane), a, b);
+  if (lane < 8) rope = bf16x8_to_f16x8(*reinterpret_cast<const uint4*>(src + kLatent + 16 + 16 * lane));
+  st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 1 : 0), kBlockBytes), swap ? b : a);
+  st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 0 : 1), kBlockBytes), swap ? a : b);
+  if (lane < 8) st_shared16(tile + tile_chunk(row, 64 + lane, kBlockBytes), rope);
+  if (lane < kGroups) scales[kGroups * row + lane] = *reinterpret_cast<const float*>(src + kLatent + 4 * lane);
+}
+
+// The producer warpgroup. Each warp copies and widens its own rows of every stage (no barrier
+// between producer warps): its copies run two stages ahead (cp.async groups), and it widens
+// stage t into operand stage t % kStages once the consumers have released it.
+__device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& span, int tiles, uint8_t* base,
+                                        int tid) {
+  const int w = tid >> 5, lane = tid & 31;
+  const uint32_t full = smem_u32(base + kOffBars), empty = full + 8 * kStages;
+  const int my_row = w + 4 * lane;  // lanes 0-7: the rows whose slots they load
+  uint32_t masks = 0;               // bits 8k .. 8k + 7: the valid rows of stage t + k
+#pragma unroll
+  for (int k = 0; k < kRawStages - 1; ++k) {
+    if (k < tiles)
+      masks |= start_copies(p, lane < kRowsPerWarp ? stage_slot(p, g, span, k, my_row) : -1, k, base, w, lane)
+               << (8 * k);
+    cuda::cp_async_commit();
+  }
+  int next_slot = lane < kRowsPerWarp ? stage_slot(p, g, span, kRawStages - 1, my_row) : -1;
+  for (int t = 0; t < tiles; ++t) {
+    if (t + kRawStages - 1 < tiles) {
+      masks |= start_copies(p, next_slot, t + kRawStages - 1, base, w, lane) << (8 * (kRawStages - 1));
+      next_slot = lane < kRowsPerWarp ? stage_slot(p, g, span, t + kRawStages, my_row) : -1;
+    }
+    cuda::cp_async_commit();
+    cuda::cp_async_wait<kRawStages - 1>();  // stage t's copies (this thread's)
+    __syncwarp();                           // ... and the other lanes'
+    const int s = t % kStages;
+    wg::mbarrier_wait(empty + 8 * s, ((t / kStages) & 1u) ^ 1u);
+    {
+      const uint32_t tile = smem_u32(base + kOffKv + s * kTileBytes);
+      const uint8_t* raw = base + kOffRaw + (t % kRawStages) * kRawBytes;
+      float* scales = reinterpret_cast<float*>(base + kOffScale) + s * kTileRows * kGroups;
+#pragma unroll 4
+      for (int i = 0; i < kRowsPerWarp; ++i) widen_row(raw + (w + 4 * i) * kRowBytes, tile, scales, w + 4 * i, lane);
+    }
+    if (lane < kRowsPerWarp) base[kOffValidF + s * kTileRows + my_row] = (masks >> lane) & 1u;
+    masks >>= 8;
+    __syncwarp();  // every lane's reads of raw stage t before this warp's next copies into it
+    wg::fence_proxy_async_smem();
+    wg::mbarrier_arrive(full + 8 * s);
+  }
+}
+
+// S = Q K^T is split by dimension between the consumers, over all 32 rows of a stage (wgmma
+// m64n32k16: Q is read from shared memory once per stage, not once per consumer): consumer 0
+// takes scale groups 0 and 1 (64-dim blocks 0-3), consumer 1 groups 2 and 3 (blocks 4-7) and
+// the rope (block 8). Each folds its groups' scales into its partial S, the two exchange
+// partials through their P tiles, and both then hold the whole S and run the same softmax.
+// P_g = P x scale_g (f16) goes to consumer c's own P tile for its groups 2c, 2c + 1, the ones its
+// O dims need: no P exchange.
+
+// Two 64-dim blocks starting at `kb0` into `acc` (fresh): issued and committed.
+template <int kb0>
+__device__ __forceinline__ void issue_group(float (&acc)[16], uint64_t q_desc, uint64_t kv_desc, int nblocks = 2) {
+  wg::wgmma_fence();
+#pragma unroll
+  for (int kb = kb0; kb < kb0 + 2; ++kb) {
+    if (kb - kb0 >= nblocks) break;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      wg::WgmmaF16<32>::mma(acc, wg::desc_advance(q_desc, kb * kQBlockBytes + 32 * ks),
+                            wg::desc_advance(kv_desc, kb * kBlockBytes + 32 * ks), kb > kb0 || ks > 0);
+  }
+  wg::wgmma_commit();
+}
+
+// A consumer warpgroup's running state: the row maxima and sums (log2 domain) of its thread's
+// two head rows (the same in both consumers), and where things are.
+struct Consumer {
+  uint32_t sbase, full, empty;
+  float scale2;
+  int w, l, tiles;
+  float m[2], lsum[2];
+};
+
+// Element i of a thread's m64n32 accumulator: head row 16 w + l / 4 + 8 h, stage row (column)
+// 8 j + 2 (l % 4) + e, i = 4 j + 2 h + e.
+__device__ __forceinline__ int acc_col(int i, int l) { return 8 * (i >> 2) + 2 * (l & 3) + (i & 1); }
+
+// Byte offset of S(head, col) (f32) in a P tile used as the partial-S exchange buffer: rows of 32
+// floats, column bits 3-4 flipped by the head's low bits (fewer bank conflicts).
+__device__ __forceinline__ uint32_t spart_offset(int head, int col) {
+  return static_cast<uint32_t>(head * 32 + (col ^ ((head & 3) << 3))) * 4;
+}
+
+__device__ __forceinline__ void wg_sync(int c) {  // one consumer warpgroup (named barrier 2 + c)
+  asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
+}
+
+// Stage t (operand stage s = t % 2): S_t's partial is issued behind P V_{t-1}, folded with the
+// scales, exchanged; the softmax runs; P V_t is issued and left in flight.
+template <int C, int s>
+__device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int t, uint8_t* base) {
+  static_assert(kStages == 2, "stage s of t is t % 2: the caller unrolls by two");
+  wg::mbarrier_wait(k.full + 8 * s, (t / kStages) & 1u);
+  // Descriptors from the (warp-uniform) shared base: they stay in uniform registers.
+  const uint64_t q_desc = wg::sw128_kmajor_desc(k.sbase + kOffQ);
+  const uint64_t kv_desc = wg::sw128_kmajor_desc(k.sbase + kOffKv + s * kTileBytes);
+  float acc_a[16], acc_b[16], acc_r[16];
+  issue_group<4 * C>(acc_a, q_desc, kv_desc);
+  issue_group<4 * C + 2>(acc_b, q_desc, kv_desc);
+  if (C == 1) issue_group<8>(acc_r, q_desc, kv_desc, 1);  // the rope block
+  const float2* scl = reinterpret_cast<const float2*>(base + kOffScale) + s * kTileRows * 2 + C;  // groups 2C, 2C + 1
+  const uint8_t* valid = base + kOffValidF + s * kTileRows;
+  wg::wgmma_wait<0>();  // P V_{t-1} and S_t's parts
+  wg::fence_accumulators(acc_a);
+  wg::fence_accumulators(acc_b);
+  if (C == 1) wg::fence_accumulators(acc_r);
+  wg::fence_accumulators(o);
+  if (t > 0) wg::mbarrier_arrive(k.empty + 8 * (1 - s));
+  float sv[16];
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float2 sc = scl[2 * acc_col(i, k.l)];
+    sv[i] = sc.x * acc_a[i] + sc.y * acc_b[i];
+    if (C == 1) sv[i] += acc_r[i];
+  }
+  // Exchange the partials through the P tiles (this consumer's P V_{t-1} is done: its tile is free).
+  const uint32_t own = k.sbase + kOffP + C * kPTileBytes, other = k.sbase + kOffP + (1 - C) * kPTileBytes;
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int head = 16 * k.w + (k.l >> 2) + 8 * h, col = 8 * j + 2 * (k.l & 3);
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(own + spart_offset(head, col)), "f"(sv[4 * j + 2 * h]),
+                   "f"(sv[4 * j + 2 * h + 1])
+                   : "memory");
+    }
+  consumer_sync();  // both partials are in
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int head = 16 * k.w + (k.l >> 2) + 8 * h, col = 8 * j + 2 * (k.l & 3);
+      float2 v;
+      asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(other + spart_offset(head, col)));
+      // own + other in consumer 0 order (partial 0 first) in both: the two hold the same S.
+      const int i = 4 * j + 2 * h;
+      sv[i] = C == 0 ? sv[i] + v.x : v.x + sv[i];
+      sv[i + 1] = C == 0 ? sv[i + 1] + v.y : v.y + sv[i + 1];
+    }
+  consumer_sync();  // both partials read: the tiles take P next
+  float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    sv[i] = valid[acc_col(i, k.l)] != 0 ? sv[i] * k.scale2 : -INFINITY;
+    mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sv[i]);
+  }
+  float alpha[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+    const float mn = fmaxf(k.m[h], mx[h]);
+    alpha[h] = mn == -INFINITY ? 1.f : exp2f(k.m[h] - mn);
+    k.m[h] = mn;
+  }
+  // P (f32) for the row sums; P x scale_g (f16) for this consumer's groups into its P tile.
+  float rs[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = 16 * k.w + (k.l >> 2) + 8 * h;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int col = 8 * j + 2 * (k.l & 3);
+      const float p0 = k.m[h] == -INFINITY ? 0.f : exp2f(sv[4 * j + 2 * h] - k.m[h]);
+      const float p1 = k.m[h] == -INFINITY ? 0.f : exp2f(sv[4 * j + 2 * h + 1] - k.m[h]);
+      rs[h] += p0 + p1;
+      const float2 s0 = scl[2 * col], s1 = scl[2 * col + 2];
+#pragma unroll
+      for (int sub = 0; sub < 2; ++sub) {
+        const int pc = 32 * sub + col;
+        const uint32_t at = own + wg::sw128_offset(row, pc >> 3) + (pc & 7) * 2;
+        const uint32_t v = sub == 0 ? f16x2(p0 * s0.x, p1 * s1.x) : f16x2(p0 * s0.y, p1 * s1.y);
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
+      }
+    }
+    k.lsum[h] = k.lsum[h] * alpha[h] + rs[h];
+  }
+  if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f)) {  // the maxima rarely move late in a list
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        o[4 * j + 2 * h] *= alpha[h];
+        o[4 * j + 2 * h + 1] *= alpha[h];
+      }
+    }
+  }
+  wg::fence_proxy_async_smem();
+  wg_sync(C);  // this consumer's P tile is complete
+  // O[:, 256C + 128 sub ..] += P_{2C+sub} V: 2 k16 steps over the stage's 32 rows per group.
+  const uint64_t p_desc = wg::sw128_kmajor_desc(own);
+  const uint64_t v_desc = wg::sw128_mnmajor_desc(k.sbase + kOffKv + s * kTileBytes, kBlockBytes, 1024);
+  wg::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kTileRows / 16; ++kk) {
+#pragma unroll
+    for (int sub = 0; sub < 2; ++sub)
+      wg::WgmmaF16Tn<128>::mma(*reinterpret_cast<float(*)[64]>(o + 64 * sub),
+                               wg::desc_advance(p_desc, 64 * sub + 32 * kk),
+                               wg::desc_advance(v_desc, (4 * C + 2 * sub) * kBlockBytes + kk * 16 * 128), 1);
+  }
+  wg::wgmma_commit();
+}
+
+template <int R>
+__device__ __forceinline__ void zero(float (&d)[R]) {
+#pragma unroll
+  for (int i = 0; i < R; ++i) d[i] = 0.f;
+}
+
+// A consumer warpgroup c (0 or 1): O for dims 256c .. 256c + 255.
+template <int c>
+__device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int tiles, uint8_t* base, uint32_t sbase,
+                                        int ctid, const SplitOut& so, int64_t part) {
+  Consumer k;
+  k.w = ctid >> 5;
+  k.l = ctid & 31;
+  k.tiles = tiles;
+  k.sbase = sbase;
+  k.full = sbase + kOffBars;
+  k.empty = k.full + 8 * kStages;
+  k.scale2 = p.scale * 1.4426950408889634f;
+  k.m[0] = k.m[1] = -INFINITY;
+  k.lsum[0] = k.lsum[1] = 0.f;
+  const int w = k.w, l = k.l;
+  float(&m)[2] = k.m;
+  float(&lsum)[2] = k.lsum;
+  float o[128];
+  zero(o);
+  if (tiles > 0) {
+    // Materialized here: a non-wgmma write of an accumulator while a wgmma is in flight makes
+    // ptxas serialize every wgmma of the kernel.
+    wg::fence_accumulators(o);
+    for (int t = 0; t < tiles; t += 2) {  // by two: the operand stage is a constant, its descriptors uniform
+      consume_stage<c, 0>(k, o, t, base);
+      if (t + 1 < tiles) consume_stage<c, 1>(k, o, t + 1, base);
+    }
+    wg::wgmma_wait<0>();
+    wg::fence_accumulators(o);
+  }
+  // The row sums over the row's four threads (both consumers hold the same).
+  float inv[2], lse2[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    lsum[h] += __shfl_xor_sync(0xffffffffu, lsum[h], 1);
+    lsum[h] += __shfl_xor_sync(0xffffffffu, lsum[h], 2);
+    const bool any = lsum[h] > 0.f;
+    inv[h] = any ? 1.f / lsum[h] : 0.f;
+    lse2[h] = any ? m[h] + log2f(lsum[h]) : -INFINITY;
+  }
+  if (so.part_o == nullptr) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int head = h0 + 16 * w + (l >> 2) + 8 * h;
+      __nv_bfloat16* out = p.out + g * p.o_sg + head * p.o_sh + 256 * c + 2 * (l & 3);
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) =
+            __floats2bfloat162_rn(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+      if (c == 0 && (l & 3) == 0 && p.lse != nullptr)
+        p.lse[g * p.l_sg + head * p.l_sh] = lse2[h] * 0.6931471805599453f;
+    }
+  } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = 16 * w + (l >> 2) + 8 * h;
+      float* out = so.part_o + (part * 64 + row) * kLatent + 256 * c + 2 * (l & 3);
+#pragma unroll
+      for (int j = 0; j < 32; ++j)
+        *reinterpret_cast<float2*>(out + 8 * j) = make_float2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
+      if (c == 0 && (l & 3) == 0) so.part_lse[part * 64 + row] = lse2[h];
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    mla_sparse_fp8_sm90a_kernel(const MlaParams p, const int chunk, const int nsplit, const SplitOut so,
+                                const bool q_aligned) {
+  extern __shared__ uint8_t smem_raw[];
+  // The 1024-byte aligned base, as a shared address (warp-uniform: the descriptors built from it
+  // stay in uniform registers) and as a pointer.
+  const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  uint8_t* base = smem_raw + (sbase - smem_u32(smem_raw));
+  const int hgroups = p.heads / kHeadsPerCta;
+  const int64_t part = blockIdx.x;  // (g * hgroups + hg) * nsplit + split
+  const int split = static_cast<int>(part % nsplit);
+  const int hg = static_cast<int>((part / nsplit) % hgroups);
+  const int g = static_cast<int>(part / (static_cast<int64_t>(nsplit) * hgroups));
+  const int h0 = hg * kHeadsPerCta;
+  const int tid = threadIdx.x;
+  const Span span = split_span(p, g, split, chunk);
+  const int tiles = (span.end - span.begin + kTileRows - 1) / kTileRows;
+  if (tid == 0) {
+    const uint32_t full = smem_u32(base + kOffBars);
+    for (int s = 0; s < kStages; ++s) {
+      wg::mbarrier_init(full + 8 * s, 128);              // every producer thread
+      wg::mbarrier_init(full + 8 * (kStages + s), 256);  // every consumer thread
+    }
+    wg::mbarrier_init_fence();
+  }
+  stage_q(p, g, h0, q_aligned, base, tid);
+  wg::fence_proxy_async_smem();
+  __syncthreads();
+  // Registers: 384 threads launch with 168 each; the producers keep 56, the consumers take 224
+  // (128 x 56 + 256 x 224 = 384 x 168).
+  if (tid < 128) {
+    wg::setmaxnreg_dec<kProducerRegs>();
+    produce(p, g, span, tiles, base, tid);
+  } else {
+    wg::setmaxnreg_inc<kConsumerRegs>();
+    const int ctid = tid - 128;
+    if (ctid < 128)
+      consume<0>(p, g, h0, tiles, base, sbase, ctid, so, part);
+    else
+      consume<1>(p, g, h0, tiles, base, sbase, ctid - 128, so, part);
+  }
+}
+
+// One warp per (token, head): the weighted sum of the splits' partials.
+__global__ void __launch_bounds__(256) mla_sm90a_combine_kernel(const MlaParams p, const int nsplit, const SplitOut so) {
+  const int warp = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (warp >= p.groups * p.heads) return;
+  const int g = warp / p.heads, head = warp % p.heads;
+  const int hg = head / kHeadsPerCta, row = head % kHeadsPerCta;
+  const int64_t first = (static_cast<int64_t>(g) * (p.heads / kHeadsPerCta) + hg) * nsplit;
+  float mx = -INFINITY;
+  for (int s = lane; s < nsplit; s += 32) mx = fmaxf(mx, so.part_lse[(first + s) * 64 + row]);
+#pragma unroll
+  for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
+  float acc[16] = {};
+  float wsum = 0.f;
+  if (mx != -INFINITY) {
+#pragma unroll 4
+    for (int s = 0; s < nsplit; ++s) {
+      const float l2 = so.part_lse[(first + s) * 64 + row];
+      const float wgt = exp2f(l2 - mx);
+      wsum += wgt;
+      const float* src = so.part_o + ((first + s) * 64 + row) * kLatent;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float4 v = *reinterpret_cast<const float4*>(src + 128 * i + 4 * lane);
+        acc[4 * i] += wgt * v.x;
+        acc[4 * i + 1] += wgt * v.y;
+        acc[4 * i + 2] += wgt * v.z;
+        acc[4 * i + 3] += wgt * v.w;
+      }
+    }
+  }
+  const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
+  __nv_bfloat16* out = p.out + g * p.o_sg + head * p.o_sh;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int d = 128 * i + 4 * lane;
+    *reinterpret_cast<__nv_bfloat162*>(out + d) = __floats2bfloat162_rn(acc[4 * i] * inv, acc[4 * i + 1] * inv);
+    *reinterpret_cast<__nv_bfloat162*>(out + d + 2) = __floats2bfloat162_rn(acc[4 * i + 2] * inv, acc[4 * i + 3] * inv);
+  }
+  if (lane == 0 && p.lse != nullptr)
+    p.lse[g * p.l_sg + head * p.l_sh] = wsum > 0.f ? (mx + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+}
+
+bool aligned16(int64_t v) { return v % 16 == 0; }
+
+}  // namespace
+
+Sm90aPlan plan_sm90a(int64_t max_groups, int heads, int topk, int sm_count) {
+  // Splits trade a CTA's stages for waves and a combine: pick the count with the least modeled
+  // time, waves x (stages per split + a CTA's fixed cost) + the combine's, in units of a stage.
+  constexpr double kCtaFixed = 3.0, kCombineLaunch = 2.0, kCombinePerSplit = 0.1;
+  Sm90aPlan plan;
+  const int tiles = std::max(1, (topk + kTileRows - 1) / kTileRows);
+  const int64_t ctas = max_groups <= 0 ? 0 : max_groups * std::max(1, heads / kHeadsPerCta);
+  int best = 1;
+  if (ctas > 0 && sm_count > 0) {
+    double best_cost = 0;
+    for (int n = 1; n <= std::min(tiles, 4 * sm_count); ++n) {
+      const int per = (tiles + n - 1) / n;
+      if (n > 1 && (tiles + per - 1) / per != n) continue;  // the same split as a smaller n
+      const double waves = static_cast<double>((ctas * n + sm_count - 1) / sm_count);
+      const double cost = waves * (per + kCtaFixed) + (n > 1 ? kCombineLaunch + kCombinePerSplit * n : 0.0);
+      if (n == 1 || cost < best_cost) {
+        best = n;
+        best_cost = cost;
+      }
+    }
+  }
+  const int tiles_per = (tiles + best - 1) / best;
+  plan.chunk = tiles_per * kTileRows;
+  plan.nsplit = (tiles + tiles_per - 1) / tiles_per;
+  return plan;
+}
+
+std::size_t workspace_bytes_sm90a(const Sm90aPlan& plan, int64_t groups, int heads) {
+  if (plan.nsplit <= 1 || groups <= 0) return 0;
+  const auto parts = static_cast<std::size_t>(groups) * static_cast<std::size_t>(std::max(1, heads / kHeadsPerCta)) *
+                     static_cast<std::size_t>(plan.nsplit);
+  return parts * kHeadsPerCta * (kLatent + 1) * sizeof(float);
+}
+
+std::size_t smem_bytes_sm90a() { return kSmemBytes; }
+
+std::string describe_sm90a(const Sm90aPlan& plan, int64_t max_groups, int heads, int sm_count) {
+  const int64_t ctas = std::max<int64_t>(1, max_groups) * std::max(1, heads / kHeadsPerCta) * plan.nsplit;
+  return "sm_90a kernel (mla_sparse_fp8_sm90a_cpasync_wgmma_ws): 64 heads per CTA; a producer warpgroup copies "
+         "32-row stages of the list (cp.async, 3 raw stages) and widens the e4m3 codes to f16 exactly in the wgmma "
+         "layout (2 operand stages); two consumer warpgroups split S by dimension (wgmma m64n32k16, group scales "
+         "applied in f32) and own 256 output dims each (wgmma m64n128k16 per scale group); " +
+         std::to_string(plan.nsplit) + (plan.nsplit == 1 ? " split" : " splits") + " of " + std::to_string(plan.chunk) +
+         " list entries" + (plan.nsplit > 1 ? " and a combine kernel" : "") + "; a call of " +
+         std::to_string(std::max<int64_t>(1, max_groups)) + " tokens: " + std::to_string(ctas) + " CTAs on " +
+         std::to_string(sm_count) + " SMs";
+}
+
+void launch_sparse_fp8_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, cudaStream_t stream) {
+  if (p.groups <= 0) return;
+  if (!aligned16(reinterpret_cast<uintptr_t>(p.kv)) || !aligned16(p.kv_sblock) || !aligned16(p.kv_stok)) {
+    throw Error(ErrorCode::unsupported,
+                "hopper.mla reads fp8_ds_mla rows with 16-byte loads: the cache's base, block stride (" +
+                    std::to_string(p.kv_sblock) + " B) and row stride (" + std::to_string(p.kv_stok) +
+                    " B) must be multiples of 16; select cuda.sparse_mla for this cache");
+  }
+  static bool attr_set = false;  // per process: the kernel's shared memory opt-in
+  if (!attr_set) {
+    LATTE_CUDA_TRY(cudaFuncSetAttribute(mla_sparse_fp8_sm90a_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        kSmemBytes));
+    attr_set = true;
+  }
+  const auto q8 = [](const void* ptr, int64_t s0, int64_t s1) {
+    return aligned16(reinterpret_cast<uintptr_t>(ptr)) && s0 % 8 == 0 && s1 % 8 == 0;
+  };
+  const bool q_aligned = q8(p.q, p.q_sg, p.q_sh) && q8(p.q_rope, p.qr_sg, p.qr_sh);
+  SplitOut so;
+  if (plan.nsplit > 1) {
+    so.part_o = static_cast<float*>(workspace);
+    so.part_lse = so.part_o + static_cast<std::size_t>(p.groups) * (p.heads / kHeadsPerCta) * plan.nsplit * kHeadsPerCta *
+                                  kLatent;
+  }
+  const int64_t ctas = static_cast<int64_t>(p.groups) * (p.heads / kHeadsPerCta) * plan.nsplit;
+  mla_sparse_fp8_sm90a_kernel<<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, stream>>>(p, plan.chunk, plan.nsplit,
+                                                                                             so, q_aligned);
+  LATTE_CUDA_TRY(cudaGetLastError());
+  if (plan.nsplit > 1) {
+    const int64_t warps = static_cast<int64_t>(p.groups) * p.heads;
+    mla_sm90a_combine_kernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(p, plan.nsplit, so);
+    LATTE_CUDA_TRY(cudaGetLastError());
+  }
+}
+
+}  // namespace latte::hopper_mla
