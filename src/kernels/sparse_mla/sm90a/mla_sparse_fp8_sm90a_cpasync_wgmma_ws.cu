@@ -58,17 +58,18 @@ constexpr int kRawBytes = kTileRows * kRowBytes;
 constexpr int kOffQ = 0;
 constexpr int kOffKv = kOffQ + kKBlocks * kQBlockBytes;
 // P times each scale group's per-row scale, f16: tile c holds groups 2c (columns 0-31) and 2c + 1
-// (columns 32-63), the operands of consumer c.
+// (columns 32-63), the operands of consumer c; before that, consumer c's partial S (f32).
 constexpr int kOffP = kOffKv + kStages * kTileBytes;
 constexpr int kPTileBytes = kHeadsPerCta * 128;
 constexpr int kOffRaw = kOffP + 2 * kPTileBytes;
-constexpr int kOffValidF = kOffRaw + kRawStages * kRawBytes;  // [kStages][kTileRows] u8: the operand stages' valid rows
+// [kStages][kTileRows] u8: the operand stages' valid rows
+constexpr int kOffValidF = kOffRaw + kRawStages * kRawBytes;
 constexpr int kOffScale = (kOffValidF + kStages * kTileRows + 15) / 16 * 16;  // [kStages][kTileRows][4] f32
 constexpr int kOffBars = kOffScale + kStages * kTileRows * 16;
 // full[kStages], empty[kStages]
 constexpr int kSmemUsed = kOffBars + 2 * kStages * 8;
 constexpr int kSmemBytes = kSmemUsed + 1024;  // room to align the base
-static_assert(kTileRows == 32, "the consumers split a stage's rows 16 + 16");
+static_assert(kTileRows == 32, "a consumer's S is m64n32 over the stage's rows; a producer warp owns 8 of them");
 static_assert(kRowBytes % 16 == 0 && kOffRaw % 16 == 0, "16-byte copies");
 
 struct SplitOut {
