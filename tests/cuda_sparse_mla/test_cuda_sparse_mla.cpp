@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "kernels/sparse_mla/smxx/mla_fwd_dispatch.hpp"
+#if LATTE_HOPPER_MLA_BUILT
+#include "kernels/sparse_mla/sm90a/mla_sm90a.hpp"
+#endif
 #include "kernels/sparse_mla/mla_params.hpp"
 #include "gpu_test_util.hpp"
 #include "latte/api.hpp"
@@ -2028,6 +2031,50 @@ std::vector<SparseCase> hopper_cases() {
       {CacheFormat::fp8_ds_mla, 64, 2048, 64, 200, padded},
       {CacheFormat::fp8_ds_mla, 128, 2048, 64, 160, padded},
   };
+}
+
+// The split plan (host only, runs in CI): every list entry in exactly one split, no empty split,
+// a kernel that already fills the SMs unsplit, few tokens split, the workspace exactly the
+// partials, and the plan a function of the kernel alone (max_tokens, heads, topk, SMs).
+TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
+#if !LATTE_HOPPER_MLA_BUILT
+  GTEST_SKIP() << "skipped: hopper.mla not built (CUDA architectures without 90)";
+#else
+  using hopper_mla::kHeadsPerCta;
+  using hopper_mla::kTileRows;
+  for (const int sms : {132, 114}) {
+    for (const int heads : {64, 128}) {
+      for (const int topk : {1, 63, 100, 2048, 5000, 32768}) {
+        for (const int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{16}, int64_t{32}, int64_t{128},
+                                     int64_t{4096}}) {
+          const auto plan = hopper_mla::plan_sm90a(tokens, heads, topk, sms);
+          const std::string at = "sms " + std::to_string(sms) + " heads " + std::to_string(heads) + " topk " +
+                                 std::to_string(topk) + " tokens " + std::to_string(tokens);
+          EXPECT_EQ(plan.chunk % kTileRows, 0) << at;
+          ASSERT_GE(plan.chunk, kTileRows) << at;
+          ASSERT_GE(plan.nsplit, 1) << at;
+          EXPECT_GE(static_cast<int64_t>(plan.nsplit) * plan.chunk, topk) << at;
+          EXPECT_LT(static_cast<int64_t>(plan.nsplit - 1) * plan.chunk, std::max(topk, 1)) << at;
+          const int64_t ctas = tokens * (heads / kHeadsPerCta);
+          if (tokens == 0 || ctas >= sms) EXPECT_EQ(plan.nsplit, 1) << at;
+          const std::size_t ws = hopper_mla::workspace_bytes_sm90a(plan, tokens, heads);
+          if (plan.nsplit == 1) {
+            EXPECT_EQ(ws, 0u) << at;
+          } else {
+            EXPECT_EQ(ws, static_cast<std::size_t>(ctas) * plan.nsplit * kHeadsPerCta * (512 + 1) * sizeof(float)) << at;
+          }
+          const auto again = hopper_mla::plan_sm90a(tokens, heads, topk, sms);
+          EXPECT_TRUE(again.chunk == plan.chunk && again.nsplit == plan.nsplit) << at;
+        }
+      }
+    }
+  }
+  // The shapes of the measured table (H200, 132 SMs, topk 2048): one token splits, 32 tokens of
+  // 64 heads fill the GPU in four splits, 128 tokens run unsplit.
+  EXPECT_GT(hopper_mla::plan_sm90a(1, 64, 2048, 132).nsplit, 8);
+  EXPECT_EQ(hopper_mla::plan_sm90a(32, 64, 2048, 132).nsplit, 4);
+  EXPECT_EQ(hopper_mla::plan_sm90a(128, 64, 2048, 132).nsplit, 1);
+#endif
 }
 
 TEST_F(HopperMla, AccuracyVsOracle) {

@@ -586,14 +586,15 @@ bool aligned16(int64_t v) { return v % 16 == 0; }
 }  // namespace
 
 Sm90aPlan plan_sm90a(int64_t max_groups, int heads, int topk, int sm_count) {
-  // Splits trade a CTA's stages for waves and a combine: pick the count with the least modeled
-  // time, waves x (stages per split + a CTA's fixed cost) + the combine's, in units of a stage.
+  // A kernel whose unsplit grid leaves SMs idle splits the list: the count with the least
+  // modeled time, waves x (stages per split + a CTA's fixed cost) + the combine's, in units of a
+  // stage. A grid that fills the SMs is never split (the workspace stays bounded by the SMs).
   constexpr double kCtaFixed = 3.0, kCombineLaunch = 2.0, kCombinePerSplit = 0.1;
   Sm90aPlan plan;
   const int tiles = std::max(1, (topk + kTileRows - 1) / kTileRows);
   const int64_t ctas = max_groups <= 0 ? 0 : max_groups * std::max(1, heads / kHeadsPerCta);
   int best = 1;
-  if (ctas > 0 && sm_count > 0) {
+  if (ctas > 0 && ctas < sm_count) {
     double best_cost = 0;
     for (int n = 1; n <= std::min(tiles, 4 * sm_count); ++n) {
       const int per = (tiles + n - 1) / n;
