@@ -15,16 +15,13 @@
 #include "kernels/sparse_mla/sm90a/mla_sm90a.hpp"
 #include "latte/backend.hpp"
 #include "latte/error.hpp"
+#include "latte/ops.hpp"
 #include "latte/registry.hpp"
 #include "latte/spec.hpp"
 
 namespace latte::hopper_mla {
 namespace {
 
-constexpr int kQkDim = 576;
-constexpr int kLatentDim = 512;
-constexpr int kMaxTopk = 32768;
-constexpr int kMaxTokens = 65536;
 constexpr int kDefaultSms = 132;  // a described H100 / H200 without a probed count
 
 Capabilities declared() {
@@ -35,10 +32,10 @@ Capabilities declared() {
   caps.q_dtypes = {DType::bf16};
   caps.kv_caches = {CacheFormat::fp8_ds_mla};
   caps.heads = IntRule::list({64, 128});
-  caps.head_dim = IntRule::list({kQkDim});
+  caps.head_dim = IntRule::list({latte::kQkDim});
   caps.block_size = IntRule::at_least(1);
-  caps.topk = IntRule::range(1, kMaxTopk);
-  caps.max_tokens = IntRule::range(1, kMaxTokens);
+  caps.topk = IntRule::range(1, cuda_sparse_mla::kMaxTopk);  // the limits of the shared parameter block
+  caps.max_tokens = IntRule::range(1, cuda_sparse_mla::kMaxTokens);
   caps.workspace =
       "split partials when the plan splits the list (kernels for few tokens x 64-head groups against the SM "
       "count): tokens x heads x splits x 2052 B; 0 otherwise";
@@ -98,8 +95,9 @@ class HopperMlaBackend final : public Backend {
 
   [[nodiscard]] std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo& device) const override {
     std::vector<Reason> out;
-    if (spec.head_dim_v != kLatentDim) {
-      out.push_back({"head_dim_v", "head_dim_v", std::to_string(kLatentDim), std::to_string(spec.head_dim_v),
+    if (spec.head_dim_v != latte::kLatentDim) {
+      out.push_back({"head_dim_v", "head_dim_v", std::to_string(latte::kLatentDim),
+                     std::to_string(spec.head_dim_v),
                      fmt::format("hopper.mla computes the 512-dim MLA latent output; this spec has head_dim_v {}.",
                                  spec.head_dim_v)});
     }

@@ -22,11 +22,13 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/cuda_check.cuh"
 #include "kernels/common/mma_sync.cuh"
+#include "kernels/common/smem_limit.hpp"
 #include "kernels/common/sm90a_tma.cuh"
 #include "kernels/common/sm90a_wgmma.cuh"
 #include "kernels/common/sm90a_wgmma_f16.cuh"
@@ -642,12 +644,10 @@ void launch_sparse_fp8_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* wo
                     std::to_string(p.kv_sblock) + " B) and row stride (" + std::to_string(p.kv_stok) +
                     " B) must be multiples of 16; select cuda.sparse_mla for this cache");
   }
-  static bool attr_set = false;  // per process: the kernel's shared memory opt-in
-  if (!attr_set) {
-    LATTE_CUDA_TRY(cudaFuncSetAttribute(mla_sparse_fp8_sm90a_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        kSmemBytes));
-    attr_set = true;
-  }
+  int device = 0;
+  LATTE_CUDA_TRY(cudaGetDevice(&device));
+  static std::atomic<uint64_t> smem_set{0};  // the shared-memory opt-in, once per device
+  cuda::allow_dynamic_smem(mla_sparse_fp8_sm90a_kernel, kSmemBytes, device, smem_set);
   const auto q8 = [](const void* ptr, int64_t s0, int64_t s1) {
     return aligned16(reinterpret_cast<uintptr_t>(ptr)) && s0 % 8 == 0 && s1 % 8 == 0;
   };
