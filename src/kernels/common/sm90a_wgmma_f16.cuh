@@ -1,7 +1,7 @@
-// Hopper (sm_90a) f16 warpgroup matrix products with both operands in shared memory (the
-// descriptors of sm90a_wgmma.cuh): D (64 x N, f32) = A (64 x 16) * B. A is K-major; B is K-major
-// (WgmmaF16, B stored N x 16) or MN-major (WgmmaF16Tn, B stored 16 x N, its N dims contiguous:
-// the transpose bit). The accumulator layout is sm90a_wgmma.cuh's. Generated shapes only: the
+// Hopper (sm_90a) f16 warpgroup matrix products, B in shared memory (the descriptors of
+// sm90a_wgmma.cuh): D (64 x N, f32) = A (64 x 16) * B. A is K-major in shared memory (WgmmaF16,
+// WgmmaF16Tn) or in registers (WgmmaF16RsTn); B is K-major (WgmmaF16, B stored N x 16) or
+// MN-major (the Tn shapes, B stored 16 x N, its N dims contiguous: the transpose bit). The accumulator layout is sm90a_wgmma.cuh's. Generated shapes only: the
 // ones hopper.mla uses. Only for sm_90a translation units.
 #pragma once
 
@@ -22,6 +22,8 @@ template <int N>
 struct WgmmaF16;
 template <int N>
 struct WgmmaF16Tn;
+template <int N>
+struct WgmmaF16RsTn;
 
 template <>
 struct WgmmaF16<32> {
@@ -59,6 +61,34 @@ struct WgmmaF16Tn<128> {
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+  }
+};
+
+// D (64 x 128, f32) += A (64 x 16, f16, in registers) * B (16 x 128, MN-major, by descriptor). A's
+// fragment: thread t (w = t / 32, l = t % 32) holds a[0] = A(16 w + l / 4, 2 (l % 4) + {0, 1}),
+// a[1] = the same columns 8 rows down, a[2] / a[3] = a[0] / a[1] 8 columns right (f16x2, the
+// lower column in the low half): the accumulator layout of a 64 x 16 slice of an m64nN result.
+template <>
+struct WgmmaF16RsTn<128> {
+  __device__ __forceinline__ static void mma(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        :
+          "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
   }
 };
 

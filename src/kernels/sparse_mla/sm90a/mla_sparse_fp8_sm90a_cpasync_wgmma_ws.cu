@@ -13,7 +13,7 @@
 //   each folds its groups' scales into its partial (f32), the partials meet through shared
 //   memory, and both run the same online softmax (base 2). Consumer c owns output dims
 //   256c .. 256c + 255 = scale groups 2c, 2c + 1: O += (P x scale_g) V_codes per group (wgmma
-//   m64n128k16, P x scale_g in f16 from its own shared tile, V = the codes of the stage tile).
+//   m64n128k16, P x scale_g in f16 as the register A operand, V = the codes of the stage tile).
 //
 // With nsplit > 1 each CTA writes its normalized partial (f32) and log2-sum-exp to the
 // workspace and a combine kernel writes out and lse; otherwise the CTA writes them itself.
@@ -59,11 +59,10 @@ constexpr int kRawBytes = kTileRows * kRowBytes;
 // Shared memory, from a 1024-byte aligned base.
 constexpr int kOffQ = 0;
 constexpr int kOffKv = kOffQ + kKBlocks * kQBlockBytes;
-// P times each scale group's per-row scale, f16: tile c holds groups 2c (columns 0-31) and 2c + 1
-// (columns 32-63), the operands of consumer c; before that, consumer c's partial S (f32).
-constexpr int kOffP = kOffKv + kStages * kTileBytes;
-constexpr int kPTileBytes = kHeadsPerCta * 128;
-constexpr int kOffRaw = kOffP + 2 * kPTileBytes;
+// Exchange tile c: consumer c's partial S (64 x 32 f32).
+constexpr int kOffX = kOffKv + kStages * kTileBytes;
+constexpr int kXTileBytes = kHeadsPerCta * kTileRows * 4;
+constexpr int kOffRaw = kOffX + 2 * kXTileBytes;
 // [kStages][kTileRows] u8: the operand stages' valid rows
 constexpr int kOffValidF = kOffRaw + kRawStages * kRawBytes;
 constexpr int kOffScale = (kOffValidF + kStages * kTileRows + 15) / 16 * 16;  // [kStages][kTileRows][4] f32
@@ -268,8 +267,8 @@ __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& s
 // m64n32k16: Q is read from shared memory once per stage, not once per consumer): consumer 0
 // takes scale groups 0 and 1 (64-dim blocks 0-3), consumer 1 groups 2 and 3 (blocks 4-7) and
 // the rope (block 8). Each folds its groups' scales into its partial S, the two exchange
-// partials through their P tiles, and both then hold the whole S and run the same softmax.
-// P_g = P x scale_g (f16) goes to consumer c's own P tile for its groups 2c, 2c + 1, the ones its
+// partials through their exchange tiles, and both then hold the whole S and run the same softmax.
+// P_g = P x scale_g (f16) stays in consumer c's registers for its groups 2c, 2c + 1, the ones its
 // O dims need: no P exchange.
 
 // Two 64-dim blocks starting at `kb0` into `acc` (fresh): issued and committed.
@@ -300,15 +299,16 @@ struct Consumer {
 // 8 j + 2 (l % 4) + e, i = 4 j + 2 h + e.
 __device__ __forceinline__ int acc_col(int i, int l) { return 8 * (i >> 2) + 2 * (l & 3) + (i & 1); }
 
-// Byte offset of S(head, col) (f32) in a P tile used as the partial-S exchange buffer: rows of 32
+// Byte offset of S(head, col) (f32) in an exchange tile: rows of 32
 // floats, column bits 3-4 flipped by the head's low bits (fewer bank conflicts).
 __device__ __forceinline__ uint32_t spart_offset(int head, int col) {
   return static_cast<uint32_t>(head * 32 + (col ^ ((head & 3) << 3))) * 4;
 }
 
-__device__ __forceinline__ void wg_sync(int c) {  // one consumer warpgroup (named barrier 2 + c)
-  asm volatile("bar.sync %0, 128;\n" ::"r"(2 + c) : "memory");
-}
+// Named barriers 2 + c (256 threads: the 128 of consumer c wait, the other 128 arrive without
+// waiting): consumer c's exchange tile has been read by the other consumer.
+__device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
 // Stage t (operand stage s = t % 2): S_t's partial is issued behind P V_{t-1}, folded with the
 // scales, exchanged; the softmax runs; P V_t is issued and left in flight.
@@ -338,8 +338,10 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
     sv[i] = sc.x * acc_a[i] + sc.y * acc_b[i];
     if (C == 1) sv[i] += acc_r[i];
   }
-  // Exchange the partials through the P tiles (this consumer's P V_{t-1} is done: its tile is free).
-  const uint32_t own = k.sbase + kOffP + C * kPTileBytes, other = k.sbase + kOffP + (1 - C) * kPTileBytes;
+  // Exchange the partials through the exchange tiles: this consumer's own tile is free once the
+  // other consumer has read its previous partial (it arrived on barrier 2 + C right after).
+  const uint32_t own = k.sbase + kOffX + C * kXTileBytes, other = k.sbase + kOffX + (1 - C) * kXTileBytes;
+  if (t > 0) named_sync(2 + C);
 #pragma unroll
   for (int h = 0; h < 2; ++h)
 #pragma unroll
@@ -362,7 +364,7 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
       sv[i] = C == 0 ? sv[i] + v.x : v.x + sv[i];
       sv[i + 1] = C == 0 ? sv[i + 1] + v.y : v.y + sv[i + 1];
     }
-  consumer_sync();  // both partials read: the tiles take P next
+  if (t + 1 < k.tiles) named_arrive(2 + (1 - C));  // the other's partial is read (none comes after the last)
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
@@ -378,11 +380,13 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
     alpha[h] = mn == -INFINITY ? 1.f : exp2f(k.m[h] - mn);
     k.m[h] = mn;
   }
-  // P (f32) for the row sums; P x scale_g (f16) for this consumer's groups into its P tile.
+  // P (f32) for the row sums; P x scale_g (f16) for this consumer's groups 2C + sub straight into
+  // the A fragments of P V: element (h, j) of the m64n32 accumulator is fragment register
+  // (j % 2) * 2 + h of k step j / 2.
   float rs[2] = {0.f, 0.f};
+  uint32_t pa[2][kTileRows / 16][4];  // [sub][k step][register]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int row = 16 * k.w + (k.l >> 2) + 8 * h;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int col = 8 * j + 2 * (k.l & 3);
@@ -390,13 +394,8 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
       const float p1 = k.m[h] == -INFINITY ? 0.f : exp2f(sv[4 * j + 2 * h + 1] - k.m[h]);
       rs[h] += p0 + p1;
       const float2 s0 = scl[2 * col], s1 = scl[2 * col + 2];
-#pragma unroll
-      for (int sub = 0; sub < 2; ++sub) {
-        const int pc = 32 * sub + col;
-        const uint32_t at = own + wg::sw128_offset(row, pc >> 3) + (pc & 7) * 2;
-        const uint32_t v = sub == 0 ? f16x2(p0 * s0.x, p1 * s1.x) : f16x2(p0 * s0.y, p1 * s1.y);
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(at), "r"(v) : "memory");
-      }
+      pa[0][j >> 1][(j & 1) * 2 + h] = f16x2(p0 * s0.x, p1 * s1.x);
+      pa[1][j >> 1][(j & 1) * 2 + h] = f16x2(p0 * s0.y, p1 * s1.y);
     }
     k.lsum[h] = k.lsum[h] * alpha[h] + rs[h];
   }
@@ -410,19 +409,16 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
       }
     }
   }
-  wg::fence_proxy_async_smem();
-  wg_sync(C);  // this consumer's P tile is complete
-  // O[:, 256C + 128 sub ..] += P_{2C+sub} V: 2 k16 steps over the stage's 32 rows per group.
-  const uint64_t p_desc = wg::sw128_kmajor_desc(own);
+  // O[:, 256C + 128 sub ..] += P_{2C+sub} V: 2 k16 steps over the stage's 32 rows per group, A from
+  // registers (no P tile, no fence, no warpgroup barrier).
   const uint64_t v_desc = wg::sw128_mnmajor_desc(k.sbase + kOffKv + s * kTileBytes, kBlockBytes, 1024);
   wg::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kTileRows / 16; ++kk) {
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub)
-      wg::WgmmaF16Tn<128>::mma(*reinterpret_cast<float(*)[64]>(o + 64 * sub),
-                               wg::desc_advance(p_desc, 64 * sub + 32 * kk),
-                               wg::desc_advance(v_desc, (4 * C + 2 * sub) * kBlockBytes + kk * 16 * 128), 1);
+      wg::WgmmaF16RsTn<128>::mma(*reinterpret_cast<float(*)[64]>(o + 64 * sub), pa[sub][kk],
+                                 wg::desc_advance(v_desc, (4 * C + 2 * sub) * kBlockBytes + kk * 16 * 128));
   }
   wg::wgmma_commit();
 }
