@@ -1,8 +1,8 @@
-// hopper.mla: sparse MLA over the fp8_ds_mla cache on H100 / H200 (sm_90a), 64 or 128 heads per
-// rank, with a producer warpgroup widening the cache rows into the wgmma layout. Kernel:
-// src/kernels/sparse_mla/sm90a/mla_sparse_fp8_sm90a_cpasync_wgmma_ws.cu; design notes and
-// measurements: docs/kernels/hopper_mla.md. Everything else (bf16 caches, other head counts,
-// rows without rope, mla_decode, other GPUs): cuda.sparse_mla, which the policy ranks next.
+// hopper.mla: sparse MLA over the fp8_ds_mla or bf16 cache on H100 / H200 (sm_90a), 64 or 128
+// heads per rank, with a producer warpgroup copying (fp8: and widening) the cache rows into the
+// wgmma layout. Kernel: src/kernels/sparse_mla/sm90a/mla_sparse_sm90a_cpasync_wgmma_ws.cu; design
+// notes and measurements: docs/kernels/hopper_mla.md. Everything else (other head counts, rows
+// without rope, mla_decode, other GPUs): cuda.sparse_mla, which the policy ranks next.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
@@ -30,7 +30,7 @@ Capabilities declared() {
   caps.devices = {DeviceKind::cuda};
   caps.arch = IntRule::list({90});
   caps.q_dtypes = {DType::bf16};
-  caps.kv_caches = {CacheFormat::fp8_ds_mla};
+  caps.kv_caches = {CacheFormat::fp8_ds_mla, CacheFormat::bf16};
   caps.heads = IntRule::list({64, 128});
   caps.head_dim = IntRule::list({latte::kQkDim});
   caps.block_size = IntRule::at_least(1);
@@ -40,10 +40,10 @@ Capabilities declared() {
       "split partials when the plan splits the list (kernels for few tokens x 64-head groups against the SM "
       "count): tokens x heads x splits x 2052 B; 0 otherwise";
   caps.notes =
-      "wgmma f16 (sm_90a instructions: H100 / H200 only); 64 heads per CTA; a producer warpgroup copies 656-byte "
-      "rows with 16-byte cp.async (the cache, its block and row strides 16-byte aligned) and widens the e4m3 codes "
-      "to f16 exactly (the group scales are applied to S and P in f32); rows with rope only; bf16 caches, other "
-      "head counts, rows without rope and mla_decode: cuda.sparse_mla";
+      "wgmma (sm_90a instructions: H100 / H200 only); 64 heads per CTA; a producer warpgroup copies the rows with "
+      "16-byte cp.async (the cache, its block and row strides 16-byte aligned): fp8_ds_mla rows widened to f16 "
+      "exactly (the group scales applied to S and P in f32), bf16 rows straight into the wgmma layout (bf16 "
+      "wgmma); rows with rope only; other head counts, rows without rope and mla_decode: cuda.sparse_mla";
   return caps;
 }
 
@@ -58,7 +58,7 @@ class HopperMlaKernel final : public Kernel {
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
   [[nodiscard]] std::string describe() const override {
-    return describe_sm90a(plan_, max_groups_, spec().num_heads, sm_count_);
+    return describe_sm90a(plan_, spec().kv_cache, max_groups_, spec().num_heads, sm_count_);
   }
 
  protected:
@@ -73,7 +73,7 @@ class HopperMlaKernel final : public Kernel {
                               "workspace_bytes()",
                               p.groups, need, ctx.workspace_bytes));
     }
-    launch_sparse_fp8_sm90a(p, plan_, ctx.workspace, static_cast<cudaStream_t>(ctx.stream));
+    launch_sparse_sm90a(p, plan_, ctx.workspace, static_cast<cudaStream_t>(ctx.stream));
   }
 
  private:
@@ -87,8 +87,8 @@ class HopperMlaBackend final : public Backend {
  public:
   HopperMlaBackend()
       : info_{"hopper.mla",
-              "sparse MLA on H100 / H200 (sm_90a): fp8_ds_mla cache, 64 or 128 heads, f16 wgmma on the cache "
-              "widened by a producer warpgroup",
+              "sparse MLA on H100 / H200 (sm_90a): fp8_ds_mla or bf16 cache, 64 or 128 heads, wgmma on rows a "
+              "producer warpgroup copies (and for fp8 widens) into the wgmma layout",
               declared(), "built-in"} {}
 
   [[nodiscard]] const BackendInfo& info() const override { return info_; }
@@ -101,7 +101,7 @@ class HopperMlaBackend final : public Backend {
                      fmt::format("hopper.mla computes the 512-dim MLA latent output; this spec has head_dim_v {}.",
                                  spec.head_dim_v)});
     }
-    const auto need = static_cast<int64_t>(smem_bytes_sm90a());
+    const auto need = static_cast<int64_t>(smem_bytes_sm90a(spec.kv_cache));
     if (device.kind == DeviceKind::cuda && device.max_smem_per_block > 0 && device.max_smem_per_block < need) {
       out.push_back({"smem", "max_smem_per_block", fmt::format(">= {} bytes", need),
                      std::to_string(device.max_smem_per_block),

@@ -2004,7 +2004,7 @@ TEST(CudaSparseMlaCaps, DescribeNamesTheVariantAndTheSplits) {
 }
 
 // ---------------------------------------------------------------- hopper.mla
-// hopper.mla (sm_90a, fp8_ds_mla, 64 / 128 heads) against the oracle within the Hopper MLA
+// hopper.mla (sm_90a, fp8_ds_mla and bf16 caches, 64 / 128 heads) against the oracle within the Hopper MLA
 // issue's bound (relative error 5e-3), empty rows exactly 0 / -inf, every output written,
 // bitwise determinism, batch invariance (a token alone = the same token in a call of many), CUDA
 // graph replay, split and unsplit kernels.
@@ -2030,6 +2030,16 @@ std::vector<SparseCase> hopper_cases() {
       {CacheFormat::fp8_ds_mla, 64, 5000, 16, 3, heavy},
       {CacheFormat::fp8_ds_mla, 64, 2048, 64, 200, padded},
       {CacheFormat::fp8_ds_mla, 128, 2048, 64, 160, padded},
+      // bf16: three operand stages (the stage counts 1, 2, 3 and 4 mod 3 below), no widening
+      {CacheFormat::bf16, 64, 2048, 64, 1, dense},
+      {CacheFormat::bf16, 64, 2048, 64, 3, padded},
+      {CacheFormat::bf16, 128, 2048, 64, 3, padded},
+      {CacheFormat::bf16, 64, 63, 16, 5, padded},
+      {CacheFormat::bf16, 128, 100, 1, 5, heavy},
+      {CacheFormat::bf16, 64, 130, 16, 4, dense},
+      {CacheFormat::bf16, 64, 5000, 16, 3, heavy},
+      {CacheFormat::bf16, 64, 2048, 64, 200, padded},
+      {CacheFormat::bf16, 128, 2048, 64, 160, padded},
   };
 }
 
@@ -2088,9 +2098,9 @@ TEST_F(HopperMla, AccuracyVsOracle) {
   }
 }
 
-TEST_F(HopperMla, DeterministicBatchInvariantAndGraphs) {
+// Bitwise repeat, CUDA-graph replay and batch invariance (token 4 alone = token 4 among six).
+void check_deterministic_batch_invariant_graphs(const SparseCase& c) {
   Runner run;
-  const SparseCase c{CacheFormat::fp8_ds_mla, 64, 2048, 64, 6, row1_empty()};
   auto s = setup_sparse(c, 77);
   auto k = run.make(s->spec, "hopper.mla");
   const std::size_t n = static_cast<std::size_t>(c.T) * c.H;
@@ -2110,6 +2120,13 @@ TEST_F(HopperMla, DeterministicBatchInvariantAndGraphs) {
   one.lse = TensorView::contiguous(lse1.get(), DType::f32, {1, c.H}, dev);
   const Result r1 = run.run(*k, one, c.H * 512, c.H);
   EXPECT_EQ(0, std::memcmp(r1.out.data(), a.out.data() + 4 * c.H * 512, c.H * 512 * 2)) << "batch invariance";
+}
+
+TEST_F(HopperMla, DeterministicBatchInvariantAndGraphs) {
+  for (const CacheFormat f : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
+    SCOPED_TRACE(f == CacheFormat::bf16 ? "bf16 cache" : "fp8_ds_mla cache");
+    check_deterministic_batch_invariant_graphs({f, 64, 2048, 64, 6, row1_empty()});
+  }
 }
 
 }  // namespace

@@ -33,15 +33,16 @@ struct Sm90aPlan {
 [[nodiscard]] Sm90aPlan plan_sm90a(int64_t max_groups, int heads, int topk, int sm_count);
 // Workspace of `groups` tokens under `plan` (0 when unsplit).
 [[nodiscard]] std::size_t workspace_bytes_sm90a(const Sm90aPlan& plan, int64_t groups, int heads);
-// The kernel's shared memory per CTA.
-[[nodiscard]] std::size_t smem_bytes_sm90a();
+// The kernel's shared memory per CTA for a cache format (fp8_ds_mla or bf16).
+[[nodiscard]] std::size_t smem_bytes_sm90a(CacheFormat format);
 // One line for Kernel::describe().
-[[nodiscard]] std::string describe_sm90a(const Sm90aPlan& plan, int64_t max_groups, int heads, int sm_count);
+[[nodiscard]] std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t max_groups, int heads,
+                                         int sm_count);
 
-// Sparse MLA over the fp8_ds_mla cache with rope, heads a multiple of kHeadsPerCta. `workspace`
-// holds workspace_bytes_sm90a(plan, p.groups, p.heads) bytes. Throws latte::Error on a launch
-// failure or a cache layout the kernel does not read (rows not 16-byte aligned). No host
-// synchronization.
-void launch_sparse_fp8_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, cudaStream_t stream);
+// Sparse MLA over the fp8_ds_mla or bf16 cache (p.format) with rope, heads a multiple of
+// kHeadsPerCta. `workspace` holds workspace_bytes_sm90a(plan, p.groups, p.heads) bytes. Throws
+// latte::Error on a launch failure or a cache layout the kernel does not read (rows not 16-byte
+// aligned). No host synchronization.
+void launch_sparse_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, cudaStream_t stream);
 
 }  // namespace latte::hopper_mla

@@ -1,19 +1,21 @@
-// Sparse MLA over the fp8_ds_mla cache on sm_90a: 64 heads of one query token per CTA, warp
-// specialized, stages of 32 list entries, f16 wgmma.
+// Sparse MLA on sm_90a over the fp8_ds_mla or the bf16 cache: 64 heads of one query token per
+// CTA, warp specialized, stages of 32 list entries, 16-bit wgmma (f16 for fp8 codes, bf16 for a
+// bf16 cache).
 //
-// - Producer warpgroup (warps 0-3). Each warp owns rows w, w + 4, ... of every stage: it copies
-//   them (cp.async, 16 bytes a lane, zero-filled for entries that are -1, outside the cache, past
-//   topk_lens or past the split) into a raw ring of three stages, two stages ahead, and widens
-//   them into an operand stage once the consumers release it: the e4m3 codes to f16 exactly
+// - Producer warpgroup (warps 0-3). Each warp owns rows w, w + 4, ... of every stage and copies
+//   them with cp.async (16 bytes a lane, zero-filled for entries that are -1, outside the cache,
+//   past topk_lens or past the split), two stages ahead. fp8_ds_mla: into a raw ring of three
+//   stages; once the consumers release an operand stage it widens the e4m3 codes to f16 exactly
 //   (f16 holds every e4m3 value; no scale applied), the bf16 rope to f16, the four f32 group
-//   scales beside. Operand stages (two): nine 64-dim blocks of 32 rows x 128 bytes in the
-//   128-byte swizzle, read K-major for S and MN-major for P V.
-// - Two consumer warpgroups split S = Q K^T by dimension over all 32 rows (wgmma m64n32k16,
-//   Q converted to f16 once): consumer 0 scale groups 0-1, consumer 1 groups 2-3 and the rope;
-//   each folds its groups' scales into its partial (f32), the partials meet through shared
-//   memory, and both run the same online softmax (base 2). Consumer c owns output dims
-//   256c .. 256c + 255 = scale groups 2c, 2c + 1: O += (P x scale_g) V_codes per group (wgmma
-//   m64n128k16, P x scale_g in f16 as the register A operand, V = the codes of the stage tile).
+//   scales beside (two operand stages). bf16: straight into the operand stage (three of them), no
+//   widening. Operand stages: nine 64-dim blocks of 32 rows x 128 bytes in the 128-byte swizzle,
+//   read K-major for S and MN-major for P V.
+// - Two consumer warpgroups split S = Q K^T by dimension over all 32 rows (wgmma m64n32k16, Q
+//   staged once in the operand type): consumer 0 dims 0-255, consumer 1 dims 256-511 and the
+//   rope (fp8: each folds its scale groups' scales into its partial, in f32); the partials meet
+//   through shared memory and both run the same online softmax (base 2). Consumer c owns output
+//   dims 256c .. 256c + 255 (fp8: scale groups 2c, 2c + 1): O += P V (fp8: (P x scale_g) V_codes
+//   per group), wgmma m64n128k16 with P as the register A operand.
 //
 // With nsplit > 1 each CTA writes its normalized partial (f32) and log2-sum-exp to the
 // workspace and a combine kernel writes out and lse; otherwise the CTA writes them itself.
@@ -31,7 +33,7 @@
 #include "kernels/common/smem_limit.hpp"
 #include "kernels/common/sm90a_tma.cuh"
 #include "kernels/common/sm90a_wgmma.cuh"
-#include "kernels/common/sm90a_wgmma_f16.cuh"
+#include "kernels/common/sm90a_wgmma_16bit.cuh"
 #include "kernels/sparse_mla/sm90a/mla_sm90a.hpp"
 #include "latte/error.hpp"
 
@@ -44,34 +46,37 @@ constexpr int kThreads = 384;
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * 168,
               "the consumers take what the producers give");
-constexpr int kStages = 2;      // f16 operand stages
-constexpr int kRawStages = 3;   // raw 656-byte row stages (the copies run two ahead)
 constexpr int kDims = 576;
 constexpr int kLatent = 512;
-constexpr int kRowBytes = 656;
 constexpr int kKBlocks = kDims / 64;              // 64-dim blocks of an operand row
-constexpr int kGroups = 4;                        // 128-dim scale groups of the latent
+constexpr int kGroups = 4;                        // 128-dim scale groups of the latent (fp8_ds_mla)
 constexpr int kQBlockBytes = kHeadsPerCta * 128;  // one 64-dim block of Q's 64 rows
 constexpr int kBlockBytes = kTileRows * 128;      // one 64-dim block of a stage's rows
 constexpr int kTileBytes = kKBlocks * kBlockBytes;
-constexpr int kRawBytes = kTileRows * kRowBytes;
-
-// Shared memory, from a 1024-byte aligned base.
-constexpr int kOffQ = 0;
-constexpr int kOffKv = kOffQ + kKBlocks * kQBlockBytes;
-// Exchange tile c: consumer c's partial S (64 x 32 f32).
-constexpr int kOffX = kOffKv + kStages * kTileBytes;
-constexpr int kXTileBytes = kHeadsPerCta * kTileRows * 4;
-constexpr int kOffRaw = kOffX + 2 * kXTileBytes;
-// [kStages][kTileRows] u8: the operand stages' valid rows
-constexpr int kOffValidF = kOffRaw + kRawStages * kRawBytes;
-constexpr int kOffScale = (kOffValidF + kStages * kTileRows + 15) / 16 * 16;  // [kStages][kTileRows][4] f32
-constexpr int kOffBars = kOffScale + kStages * kTileRows * 16;
-// full[kStages], empty[kStages]
-constexpr int kSmemUsed = kOffBars + 2 * kStages * 8;
-constexpr int kSmemBytes = kSmemUsed + 1024;  // room to align the base
+constexpr int kXTileBytes = kHeadsPerCta * kTileRows * 4;  // a consumer's partial S (64 x 32 f32)
 static_assert(kTileRows == 32, "a consumer's S is m64n32 over the stage's rows; a producer warp owns 8 of them");
-static_assert(kRowBytes % 16 == 0 && kOffRaw % 16 == 0, "16-byte copies");
+
+// What differs between the caches: the operand type, the row, the stages and the shared-memory
+// layout (from a 1024-byte aligned base): Q | operand stages | exchange tiles | raw ring (fp8) |
+// the stages' valid rows (u8) | scales (fp8: [stage][row][group] f32) | full[kStages], empty[kStages].
+template <bool kFp8>
+struct Cache {
+  static constexpr wg::Half16 kType = kFp8 ? wg::Half16::f16 : wg::Half16::bf16;
+  static constexpr int kRowBytes = kFp8 ? 656 : 2 * kDims;
+  static constexpr int kStages = kFp8 ? 2 : 3;     // operand stages
+  static constexpr int kRawStages = kFp8 ? 3 : 0;  // raw 656-byte row stages (fp8: the copies run two ahead)
+  static constexpr int kRawBytes = kTileRows * kRowBytes;
+  static constexpr int kOffQ = 0;
+  static constexpr int kOffKv = kOffQ + kKBlocks * kQBlockBytes;
+  static constexpr int kOffX = kOffKv + kStages * kTileBytes;
+  static constexpr int kOffRaw = kOffX + 2 * kXTileBytes;
+  static constexpr int kOffValid = kOffRaw + kRawStages * kRawBytes;
+  static constexpr int kOffScale = (kOffValid + kStages * kTileRows + 15) / 16 * 16;
+  static constexpr int kOffBars = kOffScale + (kFp8 ? kStages * kTileRows * kGroups * 4 : 0);
+  static constexpr int kSmemBytes = kOffBars + 2 * kStages * 8 + 1024;  // + room to align the base
+  static_assert(kRowBytes % 16 == 0 && kOffRaw % 16 == 0, "16-byte copies");
+  static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
+};
 
 struct SplitOut {
   float* part_o = nullptr;    // [groups * hgroups * nsplit][64][512]
@@ -91,6 +96,11 @@ __device__ __forceinline__ uint32_t f16x2(float a, float b) {
   return r;
 }
 
+__device__ __forceinline__ uint32_t bf16x2(float a, float b) {  // a in the low half
+  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
 // 16 e4m3 codes -> two 16-byte chunks of 8 f16 each: exact (f16 holds every e4m3 value). The
 // group scale is applied to S and P, in f32, by the consumers.
 __device__ __forceinline__ void widen16(const uint4& c, uint4& lo, uint4& hi) {
@@ -100,7 +110,7 @@ __device__ __forceinline__ void widen16(const uint4& c, uint4& lo, uint4& hi) {
                   cuda::e4m3x2_hi_to_f16x2(c.w));
 }
 
-// 8 bf16 -> 8 f16 (the rope and the query).
+// 8 bf16 -> 8 f16 (the fp8 rows' rope and, for them, the query).
 __device__ __forceinline__ uint4 bf16x8_to_f16x8(const uint4& v) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   uint32_t o[4];
@@ -148,9 +158,10 @@ __device__ __forceinline__ const __nv_bfloat16* q_chunk(const MlaParams& p, int 
                          : p.q_rope + g * p.qr_sg + (h0 + r) * p.qr_sh + 8 * (c - kLatent / 8);
 }
 
-// The CTA's 64 query rows, bf16 -> f16, into the operand layout. All loads are issued before
-// the first store (one memory latency, not one per chunk); `q_aligned` (host-checked) picks
-// 16-byte loads.
+// The CTA's 64 query rows into the operand layout (fp8 rows: bf16 -> f16, exact in range). All
+// loads are issued before the first store (one memory latency, not one per chunk); `q_aligned`
+// (host-checked) picks 16-byte loads.
+template <bool kFp8>
 __device__ __forceinline__ void stage_q(const MlaParams& p, int g, int h0, bool q_aligned, uint8_t* base, int tid) {
   constexpr int kPer = kQChunks / kThreads;
   uint4 v[kPer];
@@ -170,8 +181,8 @@ __device__ __forceinline__ void stage_q(const MlaParams& p, int g, int h0, bool 
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int i = tid + k * kThreads;
-    st_shared16(smem_u32(base + kOffQ) + tile_chunk(i / (kDims / 8), i % (kDims / 8), kQBlockBytes),
-                bf16x8_to_f16x8(v[k]));
+    st_shared16(smem_u32(base + Cache<kFp8>::kOffQ) + tile_chunk(i / (kDims / 8), i % (kDims / 8), kQBlockBytes),
+                kFp8 ? bf16x8_to_f16x8(v[k]) : v[k]);
   }
 }
 
@@ -184,14 +195,18 @@ __device__ __forceinline__ int stage_slot(const MlaParams& p, int g, const Span&
 // A producer warp's rows of a stage: w, w + 4, ..., w + 28 (kRowsPerWarp of them).
 constexpr int kRowsPerWarp = kTileRows / 4;
 
-// Starts warp w's copies of stage t into raw stage t % kRawStages: 41 16-byte copies per row
-// (lane l copies chunks l and 32 + l), zero-filled for rows that are -1, outside the cache or
-// past the list. `slot` (lane i < 8: row w + 4 i) comes from stage_slot. Returns the valid rows
-// as bits 0-7.
+// Starts warp w's copies of stage t, zero-filled for rows that are -1, outside the cache or past
+// the list; `slot` (lane i < 8: row w + 4 i) comes from stage_slot. fp8: into raw stage
+// t % kRawStages, 41 16-byte copies per row (lane l copies chunks l and 32 + l). bf16: into
+// operand stage t % kStages in the operand layout, 72 per row (chunks l, 32 + l, 64 + l; the eight
+// lanes of a phase write one 128-byte row of a block). Returns the valid rows as bits 0-7.
+template <bool kFp8>
 __device__ __forceinline__ uint32_t start_copies(const MlaParams& p, int slot, int t, uint8_t* base, int w, int lane) {
+  using C = Cache<kFp8>;
   const bool ok = lane < kRowsPerWarp && slot >= 0 && slot < p.num_blocks * p.block_size;
   const uint32_t mask = __ballot_sync(0xffffffffu, ok);
-  const uint32_t raw = smem_u32(base + kOffRaw + (t % kRawStages) * kRawBytes);
+  const uint32_t dst0 = kFp8 ? smem_u32(base + C::kOffRaw + (t % C::kRawStages) * C::kRawBytes)
+                             : smem_u32(base + C::kOffKv + (t % C::kStages) * kTileBytes);
   // Lane i's row address, computed once (the slot's block and offset) and handed round.
   const auto row_addr = reinterpret_cast<unsigned long long>(
       ok ? p.kv + (slot / p.block_size) * p.kv_sblock + static_cast<int64_t>(slot % p.block_size) * p.kv_stok : p.kv);
@@ -199,9 +214,16 @@ __device__ __forceinline__ uint32_t start_copies(const MlaParams& p, int slot, i
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const bool v = (mask >> i) & 1u;
     const auto* src = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, row_addr, i));
-    const uint32_t dst = raw + (w + 4 * i) * kRowBytes;
-    cuda::cp_async_16_s(dst + 16 * lane, src + 16 * lane, v);
-    if (lane < kRowBytes / 16 - 32) cuda::cp_async_16_s(dst + 16 * (32 + lane), src + 16 * (32 + lane), v);
+    if constexpr (kFp8) {
+      const uint32_t dst = dst0 + (w + 4 * i) * C::kRowBytes;
+      cuda::cp_async_16_s(dst + 16 * lane, src + 16 * lane, v);
+      if (lane < C::kRowBytes / 16 - 32) cuda::cp_async_16_s(dst + 16 * (32 + lane), src + 16 * (32 + lane), v);
+    } else {
+      const int row = w + 4 * i;
+      cuda::cp_async_16_s(dst0 + tile_chunk(row, lane, kBlockBytes), src + 16 * lane, v);
+      cuda::cp_async_16_s(dst0 + tile_chunk(row, 32 + lane, kBlockBytes), src + 16 * (32 + lane), v);
+      if (lane < kDims / 8 - 64) cuda::cp_async_16_s(dst0 + tile_chunk(row, 64 + lane, kBlockBytes), src + 16 * (64 + lane), v);
+    }
   }
   return mask;
 }
@@ -221,58 +243,77 @@ __device__ __forceinline__ void widen_row(const uint8_t* src, uint32_t tile, flo
   if (lane < kGroups) scales[kGroups * row + lane] = *reinterpret_cast<const float*>(src + kLatent + 4 * lane);
 }
 
-// The producer warpgroup. Each warp copies and widens its own rows of every stage (no barrier
-// between producer warps): its copies run two stages ahead (cp.async groups), and it widens
-// stage t into operand stage t % kStages once the consumers have released it.
+// The producer warpgroup. Each warp copies (and for fp8 widens) its own rows of every stage, no
+// barrier between producer warps. fp8: its copies run two stages ahead into the raw ring
+// (cp.async groups); it widens stage t into operand stage t % kStages once the consumers have
+// released it. bf16: stage t is full when its copies have landed; then the copies of stage t + 2
+// start once the consumers have released that operand stage (stage t - 1's, released once they
+// have S_t).
+template <bool kFp8>
 __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& span, int tiles, uint8_t* base,
                                         int tid) {
+  using C = Cache<kFp8>;
+  constexpr int kAhead = 2;  // stages whose copies are in flight behind the one being completed
   const int w = tid >> 5, lane = tid & 31;
-  const uint32_t full = smem_u32(base + kOffBars), empty = full + 8 * kStages;
+  const uint32_t full = smem_u32(base + C::kOffBars), empty = full + 8 * C::kStages;
   const int my_row = w + 4 * lane;  // lanes 0-7: the rows whose slots they load
   uint32_t masks = 0;               // bits 8k .. 8k + 7: the valid rows of stage t + k
 #pragma unroll
-  for (int k = 0; k < kRawStages - 1; ++k) {
+  for (int k = 0; k < kAhead; ++k) {
     if (k < tiles)
-      masks |= start_copies(p, lane < kRowsPerWarp ? stage_slot(p, g, span, k, my_row) : -1, k, base, w, lane)
+      masks |= start_copies<kFp8>(p, lane < kRowsPerWarp ? stage_slot(p, g, span, k, my_row) : -1, k, base, w, lane)
                << (8 * k);
     cuda::cp_async_commit();
   }
-  int next_slot = lane < kRowsPerWarp ? stage_slot(p, g, span, kRawStages - 1, my_row) : -1;
+  int next_slot = lane < kRowsPerWarp ? stage_slot(p, g, span, kAhead, my_row) : -1;
+  // Starts stage u's copies (u < tiles), their valid rows at bits `at` of masks.
+  const auto start = [&](int u, int at) {
+    masks |= start_copies<kFp8>(p, next_slot, u, base, w, lane) << at;
+    next_slot = lane < kRowsPerWarp ? stage_slot(p, g, span, u + 1, my_row) : -1;
+  };
   for (int t = 0; t < tiles; ++t) {
-    if (t + kRawStages - 1 < tiles) {
-      masks |= start_copies(p, next_slot, t + kRawStages - 1, base, w, lane) << (8 * (kRawStages - 1));
-      next_slot = lane < kRowsPerWarp ? stage_slot(p, g, span, t + kRawStages, my_row) : -1;
+    const int u = t + kAhead;  // the stage whose copies start in this step
+    if constexpr (kFp8) {      // into the raw stage that stage t - 1 was widened from
+      if (u < tiles) start(u, 8 * kAhead);
+      cuda::cp_async_commit();
     }
-    cuda::cp_async_commit();
-    cuda::cp_async_wait<kRawStages - 1>();  // stage t's copies (this thread's)
-    __syncwarp();                           // ... and the other lanes'
-    const int s = t % kStages;
-    wg::mbarrier_wait(empty + 8 * s, ((t / kStages) & 1u) ^ 1u);
-    {
-      const uint32_t tile = smem_u32(base + kOffKv + s * kTileBytes);
-      const uint8_t* raw = base + kOffRaw + (t % kRawStages) * kRawBytes;
-      float* scales = reinterpret_cast<float*>(base + kOffScale) + s * kTileRows * kGroups;
+    cuda::cp_async_wait<kFp8 ? kAhead : kAhead - 1>();  // stage t's copies (this thread's)
+    __syncwarp();                                       // ... and the other lanes'
+    const int s = t % C::kStages;
+    if constexpr (kFp8) {
+      wg::mbarrier_wait(empty + 8 * s, ((t / C::kStages) & 1u) ^ 1u);
+      const uint32_t tile = smem_u32(base + C::kOffKv + s * kTileBytes);
+      const uint8_t* raw = base + C::kOffRaw + (t % C::kRawStages) * C::kRawBytes;
+      float* scales = reinterpret_cast<float*>(base + C::kOffScale) + s * kTileRows * kGroups;
 #pragma unroll 4
-      for (int i = 0; i < kRowsPerWarp; ++i) widen_row(raw + (w + 4 * i) * kRowBytes, tile, scales, w + 4 * i, lane);
+      for (int i = 0; i < kRowsPerWarp; ++i)
+        widen_row(raw + (w + 4 * i) * C::kRowBytes, tile, scales, w + 4 * i, lane);
     }
-    if (lane < kRowsPerWarp) base[kOffValidF + s * kTileRows + my_row] = (masks >> lane) & 1u;
+    if (lane < kRowsPerWarp) base[C::kOffValid + s * kTileRows + my_row] = (masks >> lane) & 1u;
     masks >>= 8;
-    __syncwarp();  // every lane's reads of raw stage t before this warp's next copies into it
+    __syncwarp();  // fp8: every lane's reads of raw stage t before this warp's next copies into it
     wg::fence_proxy_async_smem();
     wg::mbarrier_arrive(full + 8 * s);
+    if constexpr (!kFp8) {  // into operand stage u % 3 once its consumers (of stage t - 1) released it
+      if (u < tiles) {
+        wg::mbarrier_wait(empty + 8 * (u % C::kStages), ((u / C::kStages) & 1u) ^ 1u);
+        start(u, 8 * (kAhead - 1));
+      }
+      cuda::cp_async_commit();
+    }
   }
 }
 
 // S = Q K^T is split by dimension between the consumers, over all 32 rows of a stage (wgmma
 // m64n32k16: Q is read from shared memory once per stage, not once per consumer): consumer 0
-// takes scale groups 0 and 1 (64-dim blocks 0-3), consumer 1 groups 2 and 3 (blocks 4-7) and
-// the rope (block 8). Each folds its groups' scales into its partial S, the two exchange
-// partials through their exchange tiles, and both then hold the whole S and run the same softmax.
-// P_g = P x scale_g (f16) stays in consumer c's registers for its groups 2c, 2c + 1, the ones its
-// O dims need: no P exchange.
+// takes 64-dim blocks 0-3 (fp8: scale groups 0 and 1), consumer 1 blocks 4-7 (groups 2 and 3)
+// and the rope (block 8). Each folds its groups' scales into its partial S (fp8), the two
+// exchange partials through their exchange tiles, and both then hold the whole S and run the
+// same softmax. P (fp8: P_g = P x scale_g for groups 2c, 2c + 1, the ones its O dims need) stays
+// in consumer c's registers: no P exchange.
 
 // Two 64-dim blocks starting at `kb0` into `acc` (fresh): issued and committed.
-template <int kb0>
+template <wg::Half16 E, int kb0>
 __device__ __forceinline__ void issue_group(float (&acc)[16], uint64_t q_desc, uint64_t kv_desc, int nblocks = 2) {
   wg::wgmma_fence();
 #pragma unroll
@@ -280,8 +321,8 @@ __device__ __forceinline__ void issue_group(float (&acc)[16], uint64_t q_desc, u
     if (kb - kb0 >= nblocks) break;
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks)
-      wg::WgmmaF16<32>::mma(acc, wg::desc_advance(q_desc, kb * kQBlockBytes + 32 * ks),
-                            wg::desc_advance(kv_desc, kb * kBlockBytes + 32 * ks), kb > kb0 || ks > 0);
+      wg::WgmmaSs<E, 32>::mma(acc, wg::desc_advance(q_desc, kb * kQBlockBytes + 32 * ks),
+                              wg::desc_advance(kv_desc, kb * kBlockBytes + 32 * ks), kb > kb0 || ks > 0);
   }
   wg::wgmma_commit();
 }
@@ -310,37 +351,43 @@ __device__ __forceinline__ uint32_t spart_offset(int head, int col) {
 __device__ __forceinline__ void named_sync(int id) { asm volatile("bar.sync %0, 256;\n" ::"r"(id) : "memory"); }
 __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive %0, 256;\n" ::"r"(id) : "memory"); }
 
-// Stage t (operand stage s = t % 2): S_t's partial is issued behind P V_{t-1}, folded with the
-// scales, exchanged; the softmax runs; P V_t is issued and left in flight.
-template <int C, int s>
+// Stage t (operand stage s = t % kStages): S_t's partial is issued behind P V_{t-1}, folded with
+// the scales (fp8), exchanged; the softmax runs; P V_t is issued and left in flight.
+template <bool kFp8, int C, int s>
 __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int t, uint8_t* base) {
-  static_assert(kStages == 2, "stage s of t is t % 2: the caller unrolls by two");
-  wg::mbarrier_wait(k.full + 8 * s, (t / kStages) & 1u);
+  using L = Cache<kFp8>;
+  constexpr wg::Half16 E = L::kType;
+  wg::mbarrier_wait(k.full + 8 * s, (t / L::kStages) & 1u);
   // Descriptors from the (warp-uniform) shared base: they stay in uniform registers.
-  const uint64_t q_desc = wg::sw128_kmajor_desc(k.sbase + kOffQ);
-  const uint64_t kv_desc = wg::sw128_kmajor_desc(k.sbase + kOffKv + s * kTileBytes);
+  const uint64_t q_desc = wg::sw128_kmajor_desc(k.sbase + L::kOffQ);
+  const uint64_t kv_desc = wg::sw128_kmajor_desc(k.sbase + L::kOffKv + s * kTileBytes);
   float acc_a[16], acc_b[16], acc_r[16];
-  issue_group<4 * C>(acc_a, q_desc, kv_desc);
-  issue_group<4 * C + 2>(acc_b, q_desc, kv_desc);
-  if (C == 1) issue_group<8>(acc_r, q_desc, kv_desc, 1);  // the rope block
-  const float2* scl = reinterpret_cast<const float2*>(base + kOffScale) + s * kTileRows * 2 + C;  // groups 2C, 2C + 1
-  const uint8_t* valid = base + kOffValidF + s * kTileRows;
+  issue_group<E, 4 * C>(acc_a, q_desc, kv_desc);
+  issue_group<E, 4 * C + 2>(acc_b, q_desc, kv_desc);
+  if (C == 1) issue_group<E, 8>(acc_r, q_desc, kv_desc, 1);  // the rope block
+  // fp8: the scales of groups 2C, 2C + 1 per stage row
+  const float2* scl = reinterpret_cast<const float2*>(base + L::kOffScale) + s * kTileRows * 2 + C;
+  const uint8_t* valid = base + L::kOffValid + s * kTileRows;
   wg::wgmma_wait<0>();  // P V_{t-1} and S_t's parts
   wg::fence_accumulators(acc_a);
   wg::fence_accumulators(acc_b);
   if (C == 1) wg::fence_accumulators(acc_r);
   wg::fence_accumulators(o);
-  if (t > 0) wg::mbarrier_arrive(k.empty + 8 * (1 - s));
+  if (t > 0) wg::mbarrier_arrive(k.empty + 8 * ((s + L::kStages - 1) % L::kStages));  // stage t - 1
   float sv[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    const float2 sc = scl[2 * acc_col(i, k.l)];
-    sv[i] = sc.x * acc_a[i] + sc.y * acc_b[i];
+    if constexpr (kFp8) {
+      const float2 sc = scl[2 * acc_col(i, k.l)];
+      sv[i] = sc.x * acc_a[i] + sc.y * acc_b[i];
+    } else {
+      sv[i] = acc_a[i] + acc_b[i];
+    }
     if (C == 1) sv[i] += acc_r[i];
   }
   // Exchange the partials through the exchange tiles: this consumer's own tile is free once the
   // other consumer has read its previous partial (it arrived on barrier 2 + C right after).
-  const uint32_t own = k.sbase + kOffX + C * kXTileBytes, other = k.sbase + kOffX + (1 - C) * kXTileBytes;
+  const uint32_t own = k.sbase + L::kOffX + C * kXTileBytes, other = k.sbase + L::kOffX + (1 - C) * kXTileBytes;
   if (t > 0) named_sync(2 + C);
 #pragma unroll
   for (int h = 0; h < 2; ++h)
@@ -380,11 +427,11 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
     alpha[h] = mn == -INFINITY ? 1.f : exp2f(k.m[h] - mn);
     k.m[h] = mn;
   }
-  // P (f32) for the row sums; P x scale_g (f16) for this consumer's groups 2C + sub straight into
-  // the A fragments of P V: element (h, j) of the m64n32 accumulator is fragment register
-  // (j % 2) * 2 + h of k step j / 2.
+  // P (f32) for the row sums; into the A fragments of P V (fp8: P x scale_g in f16 for this
+  // consumer's groups 2C + sub; bf16: P in bf16, one for both): element (h, j) of the m64n32
+  // accumulator is fragment register (j % 2) * 2 + h of k step j / 2.
   float rs[2] = {0.f, 0.f};
-  uint32_t pa[2][kTileRows / 16][4];  // [sub][k step][register]
+  uint32_t pa[kFp8 ? 2 : 1][kTileRows / 16][4];  // [sub][k step][register]
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -393,9 +440,13 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
       const float p0 = k.m[h] == -INFINITY ? 0.f : exp2f(sv[4 * j + 2 * h] - k.m[h]);
       const float p1 = k.m[h] == -INFINITY ? 0.f : exp2f(sv[4 * j + 2 * h + 1] - k.m[h]);
       rs[h] += p0 + p1;
-      const float2 s0 = scl[2 * col], s1 = scl[2 * col + 2];
-      pa[0][j >> 1][(j & 1) * 2 + h] = f16x2(p0 * s0.x, p1 * s1.x);
-      pa[1][j >> 1][(j & 1) * 2 + h] = f16x2(p0 * s0.y, p1 * s1.y);
+      if constexpr (kFp8) {
+        const float2 s0 = scl[2 * col], s1 = scl[2 * col + 2];
+        pa[0][j >> 1][(j & 1) * 2 + h] = f16x2(p0 * s0.x, p1 * s1.x);
+        pa[1][j >> 1][(j & 1) * 2 + h] = f16x2(p0 * s0.y, p1 * s1.y);
+      } else {
+        pa[0][j >> 1][(j & 1) * 2 + h] = bf16x2(p0, p1);
+      }
     }
     k.lsum[h] = k.lsum[h] * alpha[h] + rs[h];
   }
@@ -409,15 +460,15 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
       }
     }
   }
-  // O[:, 256C + 128 sub ..] += P_{2C+sub} V: 2 k16 steps over the stage's 32 rows per group, A from
-  // registers (no P tile, no fence, no warpgroup barrier).
-  const uint64_t v_desc = wg::sw128_mnmajor_desc(k.sbase + kOffKv + s * kTileBytes, kBlockBytes, 1024);
+  // O[:, 256C + 128 sub ..] += P_{2C+sub} V: 2 k16 steps over the stage's 32 rows per 128 dims, A
+  // from registers (no P tile, no fence, no warpgroup barrier).
+  const uint64_t v_desc = wg::sw128_mnmajor_desc(k.sbase + L::kOffKv + s * kTileBytes, kBlockBytes, 1024);
   wg::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < kTileRows / 16; ++kk) {
 #pragma unroll
     for (int sub = 0; sub < 2; ++sub)
-      wg::WgmmaF16RsTn<128>::mma(*reinterpret_cast<float(*)[64]>(o + 64 * sub), pa[sub][kk],
+      wg::WgmmaRsTn<E, 128>::mma(*reinterpret_cast<float(*)[64]>(o + 64 * sub), pa[kFp8 ? sub : 0][kk],
                                  wg::desc_advance(v_desc, (4 * C + 2 * sub) * kBlockBytes + kk * 16 * 128));
   }
   wg::wgmma_commit();
@@ -430,16 +481,17 @@ __device__ __forceinline__ void zero(float (&d)[R]) {
 }
 
 // A consumer warpgroup c (0 or 1): O for dims 256c .. 256c + 255.
-template <int c>
+template <bool kFp8, int c>
 __device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int tiles, uint8_t* base, uint32_t sbase,
                                         int ctid, const SplitOut& so, int64_t part) {
+  using L = Cache<kFp8>;
   Consumer k;
   k.w = ctid >> 5;
   k.l = ctid & 31;
   k.tiles = tiles;
   k.sbase = sbase;
-  k.full = sbase + kOffBars;
-  k.empty = k.full + 8 * kStages;
+  k.full = sbase + L::kOffBars;
+  k.empty = k.full + 8 * L::kStages;
   k.scale2 = p.scale * 1.4426950408889634f;
   k.m[0] = k.m[1] = -INFINITY;
   k.lsum[0] = k.lsum[1] = 0.f;
@@ -452,9 +504,14 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int t
     // Materialized here: a non-wgmma write of an accumulator while a wgmma is in flight makes
     // ptxas serialize every wgmma of the kernel.
     wg::fence_accumulators(o);
-    for (int t = 0; t < tiles; t += 2) {  // by two: the operand stage is a constant, its descriptors uniform
-      consume_stage<c, 0>(k, o, t, base);
-      if (t + 1 < tiles) consume_stage<c, 1>(k, o, t + 1, base);
+    // By kStages: the operand stage is a constant, its descriptors uniform.
+    for (int t = 0; t < tiles; t += L::kStages) {
+      consume_stage<kFp8, c, 0>(k, o, t, base);
+      if (t + 1 < tiles) consume_stage<kFp8, c, 1>(k, o, t + 1, base);
+      if constexpr (L::kStages > 2) {
+        static_assert(L::kStages == 3, "unrolled by two or three");
+        if (t + 2 < tiles) consume_stage<kFp8, c, 2>(k, o, t + 2, base);
+      }
     }
     wg::wgmma_wait<0>();
     wg::fence_accumulators(o);
@@ -494,9 +551,10 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int t
   }
 }
 
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1)
-    mla_sparse_fp8_sm90a_kernel(const MlaParams p, const int chunk, const int nsplit, const SplitOut so,
-                                const bool q_aligned) {
+    mla_sparse_sm90a_kernel(const MlaParams p, const int chunk, const int nsplit, const SplitOut so, const bool q_aligned) {
+  using L = Cache<kFp8>;
   extern __shared__ uint8_t smem_raw[];
   // The 1024-byte aligned base, as a shared address (warp-uniform: the descriptors built from it
   // stay in uniform registers) and as a pointer.
@@ -512,28 +570,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Span span = split_span(p, g, split, chunk);
   const int tiles = (span.end - span.begin + kTileRows - 1) / kTileRows;
   if (tid == 0) {
-    const uint32_t full = smem_u32(base + kOffBars);
-    for (int s = 0; s < kStages; ++s) {
-      wg::mbarrier_init(full + 8 * s, 128);              // every producer thread
-      wg::mbarrier_init(full + 8 * (kStages + s), 256);  // every consumer thread
+    const uint32_t full = smem_u32(base + L::kOffBars);
+    for (int s = 0; s < L::kStages; ++s) {
+      wg::mbarrier_init(full + 8 * s, 128);                 // every producer thread
+      wg::mbarrier_init(full + 8 * (L::kStages + s), 256);  // every consumer thread
     }
     wg::mbarrier_init_fence();
   }
-  stage_q(p, g, h0, q_aligned, base, tid);
+  stage_q<kFp8>(p, g, h0, q_aligned, base, tid);
   wg::fence_proxy_async_smem();
   __syncthreads();
   // Registers: 384 threads launch with 168 each; the producers keep 56, the consumers take 224
   // (128 x 56 + 256 x 224 = 384 x 168).
   if (tid < 128) {
     wg::setmaxnreg_dec<kProducerRegs>();
-    produce(p, g, span, tiles, base, tid);
+    produce<kFp8>(p, g, span, tiles, base, tid);
   } else {
     wg::setmaxnreg_inc<kConsumerRegs>();
     const int ctid = tid - 128;
     if (ctid < 128)
-      consume<0>(p, g, h0, tiles, base, sbase, ctid, so, part);
+      consume<kFp8, 0>(p, g, h0, tiles, base, sbase, ctid, so, part);
     else
-      consume<1>(p, g, h0, tiles, base, sbase, ctid - 128, so, part);
+      consume<kFp8, 1>(p, g, h0, tiles, base, sbase, ctid - 128, so, part);
   }
 }
 
@@ -618,32 +676,45 @@ std::size_t workspace_bytes_sm90a(const Sm90aPlan& plan, int64_t groups, int hea
   return parts * kHeadsPerCta * (kLatent + 1) * sizeof(float);
 }
 
-std::size_t smem_bytes_sm90a() { return kSmemBytes; }
+std::size_t smem_bytes_sm90a(CacheFormat format) {
+  return format == CacheFormat::bf16 ? Cache<false>::kSmemBytes : Cache<true>::kSmemBytes;
+}
 
-std::string describe_sm90a(const Sm90aPlan& plan, int64_t max_groups, int heads, int sm_count) {
+std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t max_groups, int heads, int sm_count) {
   const int64_t ctas = std::max<int64_t>(1, max_groups) * std::max(1, heads / kHeadsPerCta) * plan.nsplit;
-  return "sm_90a kernel (mla_sparse_fp8_sm90a_cpasync_wgmma_ws): 64 heads per CTA; a producer warpgroup copies "
-         "32-row stages of the list (cp.async, 3 raw stages) and widens the e4m3 codes to f16 exactly in the wgmma "
-         "layout (2 operand stages); two consumer warpgroups split S by dimension (wgmma m64n32k16, group scales "
-         "applied in f32) and own 256 output dims each (wgmma m64n128k16 per scale group); " +
-         std::to_string(plan.nsplit) + (plan.nsplit == 1 ? " split" : " splits") + " of " + std::to_string(plan.chunk) +
-         " list entries" + (plan.nsplit > 1 ? " and a combine kernel" : "") + "; a call of " +
+  const std::string pipeline =
+      format == CacheFormat::bf16
+          ? "a producer warpgroup copies 32-row stages of the list (cp.async) straight into the wgmma layout "
+            "(3 operand stages); two consumer warpgroups split S by dimension (wgmma m64n32k16 bf16) and own 256 "
+            "output dims each (wgmma m64n128k16, P from registers)"
+          : "a producer warpgroup copies 32-row stages of the list (cp.async, 3 raw stages) and widens the e4m3 "
+            "codes to f16 exactly in the wgmma layout (2 operand stages); two consumer warpgroups split S by "
+            "dimension (wgmma m64n32k16 f16, group scales applied in f32) and own 256 output dims each (wgmma "
+            "m64n128k16 per scale group, P x scale from registers)";
+  return "sm_90a kernel (mla_sparse_sm90a_cpasync_wgmma_ws, " + std::string(format == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla") +
+         " cache): 64 heads per CTA; " + pipeline + "; " + std::to_string(plan.nsplit) +
+         (plan.nsplit == 1 ? " split" : " splits") + " of " + std::to_string(plan.chunk) + " list entries" +
+         (plan.nsplit > 1 ? " and a combine kernel" : "") + "; a call of " +
          std::to_string(std::max<int64_t>(1, max_groups)) + " tokens: " + std::to_string(ctas) + " CTAs on " +
          std::to_string(sm_count) + " SMs";
 }
 
-void launch_sparse_fp8_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, cudaStream_t stream) {
+void launch_sparse_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, cudaStream_t stream) {
   if (p.groups <= 0) return;
+  const bool fp8 = p.format == CacheFormat::fp8_ds_mla;
   if (!aligned16(reinterpret_cast<uintptr_t>(p.kv)) || !aligned16(p.kv_sblock) || !aligned16(p.kv_stok)) {
     throw Error(ErrorCode::unsupported,
-                "hopper.mla reads fp8_ds_mla rows with 16-byte loads: the cache's base, block stride (" +
-                    std::to_string(p.kv_sblock) + " B) and row stride (" + std::to_string(p.kv_stok) +
+                std::string("hopper.mla reads ") + (fp8 ? "fp8_ds_mla" : "bf16") +
+                    " rows with 16-byte loads: the cache's base, block stride (" + std::to_string(p.kv_sblock) +
+                    " B) and row stride (" + std::to_string(p.kv_stok) +
                     " B) must be multiples of 16; select cuda.sparse_mla for this cache");
   }
   int device = 0;
   LATTE_CUDA_TRY(cudaGetDevice(&device));
-  static std::atomic<uint64_t> smem_set{0};  // the shared-memory opt-in, once per device
-  cuda::allow_dynamic_smem(mla_sparse_fp8_sm90a_kernel, kSmemBytes, device, smem_set);
+  static std::atomic<uint64_t> smem_set_fp8{0}, smem_set_bf16{0};  // the shared-memory opt-in, once per device
+  const auto kernel = fp8 ? mla_sparse_sm90a_kernel<true> : mla_sparse_sm90a_kernel<false>;
+  const int smem = static_cast<int>(smem_bytes_sm90a(p.format));
+  cuda::allow_dynamic_smem(kernel, smem, device, fp8 ? smem_set_fp8 : smem_set_bf16);
   const auto q8 = [](const void* ptr, int64_t s0, int64_t s1) {
     return aligned16(reinterpret_cast<uintptr_t>(ptr)) && s0 % 8 == 0 && s1 % 8 == 0;
   };
@@ -655,8 +726,7 @@ void launch_sparse_fp8_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* wo
                                   kLatent;
   }
   const int64_t ctas = static_cast<int64_t>(p.groups) * (p.heads / kHeadsPerCta) * plan.nsplit;
-  mla_sparse_fp8_sm90a_kernel<<<static_cast<unsigned>(ctas), kThreads, kSmemBytes, stream>>>(p, plan.chunk, plan.nsplit,
-                                                                                             so, q_aligned);
+  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p, plan.chunk, plan.nsplit, so, q_aligned);
   LATTE_CUDA_TRY(cudaGetLastError());
   if (plan.nsplit > 1) {
     const int64_t warps = static_cast<int64_t>(p.groups) * p.heads;
