@@ -86,7 +86,7 @@ TEST_F(SelectorTest, ChoosesByPolicyAndExplainsEveryBackend) {
   ASSERT_NE(s.backend, nullptr);
   EXPECT_EQ(s.backend->info().id, "hopper.sparse_mla");
   ASSERT_EQ(s.valid.size(), 2u);
-  EXPECT_EQ(s.valid[0].rule, "defaults:built-in#hopper-sparse-mla-64-heads");
+  EXPECT_EQ(s.valid[0].rule, "defaults:built-in#hopper-sparse-mla-fp8");
   EXPECT_EQ(s.valid[1].id, "cuda.sparse_mla");
   ASSERT_EQ(s.rejected.size(), 2u);
   EXPECT_EQ(s.rejected[0].id, "cpu.reference");  // id order
@@ -382,7 +382,7 @@ TEST_F(SelectorTest, UserPolicyOutranksDefaultsAndIsExplained) {
   const Selection s = context.select(glm5_tp1_fp8(), describe_device("sm_90"), no_env());
   EXPECT_EQ(s.chosen, "cuda.sparse_mla");
   EXPECT_EQ(s.valid[0].rule, "user:/home/me/latte.json#prefer-portable");
-  EXPECT_EQ(s.valid[1].rule, "defaults:built-in#hopper-sparse-mla-64-heads");
+  EXPECT_EQ(s.valid[1].rule, "defaults:built-in#hopper-sparse-mla-fp8");
   context.clear_policy_layer(PolicyLayer::user);
   EXPECT_EQ(context.select(glm5_tp1_fp8(), describe_device("sm_90"), no_env()).chosen, "hopper.sparse_mla");
 }

@@ -79,7 +79,7 @@ inline AttentionSpec glm5_sparse(int tp = 8, CacheFormat cache = CacheFormat::bf
 }
 
 // GLM-5 at TP1 (64 heads per rank) over the fp8 cache, kernels made for `max_tokens` tokens per
-// call: from 16 tokens the built-in policy ranks the Hopper kernels first on sm_90.
+// call: from 8 tokens the built-in policy ranks the Hopper kernels first on sm_90.
 inline AttentionSpec glm5_tp1_fp8(int64_t max_tokens = 128) {
   AttentionSpec spec = glm5_sparse(1, CacheFormat::fp8_ds_mla);
   spec.max_tokens = max_tokens;
