@@ -2087,6 +2087,62 @@ TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
 #endif
 }
 
+// Host-only (runs in CI): hopper.mla's support surface. Both caches at 64 / 128 heads on sm_90,
+// nothing on other GPUs, every refusal with its reason; the selector picks it for GLM-5 TP1 /
+// DeepSeek-V3.2 from 8 (fp8) / 4 (bf16) tokens per call and keeps cuda.sparse_mla below; the
+// kernel's description names the cache's pipeline.
+TEST(HopperMlaCaps, BothCachesAtSixtyFourAndOneTwentyEightHeadsOnSm90) {
+  auto be = Registry::global().find("hopper.mla");
+  if (!be) GTEST_SKIP() << "skipped: hopper.mla not built (CUDA architectures without 90)";
+  const auto starts = [](const std::string& text, const std::string& prefix) { return text.rfind(prefix, 0) == 0; };
+  for (const char* model : {"glm-5", "deepseek-v3.2"}) {
+    for (const CacheFormat fmt : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
+      Deployment d;
+      d.tp = 1;
+      d.kv_cache = fmt;
+      AttentionSpec sp = attention_spec(load_model(model, d), Op::sparse_mla);
+      const std::string at = std::string(model) + (fmt == CacheFormat::bf16 ? " bf16" : " fp8");
+      ASSERT_TRUE(sp.num_heads == 64 || sp.num_heads == 128) << at;
+      EXPECT_TRUE(check(*be, sp, describe_device("sm_90")).empty()) << at;
+      for (const char* arch : {"sm_80", "sm_89", "sm_100", "sm_120"}) {
+        const auto reasons = check(*be, sp, describe_device(arch));
+        ASSERT_FALSE(reasons.empty()) << at << " " << arch;
+        EXPECT_EQ(reasons[0].code, "arch") << at << " " << arch;
+      }
+      const int first = fmt == CacheFormat::bf16 ? 4 : 8;
+      sp.max_tokens = first;
+      EXPECT_EQ(Context::global().explain(sp, describe_device("sm_90")).chosen, "hopper.mla") << at;
+      sp.max_tokens = first - 1;
+      const Selection below = Context::global().explain(sp, describe_device("sm_90"));
+      EXPECT_EQ(below.chosen, "cuda.sparse_mla") << at;
+      ASSERT_GE(below.valid.size(), 2u) << at;
+      EXPECT_EQ(below.valid[1].id, "hopper.mla") << at;  // valid, ranked second
+      sp.max_tokens = 128;
+      EXPECT_PRED2(starts, be->make(sp, describe_device("sm_90"))->describe(),
+                   std::string("sm_90a kernel (mla_sparse_sm90a_cpasync_wgmma_ws, ") +
+                       (fmt == CacheFormat::bf16 ? "bf16 cache)" : "fp8_ds_mla cache)"))
+          << at;
+    }
+  }
+  // Refused with the field that decides it: 8 / 16 heads (GLM-5 TP8 / TP4), rows without rope
+  // (GLM-5.3-Flash), dense decode.
+  Deployment d;
+  d.tp = 8;
+  d.kv_cache = CacheFormat::fp8_ds_mla;
+  AttentionSpec few = attention_spec(load_model("glm-5", d), Op::sparse_mla);
+  const auto heads = check(*be, few, describe_device("sm_90"));
+  ASSERT_FALSE(heads.empty());
+  EXPECT_EQ(heads[0].code, "heads");
+  d.tp = 1;
+  const auto nope = check(*be, attention_spec(load_model("glm-5.3-flash", d), Op::sparse_mla), describe_device("sm_90"));
+  ASSERT_FALSE(nope.empty());
+  EXPECT_EQ(nope[0].code, "head_dim");
+  AttentionSpec dec = attention_spec(load_model("deepseek-v3", d), Op::mla_decode);
+  const auto op = check(*be, dec, describe_device("sm_90"));
+  ASSERT_FALSE(op.empty());
+  EXPECT_EQ(op[0].code, "op");
+}
+
 TEST_F(HopperMla, AccuracyVsOracle) {
   Runner run;
   uint32_t seed = 4321;
