@@ -268,6 +268,50 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   spec.scale = sh.scale;
   if (nope) spec.head_dim = latte::kLatentDim;
   const DeviceInfo dev = describe_device("cuda:0");
+  // The rotated argument sets, the same for every backend.
+  const Device d{DeviceKind::cuda, 0};
+  auto args_for = [&](int r) -> OpArgs {
+    TensorView kv = sh.fmt == CacheFormat::bf16
+                        ? TensorView::contiguous(cache, DType::bf16, {nblocks, kBlock, static_cast<int64_t>(tb / 2)}, d)
+                        : TensorView::contiguous(cache, DType::u8, {nblocks, kBlock, static_cast<int64_t>(tb)}, d);
+    if (sh.decode) {
+      MlaDecodeArgs a;
+      a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, 1, sh.H, 576}, d);
+      a.kv_cache = kv;
+      a.block_table = TensorView::contiguous(tables[r], DType::i32, {groups, max_blocks}, d);
+      a.seq_lens = TensorView::contiguous(lens_d, DType::i32, {groups}, d);
+      a.out = TensorView::contiguous(out, DType::bf16, {groups, 1, sh.H, 512}, d);
+      a.lse = TensorView::contiguous(lse, DType::f32, {groups, 1, sh.H}, d);
+      a.scale = sh.scale;
+      return a;
+    }
+    SparseMlaArgs a;
+    a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, sh.H, qd}, d);
+    a.kv_cache = kv;
+    if (nope) a.rope_dim = latte::kNoRopeDim;
+    a.indices = TensorView::contiguous(idxs[r], DType::i32, {groups, sh.topk}, d);
+    a.out = TensorView::contiguous(out, DType::bf16, {groups, sh.H, 512}, d);
+    a.lse = TensorView::contiguous(lse, DType::f32, {groups, sh.H}, d);
+    a.scale = sh.scale;
+    return a;
+  };
+  std::vector<OpArgs> args;
+  for (int r = 0; r < nrot; ++r) args.push_back(args_for(r));
+  // valid tokens per query
+  double kv_tokens = 0;
+  if (sh.decode) {
+    kv_tokens = static_cast<double>(groups) * sh.ctx;
+  } else if (prefill) {
+    for (int64_t t = 0; t < groups; ++t) kv_tokens += std::min<int64_t>(sh.topk, sh.ctx - sh.T + t + 1);
+  } else {
+    kv_tokens = static_cast<double>(groups) * std::min(sh.topk, sh.ctx);
+  }
+  const double flops = 2.0 * sh.H * kv_tokens * (qd + 512);
+  const double bytes = static_cast<double>(q_elems) * 2 + kv_tokens * tb_read + out_elems * 2.0 +
+                       out_elems / 512 * 4.0;
+  const double roof_us = std::max(flops / (ceil.mm_tflops * 1e12), bytes / (ceil.copy_gbs * 1e9)) * 1e6;
+  const Issue29Row* row29 = issue29_row(sh.name);
+  const double ref_us = row29 ? row29->flashmla_us : 0.0, target_us = row29 ? row29->target_us : 0.0;
   bool explicit_list = false;
   double baseline_us = 0;  // cuda.sparse_mla's time_us in this process
   for (const std::string& backend_id : bench_backends(&explicit_list)) {
@@ -291,34 +335,6 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
     rc.stream = s;
     rc.workspace = ws;
     rc.workspace_bytes = kernel->workspace_bytes();
-    const Device d{DeviceKind::cuda, 0};
-    auto args_for = [&](int r) -> OpArgs {
-      TensorView kv = sh.fmt == CacheFormat::bf16
-                          ? TensorView::contiguous(cache, DType::bf16, {nblocks, kBlock, static_cast<int64_t>(tb / 2)}, d)
-                          : TensorView::contiguous(cache, DType::u8, {nblocks, kBlock, static_cast<int64_t>(tb)}, d);
-      if (sh.decode) {
-        MlaDecodeArgs a;
-        a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, 1, sh.H, 576}, d);
-        a.kv_cache = kv;
-        a.block_table = TensorView::contiguous(tables[r], DType::i32, {groups, max_blocks}, d);
-        a.seq_lens = TensorView::contiguous(lens_d, DType::i32, {groups}, d);
-        a.out = TensorView::contiguous(out, DType::bf16, {groups, 1, sh.H, 512}, d);
-        a.lse = TensorView::contiguous(lse, DType::f32, {groups, 1, sh.H}, d);
-        a.scale = sh.scale;
-        return a;
-      }
-      SparseMlaArgs a;
-      a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, sh.H, qd}, d);
-      a.kv_cache = kv;
-      if (nope) a.rope_dim = latte::kNoRopeDim;
-      a.indices = TensorView::contiguous(idxs[r], DType::i32, {groups, sh.topk}, d);
-      a.out = TensorView::contiguous(out, DType::bf16, {groups, sh.H, 512}, d);
-      a.lse = TensorView::contiguous(lse, DType::f32, {groups, sh.H}, d);
-      a.scale = sh.scale;
-      return a;
-    };
-    std::vector<OpArgs> args;
-    for (int r = 0; r < nrot; ++r) args.push_back(args_for(r));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
@@ -393,22 +409,7 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
       CK(cudaGraphExecDestroy(exec));
       CK(cudaGraphDestroy(graph));
     }
-    // valid tokens per query
-    double kv_tokens = 0;
-    if (sh.decode) {
-      kv_tokens = static_cast<double>(groups) * sh.ctx;
-    } else if (prefill) {
-      for (int64_t t = 0; t < groups; ++t) kv_tokens += std::min<int64_t>(sh.topk, sh.ctx - sh.T + t + 1);
-    } else {
-      kv_tokens = static_cast<double>(groups) * std::min(sh.topk, sh.ctx);
-    }
-    const double flops = 2.0 * sh.H * kv_tokens * (qd + 512);
-    const double bytes = static_cast<double>(q_elems) * 2 + kv_tokens * tb_read + out_elems * 2.0 +
-                         out_elems / 512 * 4.0;
-    const double roof_us = std::max(flops / (ceil.mm_tflops * 1e12), bytes / (ceil.copy_gbs * 1e9)) * 1e6;
     if (backend_id == "cuda.sparse_mla") baseline_us = t_us;
-    const Issue29Row* row29 = issue29_row(sh.name);
-  const double ref_us = row29 ? row29->flashmla_us : 0.0, target_us = row29 ? row29->target_us : 0.0;
     std::printf(
         "{\"name\":\"%s\",\"backend\":\"%s\",\"op\":\"%s\",\"fmt\":\"%s\",\"H\":%d,\"T\":%d,\"topk\":%d,"
         "\"ctx\":%d,\"time_us\":%.2f,\"sync_us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.2f,"

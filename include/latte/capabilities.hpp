@@ -83,6 +83,12 @@ struct Capabilities {
 // (AttentionSpec::kpool > 0, GLM-5.3-Flash), with the nearest fix; none for other specs. `who`
 // names the backend in the sentence. Backends call it from their custom checks.
 [[nodiscard]] std::optional<Reason> pooled_indexer_refusal(std::string_view who, const AttentionSpec& spec);
+// The reason a backend that computes the 512-dim MLA latent output refuses a spec with another
+// head_dim_v; none for the others.
+[[nodiscard]] std::optional<Reason> latent_output_refusal(std::string_view who, const AttentionSpec& spec);
+// The reason a CUDA device with less shared memory per block than `need_bytes` refuses a kernel;
+// none when it has enough, is not a CUDA device, or reports no limit.
+[[nodiscard]] std::optional<Reason> smem_refusal(std::string_view who, int64_t need_bytes, const DeviceInfo& device);
 
 // JSON form (used by plugins to declare capabilities and by `latte backends --json`).
 // parse throws latte::Error(plugin_error) naming `source`, the key and the value.

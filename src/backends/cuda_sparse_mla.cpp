@@ -1,6 +1,5 @@
 // The cuda.sparse_mla backend: declared capabilities, registration, and the Kernel that plans
 // and launches a validated problem (src/kernels/sparse_mla) on the caller's stream.
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <memory>
@@ -102,13 +101,7 @@ class CudaSparseMlaBackend final : public Backend {
                      "cuda.sparse_mla computes mla_decode with rope only (d_qk 576): its arguments have no "
                      "rope_dim; a model without rope runs sparse_mla"});
     }
-    if (spec.head_dim_v != kLatentDim) {
-      out.push_back({"head_dim_v", "head_dim_v", std::to_string(kLatentDim),
-                     std::to_string(spec.head_dim_v),
-                     fmt::format("cuda.sparse_mla computes the 512-dim MLA latent output; this "
-                                 "spec has head_dim_v {}.",
-                                 spec.head_dim_v)});
-    }
+    if (auto r = latent_output_refusal(info_.id, spec)) out.push_back(std::move(*r));
     if (spec.op == Op::mla_decode && spec.s_q * spec.num_heads > kMaxRows) {
       out.push_back({"rows", "s_q * num_heads", "<= 512",
                      std::to_string(spec.s_q * spec.num_heads),
@@ -116,14 +109,7 @@ class CudaSparseMlaBackend final : public Backend {
     }
     const int64_t need = static_cast<int64_t>(
         std::max(smem_bytes(CacheFormat::bf16, 32), smem_bytes(CacheFormat::fp8_ds_mla, 32)));
-    if (device.kind == DeviceKind::cuda && device.max_smem_per_block > 0 &&
-        device.max_smem_per_block < need) {
-      out.push_back({"smem", "max_smem_per_block", fmt::format(">= {} bytes", need),
-                     std::to_string(device.max_smem_per_block),
-                     fmt::format("cuda.sparse_mla needs {} bytes of shared memory per block; "
-                                 "{} offers {}.",
-                                 need, device.label(), device.max_smem_per_block)});
-    }
+    if (auto r = smem_refusal(info_.id, need, device)) out.push_back(std::move(*r));
     return out;
   }
 

@@ -95,19 +95,9 @@ class HopperMlaBackend final : public Backend {
 
   [[nodiscard]] std::vector<Reason> custom_checks(const AttentionSpec& spec, const DeviceInfo& device) const override {
     std::vector<Reason> out;
-    if (spec.head_dim_v != latte::kLatentDim) {
-      out.push_back({"head_dim_v", "head_dim_v", std::to_string(latte::kLatentDim),
-                     std::to_string(spec.head_dim_v),
-                     fmt::format("hopper.mla computes the 512-dim MLA latent output; this spec has head_dim_v {}.",
-                                 spec.head_dim_v)});
-    }
-    const auto need = static_cast<int64_t>(smem_bytes_sm90a(spec.kv_cache));
-    if (device.kind == DeviceKind::cuda && device.max_smem_per_block > 0 && device.max_smem_per_block < need) {
-      out.push_back({"smem", "max_smem_per_block", fmt::format(">= {} bytes", need),
-                     std::to_string(device.max_smem_per_block),
-                     fmt::format("hopper.mla needs {} bytes of shared memory per block; {} offers {}.", need,
-                                 device.label(), device.max_smem_per_block)});
-    }
+    if (auto r = latent_output_refusal(info_.id, spec)) out.push_back(std::move(*r));
+    if (auto r = smem_refusal(info_.id, static_cast<int64_t>(smem_bytes_sm90a(spec.kv_cache)), device))
+      out.push_back(std::move(*r));
     return out;
   }
 

@@ -8,6 +8,7 @@
 #include "core/spec_fields.hpp"
 #include "core/text.hpp"
 #include "latte/capabilities.hpp"
+#include "latte/ops.hpp"
 #include "latte/spec.hpp"
 
 namespace latte {
@@ -134,6 +135,22 @@ std::optional<Reason> pooled_indexer_refusal(std::string_view who, const Attenti
                 fmt::format("{} scores single tokens; the pooled indexer ({}, pools of {} tokens: "
                             "GLM-5.3-Flash) runs on cpu.reference, cuda.indexer and hopper.indexer",
                             who, to_string(spec.op), spec.kpool)};
+}
+
+std::optional<Reason> latent_output_refusal(std::string_view who, const AttentionSpec& spec) {
+  if (spec.head_dim_v == kLatentDim) return std::nullopt;
+  return Reason{"head_dim_v", "head_dim_v", std::to_string(kLatentDim), std::to_string(spec.head_dim_v),
+                fmt::format("{} computes the 512-dim MLA latent output; this spec has head_dim_v {}.", who,
+                            spec.head_dim_v)};
+}
+
+std::optional<Reason> smem_refusal(std::string_view who, int64_t need_bytes, const DeviceInfo& device) {
+  if (device.kind != DeviceKind::cuda || device.max_smem_per_block <= 0 || device.max_smem_per_block >= need_bytes)
+    return std::nullopt;
+  return Reason{"smem", "max_smem_per_block", fmt::format(">= {} bytes", need_bytes),
+                std::to_string(device.max_smem_per_block),
+                fmt::format("{} needs {} bytes of shared memory per block; {} offers {}.", who, need_bytes,
+                            device.label(), device.max_smem_per_block)};
 }
 
 }  // namespace latte

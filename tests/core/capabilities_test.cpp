@@ -271,5 +271,28 @@ INSTANTIATE_TEST_SUITE_P(
                       BadCaps{R"({"ops": ["sparse_mla"], "devices": ["cpu"], "heads": []})", "an empty list accepts nothing"},
                       BadCaps{R"({"ops": ["sparse_mla"], "devices": ["cpu"], "speed": 9})", "\"speed\" = 9: unknown key"}));
 
+// The shared refusals of the MLA kernels: a latent output other than 512 dims, and a device with
+// less shared memory per block than a kernel needs (CUDA only; a device reporting none passes).
+TEST(SharedRefusals, LatentOutputAndSharedMemory) {
+  AttentionSpec spec = glm5_sparse();
+  EXPECT_FALSE(latent_output_refusal("acme.mla", spec));
+  spec.head_dim_v = 128;
+  const auto latent = latent_output_refusal("acme.mla", spec);
+  ASSERT_TRUE(latent);
+  EXPECT_EQ(latent->code, "head_dim_v");
+  EXPECT_EQ(latent->got, "128");
+  EXPECT_THAT(latent->text, HasSubstr("acme.mla computes the 512-dim MLA latent output"));
+  const DeviceInfo h100 = describe_device("sm_90"), rtx = describe_device("sm_120"), cpu = describe_device("cpu");
+  ASSERT_GT(rtx.max_smem_per_block, 0);
+  EXPECT_FALSE(smem_refusal("acme.mla", rtx.max_smem_per_block, rtx));
+  const auto smem = smem_refusal("acme.mla", rtx.max_smem_per_block + 1, rtx);
+  ASSERT_TRUE(smem);
+  EXPECT_EQ(smem->code, "smem");
+  EXPECT_EQ(smem->got, std::to_string(rtx.max_smem_per_block));
+  EXPECT_THAT(smem->text, HasSubstr("acme.mla needs"));
+  EXPECT_FALSE(smem_refusal("acme.mla", h100.max_smem_per_block, h100));
+  EXPECT_FALSE(smem_refusal("acme.mla", int64_t{1} << 40, cpu));
+}
+
 }  // namespace
 }  // namespace latte
