@@ -71,10 +71,64 @@ __global__ void __launch_bounds__(WARPS * 32) gather_kernel(const uint8_t* cache
   if (acc == 0x12345678u) sink[blockIdx.x] = acc;  // keeps the reads
 }
 
+// hopper.mla's producer copy loop alone (mla_sparse_sm90a_cpasync_wgmma_ws.cu, fp8): 32-row
+// stages into a raw ring of RAW stages, AHEAD stages ahead; warp w owns rows w, w + 4, ... of every
+// stage (no barrier between warps); lanes 0-7 load their row's slot one stage ahead and the row
+// address is shuffled to the warp; lane l copies 16-byte chunks l and 32 + l; each warp waits for
+// its own copy group and reads its rows once. No widening, no consumers: what the loop itself
+// leaves of the gather rate, against gather_kernel's cooperative ring in the same run.
+template <int RAW, int AHEAD>
+__global__ void __launch_bounds__(128) producer_loop_kernel(const uint8_t* cache, const int32_t* idx, int topk,
+                                                            int nsplit, uint32_t* sink) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  constexpr int kRows = 32, kPerWarp = kRows / 4;
+  const int token = blockIdx.x / nsplit, split = blockIdx.x % nsplit;
+  const int chunk = topk / nsplit;
+  const int32_t* rows = idx + static_cast<int64_t>(token) * topk + split * chunk;
+  const int tiles = chunk / kRows;
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int my_row = w + 4 * lane;  // lanes 0-7
+  const auto slot_of = [&](int t) { return lane < kPerWarp && t < tiles ? rows[t * kRows + my_row] : -1; };
+  const auto start = [&](int slot, int t) {
+    const uint32_t raw = cuda::smem_addr(smem) + (t % RAW) * kRows * kRowBytes;
+    const auto addr = reinterpret_cast<unsigned long long>(slot >= 0 ? cache + static_cast<int64_t>(slot) * kRowBytes
+                                                                      : cache);
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) {
+      const auto* src = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, addr, i));
+      const uint32_t dst = raw + (w + 4 * i) * kRowBytes;
+      cuda::cp_async_16_s(dst + 16 * lane, src + 16 * lane, true);
+      if (lane < kRowBytes / 16 - 32) cuda::cp_async_16_s(dst + 16 * (32 + lane), src + 16 * (32 + lane), true);
+    }
+  };
+#pragma unroll
+  for (int k = 0; k < AHEAD; ++k) {
+    if (k < tiles) start(slot_of(k), k);
+    cuda::cp_async_commit();
+  }
+  int next = slot_of(AHEAD);
+  uint32_t acc = 0;
+  for (int t = 0; t < tiles; ++t) {
+    if (t + AHEAD < tiles) {
+      start(next, t + AHEAD);
+      next = slot_of(t + AHEAD + 1);
+    }
+    cuda::cp_async_commit();
+    cuda::cp_async_wait<AHEAD>();
+    __syncwarp();
+    const uint8_t* raw = smem + (t % RAW) * kRows * kRowBytes;
+#pragma unroll
+    for (int i = 0; i < kPerWarp; ++i) acc ^= reinterpret_cast<const uint32_t*>(raw + (w + 4 * i) * kRowBytes)[lane];
+    __syncwarp();
+  }
+  if (acc == 0x12345678u) sink[blockIdx.x] = acc;  // keeps the reads
+}
+
 struct Cfg {
   const char* name;
   void (*kernel)(const uint8_t*, const int32_t*, int, int, uint32_t*);
   int bn, stages, warps;
+  int smem_bytes = 0;  // > 0: this much dynamic shared memory (one CTA per SM, as hopper.mla's 224 KB)
 };
 
 int main(int argc, char** argv) {
@@ -146,10 +200,17 @@ int main(int argc, char** argv) {
       {"64x2 4w, L2::128B", gather_kernel<64, 2, 4, 128>, 64, 2, 4},
       {"64x2 4w, L2::256B", gather_kernel<64, 2, 4, 256>, 64, 2, 4},
       {"16x4 4w, L2::256B", gather_kernel<16, 4, 4, 256>, 16, 4, 4},
+      // one CTA per SM (hopper.mla's occupancy): the cooperative ring, then hopper.mla's producer
+      // loop (3 raw stages, 2 ahead as landed; deeper rings as the shared memory would allow)
+      {"64x2 4w, 1 CTA/SM", gather_kernel<64, 2, 4>, 64, 2, 4, 224 * 1024},
+      {"32x3 4w, 1 CTA/SM", gather_kernel<32, 3, 4>, 32, 3, 4, 224 * 1024},
+      {"hopper loop 32x3, 2 ahead", producer_loop_kernel<3, 2>, 32, 3, 4, 224 * 1024},
+      {"hopper loop 32x5, 4 ahead", producer_loop_kernel<5, 4>, 32, 5, 4, 224 * 1024},
+      {"hopper loop 32x8, 7 ahead", producer_loop_kernel<8, 7>, 32, 8, 4, 224 * 1024},
   };
   std::printf("%-26s %6s %6s %8s %9s %9s %7s\n", "ring", "split", "CTA/SM", "smem KB", "us", "GB/s", "% copy");
   for (const Cfg& c : cfgs) {
-    const int smem = c.bn * c.stages * kRowBytes;
+    const int smem = c.smem_bytes > 0 ? c.smem_bytes : c.bn * c.stages * kRowBytes;
     CK(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     int per_sm = 0;
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, c.kernel, c.warps * 32, smem));
