@@ -353,8 +353,8 @@ __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive 
 
 // Stage t (operand stage s = t % kStages): S_t's partial is issued behind P V_{t-1}, folded with
 // the scales (fp8), exchanged; the softmax runs; P V_t is issued and left in flight.
-template <bool kFp8, int C, int s>
-__device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int t, uint8_t* base) {
+template <bool kFp8, int C>
+__device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int t, int s, uint8_t* base) {
   using L = Cache<kFp8>;
   constexpr wg::Half16 E = L::kType;
   wg::mbarrier_wait(k.full + 8 * s, (t / L::kStages) & 1u);
@@ -504,14 +504,16 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int t
     // Materialized here: a non-wgmma write of an accumulator while a wgmma is in flight makes
     // ptxas serialize every wgmma of the kernel.
     wg::fence_accumulators(o);
-    // By kStages: the operand stage is a constant, its descriptors uniform.
-    for (int t = 0; t < tiles; t += L::kStages) {
-      consume_stage<kFp8, c, 0>(k, o, t, base);
-      if (t + 1 < tiles) consume_stage<kFp8, c, 1>(k, o, t + 1, base);
-      if constexpr (L::kStages > 2) {
-        static_assert(L::kStages == 3, "unrolled by two or three");
-        if (t + 2 < tiles) consume_stage<kFp8, c, 2>(k, o, t + 2, base);
+    if constexpr (kFp8) {
+      // By two: the operand stage is a constant (fewer instructions per stage).
+      for (int t = 0; t < tiles; t += 2) {
+        consume_stage<kFp8, c>(k, o, t, 0, base);
+        if (t + 1 < tiles) consume_stage<kFp8, c>(k, o, t + 1, 1, base);
       }
+    } else {
+      // One stage per iteration, the operand stage computed (warp-uniform): unrolled by three,
+      // ptxas runs out of registers and serializes every wgmma of the kernel (C7512).
+      for (int t = 0; t < tiles; ++t) consume_stage<kFp8, c>(k, o, t, t % L::kStages, base);
     }
     wg::wgmma_wait<0>();
     wg::fence_accumulators(o);
