@@ -127,6 +127,12 @@ __device__ __forceinline__ void st_shared16(uint32_t addr, const uint4& v) {
                : "memory");
 }
 
+__device__ __forceinline__ uint4 ld_shared16(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
+}
+
 // Byte offset of dims [8 c, 8 c + 8) of operand row `row` (c < 72) in a 9-block tile whose
 // 64-dim blocks are `block_bytes` apart.
 __device__ __forceinline__ uint32_t tile_chunk(int row, int c, int block_bytes) {
@@ -207,9 +213,12 @@ __device__ __forceinline__ uint32_t start_copies(const MlaParams& p, int slot, i
   const uint32_t mask = __ballot_sync(0xffffffffu, ok);
   const uint32_t dst0 = kFp8 ? smem_u32(base + C::kOffRaw + (t % C::kRawStages) * C::kRawBytes)
                              : smem_u32(base + C::kOffKv + (t % C::kStages) * kTileBytes);
-  // Lane i's row address, computed once (the slot's block and offset) and handed round.
+  // Lane i's row address, computed once (the slot's block and offset) and handed round; a
+  // power-of-two block size (every serving engine's) needs no integer division.
+  const int bs = p.block_size;
+  const int blk = (bs & (bs - 1)) == 0 ? slot >> (__ffs(bs) - 1) : slot / bs;
   const auto row_addr = reinterpret_cast<unsigned long long>(
-      ok ? p.kv + (slot / p.block_size) * p.kv_sblock + static_cast<int64_t>(slot % p.block_size) * p.kv_stok : p.kv);
+      ok ? p.kv + blk * p.kv_sblock + static_cast<int64_t>(slot - blk * bs) * p.kv_stok : p.kv);
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const bool v = (mask >> i) & 1u;
@@ -228,19 +237,31 @@ __device__ __forceinline__ uint32_t start_copies(const MlaParams& p, int slot, i
   return mask;
 }
 
-// Widens one landed row (a warp): lane l turns codes 16 l .. 16 l + 15 into f16 chunks 2 l and
-// 2 l + 1 (odd lane quads store them in the other order: the eight lanes of a store phase hit
-// eight different 16-byte bank groups); lanes 0-7 convert rope chunk l; lanes 0-3 copy the
-// scale of group l. Rows not copied were zero-filled and widen to zeros.
-__device__ __forceinline__ void widen_row(const uint8_t* src, uint32_t tile, float* scales, int row, int lane) {
+// Widens a producer warp's eight landed rows of a stage (raw rows at `raw`, shared addresses):
+// per row, lane l turns codes 16 l .. 16 l + 15 into f16 chunks 2 l and 2 l + 1 (odd lane quads
+// store them in the other order: the eight lanes of a store phase hit eight different 16-byte
+// bank groups); then every lane converts two of the 64 rope chunks (row w + 4 (l / 4), chunks
+// 2 (l % 4) and 2 (l % 4) + 1) and copies one of the 32 scales (group l % 4). Rows not copied
+// were zero-filled and widen to zeros.
+__device__ __forceinline__ void widen_rows(uint32_t raw, uint32_t tile, uint32_t scales, int w, int lane) {
+  constexpr int kRow = Cache<true>::kRowBytes;
   const bool swap = (lane >> 2) & 1;
-  uint4 a, b, rope = make_uint4(0, 0, 0, 0);
-  widen16(*reinterpret_cast<const uint4*>(src + 16 * lane), a, b);
-  if (lane < 8) rope = bf16x8_to_f16x8(*reinterpret_cast<const uint4*>(src + kLatent + 16 + 16 * lane));
-  st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 1 : 0), kBlockBytes), swap ? b : a);
-  st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 0 : 1), kBlockBytes), swap ? a : b);
-  if (lane < 8) st_shared16(tile + tile_chunk(row, 64 + lane, kBlockBytes), rope);
-  if (lane < kGroups) scales[kGroups * row + lane] = *reinterpret_cast<const float*>(src + kLatent + 4 * lane);
+#pragma unroll 4
+  for (int i = 0; i < kRowsPerWarp; ++i) {
+    const int row = w + 4 * i;
+    uint4 a, b;
+    widen16(ld_shared16(raw + row * kRow + 16 * lane), a, b);
+    st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 1 : 0), kBlockBytes), swap ? b : a);
+    st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 0 : 1), kBlockBytes), swap ? a : b);
+  }
+  const int row = w + 4 * (lane >> 2), q = lane & 3;
+  const uint32_t src = raw + row * kRow + kLatent;  // the scales, then the rope
+#pragma unroll
+  for (int k = 0; k < 2; ++k)
+    st_shared16(tile + tile_chunk(row, 64 + 2 * q + k, kBlockBytes), bf16x8_to_f16x8(ld_shared16(src + 16 + 16 * (2 * q + k))));
+  uint32_t sc;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(sc) : "r"(src + 4 * q));
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(scales + 4 * (kGroups * row + q)), "r"(sc) : "memory");
 }
 
 // The producer warpgroup. Each warp copies (and for fp8 widens) its own rows of every stage, no
@@ -258,18 +279,20 @@ __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& s
   const uint32_t full = smem_u32(base + C::kOffBars), empty = full + 8 * C::kStages;
   const int my_row = w + 4 * lane;  // lanes 0-7: the rows whose slots they load
   uint32_t masks = 0;               // bits 8k .. 8k + 7: the valid rows of stage t + k
+  const auto slot_of = [&](int u) { return lane < kRowsPerWarp ? stage_slot(p, g, span, u, my_row) : -1; };
 #pragma unroll
   for (int k = 0; k < kAhead; ++k) {
-    if (k < tiles)
-      masks |= start_copies<kFp8>(p, lane < kRowsPerWarp ? stage_slot(p, g, span, k, my_row) : -1, k, base, w, lane)
-               << (8 * k);
+    if (k < tiles) masks |= start_copies<kFp8>(p, slot_of(k), k, base, w, lane) << (8 * k);
     cuda::cp_async_commit();
   }
-  int next_slot = lane < kRowsPerWarp ? stage_slot(p, g, span, kAhead, my_row) : -1;
+  // The slots of the next two stages to start, loaded two stages ahead: a load issued behind a
+  // stage's copies returns late, and the copies of the stage after wait for it.
+  int next_slot = slot_of(kAhead), after_slot = slot_of(kAhead + 1);
   // Starts stage u's copies (u < tiles), their valid rows at bits `at` of masks.
   const auto start = [&](int u, int at) {
     masks |= start_copies<kFp8>(p, next_slot, u, base, w, lane) << at;
-    next_slot = lane < kRowsPerWarp ? stage_slot(p, g, span, u + 1, my_row) : -1;
+    next_slot = after_slot;
+    after_slot = slot_of(u + 2);
   };
   for (int t = 0; t < tiles; ++t) {
     const int u = t + kAhead;  // the stage whose copies start in this step
@@ -282,12 +305,9 @@ __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& s
     const int s = t % C::kStages;
     if constexpr (kFp8) {
       wg::mbarrier_wait(empty + 8 * s, ((t / C::kStages) & 1u) ^ 1u);
-      const uint32_t tile = smem_u32(base + C::kOffKv + s * kTileBytes);
-      const uint8_t* raw = base + C::kOffRaw + (t % C::kRawStages) * C::kRawBytes;
-      float* scales = reinterpret_cast<float*>(base + C::kOffScale) + s * kTileRows * kGroups;
-#pragma unroll 4
-      for (int i = 0; i < kRowsPerWarp; ++i)
-        widen_row(raw + (w + 4 * i) * C::kRowBytes, tile, scales, w + 4 * i, lane);
+      const uint32_t sb = smem_u32(base);
+      widen_rows(sb + C::kOffRaw + (t % C::kRawStages) * C::kRawBytes, sb + C::kOffKv + s * kTileBytes,
+                 sb + C::kOffScale + s * kTileRows * kGroups * 4, w, lane);
     }
     if (lane < kRowsPerWarp) base[C::kOffValid + s * kTileRows + my_row] = (masks >> lane) & 1u;
     masks >>= 8;
