@@ -29,6 +29,7 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/cuda_check.cuh"
+#include "kernels/common/ldmatrix.cuh"
 #include "kernels/common/mma_sync.cuh"
 #include "kernels/common/smem_limit.hpp"
 #include "kernels/common/sm90a_tma.cuh"
@@ -438,14 +439,17 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
     sv[i] = valid[acc_col(i, k.l)] != 0 ? sv[i] * k.scale2 : -INFINITY;
     mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sv[i]);
   }
-  float alpha[2];
+  // mb: the maximum to subtract, 0 for a row with no valid entry yet (its scores are all -inf
+  // and ex2.approx(-inf) = 0: no select per element).
+  float alpha[2], mb[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
     const float mn = fmaxf(k.m[h], mx[h]);
-    alpha[h] = mn == -INFINITY ? 1.f : exp2f(k.m[h] - mn);
+    alpha[h] = mn == -INFINITY ? 1.f : cuda::sm80::fast_exp2(k.m[h] - mn);
     k.m[h] = mn;
+    mb[h] = mn == -INFINITY ? 0.f : mn;
   }
   // P (f32) for the row sums; into the A fragments of P V (fp8: P x scale_g in f16 for this
   // consumer's groups 2C + sub; bf16: P in bf16, one for both): element (h, j) of the m64n32
@@ -457,8 +461,8 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int col = 8 * j + 2 * (k.l & 3);
-      const float p0 = k.m[h] == -INFINITY ? 0.f : exp2f(sv[4 * j + 2 * h] - k.m[h]);
-      const float p1 = k.m[h] == -INFINITY ? 0.f : exp2f(sv[4 * j + 2 * h + 1] - k.m[h]);
+      const float p0 = cuda::sm80::fast_exp2(sv[4 * j + 2 * h] - mb[h]);
+      const float p1 = cuda::sm80::fast_exp2(sv[4 * j + 2 * h + 1] - mb[h]);
       rs[h] += p0 + p1;
       if constexpr (kFp8) {
         const float2 s0 = scl[2 * col], s1 = scl[2 * col + 2];
@@ -524,17 +528,10 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int t
     // Materialized here: a non-wgmma write of an accumulator while a wgmma is in flight makes
     // ptxas serialize every wgmma of the kernel.
     wg::fence_accumulators(o);
-    if constexpr (kFp8) {
-      // By two: the operand stage is a constant (fewer instructions per stage).
-      for (int t = 0; t < tiles; t += 2) {
-        consume_stage<kFp8, c>(k, o, t, 0, base);
-        if (t + 1 < tiles) consume_stage<kFp8, c>(k, o, t + 1, 1, base);
-      }
-    } else {
-      // One stage per iteration, the operand stage computed (warp-uniform): unrolled by three,
-      // ptxas runs out of registers and serializes every wgmma of the kernel (C7512).
-      for (int t = 0; t < tiles; ++t) consume_stage<kFp8, c>(k, o, t, t % L::kStages, base);
-    }
+    // One stage per iteration, the operand stage computed (warp-uniform): unrolled by the
+    // stages, the code outgrows the instruction cache and, for three bf16 stages, ptxas runs out
+    // of registers and serializes every wgmma of the kernel (C7512).
+    for (int t = 0; t < tiles; ++t) consume_stage<kFp8, c>(k, o, t, t % L::kStages, base);
     wg::wgmma_wait<0>();
     wg::fence_accumulators(o);
   }
