@@ -47,8 +47,8 @@ TEST(Policy, BuiltinParsesAndSendsCpuToCpuBackends) {
   const auto h8 = stack.rank({"cuda.sparse_mla", "hopper.sparse_mla"}, glm5_sparse(8), describe_device("sm_90"));
   EXPECT_EQ(ids_of(h8), (std::vector<std::string>{"cuda.sparse_mla", "hopper.sparse_mla"}));
   EXPECT_EQ(h8.front().rule, "defaults:built-in#cuda-attention");
-  // Where hopper.mla measured faster: the fp8 cache from 8 tokens per call, the bf16 cache from 4,
-  // at 64 and 128 heads; an unknown token count (0) matches no tokens condition.
+  // Where hopper.mla measured faster: the fp8 cache from 8 tokens per call, the bf16 cache at every
+  // token count, at 64 and 128 heads; an unknown token count (0) matches no tokens condition.
   const std::vector<std::string> both = {"cuda.sparse_mla", "hopper.sparse_mla"};
   for (const int heads : {64, 128}) {
     AttentionSpec fp8 = glm5_tp1_fp8(8), bf16 = glm5_sparse(1, CacheFormat::bf16);
@@ -67,7 +67,9 @@ TEST(Policy, BuiltinParsesAndSendsCpuToCpuBackends) {
     }
     for (const int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{3}}) {
       bf16.max_tokens = tokens;
-      EXPECT_EQ(stack.rank(both, bf16, describe_device("sm_90")).front().id, "cuda.sparse_mla") << tokens;
+      EXPECT_EQ(stack.rank(both, bf16, describe_device("sm_90")).front().rule,
+                "defaults:built-in#hopper-sparse-mla-bf16")
+          << tokens;
     }
   }
   AttentionSpec h16 = glm5_tp1_fp8(128);

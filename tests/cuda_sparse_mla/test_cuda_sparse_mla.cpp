@@ -2109,14 +2109,17 @@ TEST(HopperMlaCaps, BothCachesAtSixtyFourAndOneTwentyEightHeadsOnSm90) {
         ASSERT_FALSE(reasons.empty()) << at << " " << arch;
         EXPECT_EQ(reasons[0].code, "arch") << at << " " << arch;
       }
-      const int first = fmt == CacheFormat::bf16 ? 4 : 8;
+      // The policy: the fp8 cache from 8 tokens per call, the bf16 cache at every token count.
+      const int first = fmt == CacheFormat::bf16 ? 1 : 8;
       sp.max_tokens = first;
       EXPECT_EQ(Context::global().explain(sp, describe_device("sm_90")).chosen, "hopper.mla") << at;
-      sp.max_tokens = first - 1;
-      const Selection below = Context::global().explain(sp, describe_device("sm_90"));
-      EXPECT_EQ(below.chosen, "cuda.sparse_mla") << at;
-      ASSERT_GE(below.valid.size(), 2u) << at;
-      EXPECT_EQ(below.valid[1].id, "hopper.mla") << at;  // valid, ranked second
+      if (fmt == CacheFormat::fp8_ds_mla) {
+        sp.max_tokens = first - 1;
+        const Selection below = Context::global().explain(sp, describe_device("sm_90"));
+        EXPECT_EQ(below.chosen, "cuda.sparse_mla") << at;
+        ASSERT_GE(below.valid.size(), 2u) << at;
+        EXPECT_EQ(below.valid[1].id, "hopper.mla") << at;  // valid, ranked second
+      }
       sp.max_tokens = 128;
       EXPECT_PRED2(starts, be->make(sp, describe_device("sm_90"))->describe(),
                    std::string("sm_90a kernel (mla_sparse_sm90a_cpasync_wgmma_ws, ") +
