@@ -84,10 +84,6 @@ struct SplitOut {
   float* part_lse = nullptr;  // [groups * hgroups * nsplit][64], log2 domain
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
 
 // Widened values past the largest finite f16 (65504) saturate (a latent cache holds none).
@@ -95,11 +91,6 @@ __device__ __forceinline__ uint32_t f16x2(float a, float b) {
   uint32_t r;
   asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // a in the low half
   return r;
-}
-
-__device__ __forceinline__ uint32_t bf16x2(float a, float b) {  // a in the low half
-  const __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // 16 e4m3 codes -> two 16-byte chunks of 8 f16 each: exact (f16 holds every e4m3 value). The
@@ -188,7 +179,7 @@ __device__ __forceinline__ void stage_q(const MlaParams& p, int g, int h0, bool 
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const int i = tid + k * kThreads;
-    st_shared16(smem_u32(base + Cache<kFp8>::kOffQ) + tile_chunk(i / (kDims / 8), i % (kDims / 8), kQBlockBytes),
+    st_shared16(cuda::smem_addr(base + Cache<kFp8>::kOffQ) + tile_chunk(i / (kDims / 8), i % (kDims / 8), kQBlockBytes),
                 kFp8 ? bf16x8_to_f16x8(v[k]) : v[k]);
   }
 }
@@ -212,8 +203,8 @@ __device__ __forceinline__ uint32_t start_copies(const MlaParams& p, int slot, i
   using C = Cache<kFp8>;
   const bool ok = lane < kRowsPerWarp && slot >= 0 && slot < p.num_blocks * p.block_size;
   const uint32_t mask = __ballot_sync(0xffffffffu, ok);
-  const uint32_t dst0 = kFp8 ? smem_u32(base + C::kOffRaw + (t % C::kRawStages) * C::kRawBytes)
-                             : smem_u32(base + C::kOffKv + (t % C::kStages) * kTileBytes);
+  const uint32_t dst0 = kFp8 ? cuda::smem_addr(base + C::kOffRaw + (t % C::kRawStages) * C::kRawBytes)
+                             : cuda::smem_addr(base + C::kOffKv + (t % C::kStages) * kTileBytes);
   // Lane i's row address, computed once (the slot's block and offset) and handed round; a
   // power-of-two block size (every serving engine's) needs no integer division.
   const int bs = p.block_size;
@@ -277,7 +268,7 @@ __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& s
   using C = Cache<kFp8>;
   constexpr int kAhead = 2;  // stages whose copies are in flight behind the one being completed
   const int w = tid >> 5, lane = tid & 31;
-  const uint32_t full = smem_u32(base + C::kOffBars), empty = full + 8 * C::kStages;
+  const uint32_t full = cuda::smem_addr(base + C::kOffBars), empty = full + 8 * C::kStages;
   const int my_row = w + 4 * lane;  // lanes 0-7: the rows whose slots they load
   uint32_t masks = 0;               // bits 8k .. 8k + 7: the valid rows of stage t + k
   const auto slot_of = [&](int u) { return lane < kRowsPerWarp ? stage_slot(p, g, span, u, my_row) : -1; };
@@ -306,7 +297,7 @@ __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& s
     const int s = t % C::kStages;
     if constexpr (kFp8) {
       wg::mbarrier_wait(empty + 8 * s, ((t / C::kStages) & 1u) ^ 1u);
-      const uint32_t sb = smem_u32(base);
+      const uint32_t sb = cuda::smem_addr(base);
       widen_rows(sb + C::kOffRaw + (t % C::kRawStages) * C::kRawBytes, sb + C::kOffKv + s * kTileBytes,
                  sb + C::kOffScale + s * kTileRows * kGroups * 4, w, lane);
     }
@@ -469,7 +460,7 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
         pa[0][j >> 1][(j & 1) * 2 + h] = f16x2(p0 * s0.x, p1 * s1.x);
         pa[1][j >> 1][(j & 1) * 2 + h] = f16x2(p0 * s0.y, p1 * s1.y);
       } else {
-        pa[0][j >> 1][(j & 1) * 2 + h] = bf16x2(p0, p1);
+        pa[0][j >> 1][(j & 1) * 2 + h] = cuda::sm80::pack_bf16x2(p0, p1);
       }
     }
     k.lsum[h] = k.lsum[h] * alpha[h] + rs[h];
@@ -577,8 +568,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ uint8_t smem_raw[];
   // The 1024-byte aligned base, as a shared address (warp-uniform: the descriptors built from it
   // stay in uniform registers) and as a pointer.
-  const uint32_t sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  uint8_t* base = smem_raw + (sbase - smem_u32(smem_raw));
+  const uint32_t sbase = (cuda::smem_addr(smem_raw) + 1023u) & ~1023u;
+  uint8_t* base = smem_raw + (sbase - cuda::smem_addr(smem_raw));
   const int hgroups = p.heads / kHeadsPerCta;
   const int64_t part = blockIdx.x;  // (g * hgroups + hg) * nsplit + split
   const int split = static_cast<int>(part % nsplit);
@@ -589,7 +580,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Span span = split_span(p, g, split, chunk);
   const int tiles = (span.end - span.begin + kTileRows - 1) / kTileRows;
   if (tid == 0) {
-    const uint32_t full = smem_u32(base + L::kOffBars);
+    const uint32_t full = cuda::smem_addr(base + L::kOffBars);
     for (int s = 0; s < L::kStages; ++s) {
       wg::mbarrier_init(full + 8 * s, 128);                 // every producer thread
       wg::mbarrier_init(full + 8 * (L::kStages + s), 256);  // every consumer thread
