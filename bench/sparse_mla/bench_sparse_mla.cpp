@@ -171,6 +171,7 @@ struct Shape {
   // 0: rows with rope; else a sparse shape without rope whose cache rows are this many bytes
   // (fp8 528 or 656, of which 528 are read; bf16 1024)
   int nope_row_bytes = 0;
+  int s_q = 1;  // dense decode: query tokens per request (causal over the request's last s_q positions)
 };
 
 constexpr int kBlock = 64;
@@ -200,7 +201,7 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   } else {
     bench_fill_fp8_cache(cache, nblocks * kBlock, 3, s, static_cast<int>(tb));
   }
-  const int rows_per_group = sh.H;
+  const int rows_per_group = sh.s_q * sh.H;
   const int64_t groups = sh.T;
   const std::size_t q_elems = static_cast<std::size_t>(groups) * rows_per_group * qd;
   std::vector<void*> qs(nrot), idxs(nrot), tables(nrot);
@@ -263,8 +264,8 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   spec.kv_cache = sh.fmt;
   spec.block_size = kBlock;
   spec.topk = sh.decode ? 0 : sh.topk;
-  spec.s_q = 1;
-  spec.max_tokens = std::max<int64_t>(groups, kernel_groups);
+  spec.s_q = sh.decode ? sh.s_q : 1;
+  spec.max_tokens = std::max<int64_t>(groups, kernel_groups) * spec.s_q;
   spec.scale = sh.scale;
   if (nope) spec.head_dim = latte::kLatentDim;
   const DeviceInfo dev = describe_device("cuda:0");
@@ -276,12 +277,12 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
                         : TensorView::contiguous(cache, DType::u8, {nblocks, kBlock, static_cast<int64_t>(tb)}, d);
     if (sh.decode) {
       MlaDecodeArgs a;
-      a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, 1, sh.H, 576}, d);
+      a.q = TensorView::contiguous(qs[r], DType::bf16, {groups, sh.s_q, sh.H, 576}, d);
       a.kv_cache = kv;
       a.block_table = TensorView::contiguous(tables[r], DType::i32, {groups, max_blocks}, d);
       a.seq_lens = TensorView::contiguous(lens_d, DType::i32, {groups}, d);
-      a.out = TensorView::contiguous(out, DType::bf16, {groups, 1, sh.H, 512}, d);
-      a.lse = TensorView::contiguous(lse, DType::f32, {groups, 1, sh.H}, d);
+      a.out = TensorView::contiguous(out, DType::bf16, {groups, sh.s_q, sh.H, 512}, d);
+      a.lse = TensorView::contiguous(lse, DType::f32, {groups, sh.s_q, sh.H}, d);
       a.scale = sh.scale;
       return a;
     }
@@ -300,13 +301,13 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
   // valid tokens per query
   double kv_tokens = 0;
   if (sh.decode) {
-    kv_tokens = static_cast<double>(groups) * sh.ctx;
+    kv_tokens = static_cast<double>(groups) * sh.ctx;  // per query (s_q - 1 fewer per request, ignored)
   } else if (prefill) {
     for (int64_t t = 0; t < groups; ++t) kv_tokens += std::min<int64_t>(sh.topk, sh.ctx - sh.T + t + 1);
   } else {
     kv_tokens = static_cast<double>(groups) * std::min(sh.topk, sh.ctx);
   }
-  const double flops = 2.0 * sh.H * kv_tokens * (qd + 512);
+  const double flops = 2.0 * sh.s_q * sh.H * kv_tokens * (qd + 512);
   const double bytes = static_cast<double>(q_elems) * 2 + kv_tokens * tb_read + out_elems * 2.0 +
                        out_elems / 512 * 4.0;
   const double roof_us = std::max(flops / (ceil.mm_tflops * 1e12), bytes / (ceil.copy_gbs * 1e9)) * 1e6;
@@ -411,13 +412,13 @@ void run_shape(const Shape& sh, const Ceilings& ceil, cudaStream_t s, int iters,
     }
     if (backend_id == "cuda.sparse_mla") baseline_us = t_us;
     std::printf(
-        "{\"name\":\"%s\",\"backend\":\"%s\",\"op\":\"%s\",\"fmt\":\"%s\",\"H\":%d,\"T\":%d,\"topk\":%d,"
+        "{\"name\":\"%s\",\"backend\":\"%s\",\"op\":\"%s\",\"fmt\":\"%s\",\"H\":%d,\"s_q\":%d,\"T\":%d,\"topk\":%d,"
         "\"ctx\":%d,\"time_us\":%.2f,\"sync_us\":%.2f,\"graph_us\":%.2f,\"host_us\":%.2f,\"tflops\":%.2f,"
         "\"gbs\":%.1f,\"roof_pct\":%.1f,\"ws_bytes\":%zu,\"rot\":%d,\"kernel_tokens\":%lld,\"rope_dim\":%d,"
         "\"row_bytes\":%zu,\"baseline_us\":%.2f,\"vs_baseline\":%.3f,\"flashmla_ref_us\":%.1f,\"vs_flashmla_ref\":%.3f,"
         "\"sm90_target_us\":%.1f}\n",
         sh.name.c_str(), backend_id.c_str(), sh.decode ? "mla_decode" : "sparse_mla",
-        sh.fmt == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla", sh.H, sh.T, sh.topk, sh.ctx, t_us, sync_us, graph_us,
+        sh.fmt == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla", sh.H, sh.s_q, sh.T, sh.topk, sh.ctx, t_us, sync_us, graph_us,
         host_us, flops / (t_us * 1e-6) / 1e12, bytes / (t_us * 1e-6) / 1e9, 100.0 * roof_us / t_us,
         kernel->workspace_bytes(), nrot, static_cast<long long>(spec.max_tokens), nope ? 0 : 64, tb, baseline_us,
         baseline_us > 0 ? baseline_us / t_us : 0.0, ref_us, ref_us > 0 ? ref_us / t_us : 0.0, target_us);
@@ -555,6 +556,14 @@ int main(int argc, char** argv) {
       shapes.push_back(
           {"dsv3 dense decode bf16 ctx4096 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 4096, ds});
     shapes.push_back({"dsv3-tp8 dense decode bf16 ctx4096 B=128", true, CacheFormat::bf16, 16, 128, 0, 4096, ds});
+    // 64 heads (Kimi-K2 TP1, DeepSeek-V3 TP2) and two query tokens per request (MTP)
+    for (int B : {32, 128})
+      shapes.push_back(
+          {"kimi-k2 dense decode bf16 ctx4096 B=" + std::to_string(B), true, CacheFormat::bf16, 64, B, 0, 4096, ds});
+    shapes.push_back({"kimi-k2 dense decode fp8 ctx4096 B=128", true, CacheFormat::fp8_ds_mla, 64, 128, 0, 4096, ds});
+    Shape mtp{"dsv3 dense decode bf16 ctx4096 s_q=2 B=64", true, CacheFormat::bf16, 128, 64, 0, 4096, ds};
+    mtp.s_q = 2;
+    shapes.push_back(mtp);
   }
   for (const Shape& sh : shapes) {
     if (only && sh.name.find(only) == std::string::npos) continue;

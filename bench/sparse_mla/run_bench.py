@@ -67,6 +67,7 @@ def peer_time_us(row, iters):
     fp8 = row["fmt"] == "fp8_ds_mla"
     decode = row["op"] == "mla_decode"
     scale = 0.0625 if H in (8, 64) and not decode else 0.13523
+    H *= row.get("s_q", 1)  # decode: every query of a request attends to (about) the same positions
     prefill = (not decode) and T > 256
     g = torch.Generator(device=dev)
     g.manual_seed(0)

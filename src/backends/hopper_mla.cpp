@@ -1,10 +1,9 @@
-// hopper.mla: sparse MLA over the fp8_ds_mla or bf16 cache on H100 / H200 (sm_90a), 64 or 128
-// heads per rank, with a producer warpgroup copying (fp8: and widening) the cache rows into the
-// wgmma layout. Kernel: src/kernels/sparse_mla/sm90a/mla_sparse_sm90a_cpasync_wgmma_ws.cu; design
-// notes and measurements: docs/kernels/hopper_mla.md. Everything else (other head counts, rows
-// without rope, mla_decode, other GPUs): cuda.sparse_mla, which the policy ranks next.
+// hopper.mla: sparse MLA and dense MLA decode over the fp8_ds_mla or bf16 cache on H100 / H200
+// (sm_90a), with a producer warpgroup copying (fp8: and widening) the cache rows into the wgmma
+// layout. Kernel: src/kernels/sparse_mla/sm90a/mla_sparse_sm90a_cpasync_wgmma_ws.cu; design notes
+// and measurements: docs/kernels/hopper_mla.md. Rows without rope and other GPUs:
+// cuda.sparse_mla; the policy ranks hopper.mla first only where it measured faster.
 #include <cuda_runtime.h>
-#include <fmt/format.h>
 
 #include <algorithm>
 #include <memory>
@@ -26,24 +25,27 @@ constexpr int kDefaultSms = 132;  // a described H100 / H200 without a probed co
 
 Capabilities declared() {
   Capabilities caps;
-  caps.ops = {Op::sparse_mla};
+  caps.ops = {Op::sparse_mla, Op::mla_decode};
   caps.devices = {DeviceKind::cuda};
   caps.arch = IntRule::list({90});
   caps.q_dtypes = {DType::bf16};
   caps.kv_caches = {CacheFormat::fp8_ds_mla, CacheFormat::bf16};
-  caps.heads = IntRule::list({64, 128});
+  caps.heads = IntRule::range(1, cuda_sparse_mla::kMaxHeads);
   caps.head_dim = IntRule::list({latte::kQkDim});
   caps.block_size = IntRule::at_least(1);
   caps.topk = IntRule::range(1, cuda_sparse_mla::kMaxTopk);  // the limits of the shared parameter block
+  caps.s_q = IntRule::range(1, kMaxDecodeSq);
   caps.max_tokens = IntRule::range(1, cuda_sparse_mla::kMaxTokens);
   caps.workspace =
-      "split partials when the plan splits the list (kernels for few tokens x 64-head groups against the SM "
-      "count): tokens x heads x splits x 2052 B; 0 otherwise";
+      "split partials when the plan splits the list (kernels whose tokens x 64-row groups leave SMs idle): "
+      "tokens x 64-row groups x splits x 131328 B; dense decode: as many splits as a request of 163840 positions "
+      "needs, capped at 256 MiB (larger calls run in several launches); 0 otherwise";
   caps.notes =
-      "wgmma (sm_90a instructions: H100 / H200 only); 64 heads per CTA; a producer warpgroup copies the rows with "
-      "16-byte cp.async (the cache, its block and row strides 16-byte aligned): fp8_ds_mla rows widened to f16 "
-      "exactly (the group scales applied to S and P in f32), bf16 rows straight into the wgmma layout (bf16 "
-      "wgmma); rows with rope only; other head counts, rows without rope and mla_decode: cuda.sparse_mla";
+      "wgmma (sm_90a instructions: H100 / H200 only); 64 (query, head) rows per CTA (fewer heads: the rows past "
+      "them are computed on zero queries); a producer warpgroup copies the rows with 16-byte cp.async (the "
+      "cache, its block and row strides 16-byte aligned): fp8_ds_mla rows widened to f16 exactly (the group "
+      "scales applied to S and P in f32), bf16 rows straight into the wgmma layout (bf16 wgmma); dense decode "
+      "reads the positions through the block table; rows with rope only (without: cuda.sparse_mla)";
   return caps;
 }
 
@@ -52,32 +54,38 @@ class HopperMlaKernel final : public Kernel {
   HopperMlaKernel(const AttentionSpec& spec, const DeviceInfo& device)
       : Kernel(spec, device.handle()),
         sm_count_(device.probed && device.sm_count > 0 ? device.sm_count : kDefaultSms),
-        max_groups_(spec.max_tokens),
-        plan_(plan_sm90a(spec.max_tokens, spec.num_heads, std::max(1, spec.topk), sm_count_)),
-        workspace_(workspace_bytes_sm90a(plan_, spec.max_tokens, spec.num_heads)) {}
+        rows_(rows_of(spec)),
+        max_groups_(groups_of(spec)),
+        plan_(spec.op == Op::mla_decode ? plan_decode_sm90a(max_groups_, rows_, sm_count_)
+                                        : plan_sm90a(max_groups_, rows_, std::max(1, spec.topk), sm_count_)),
+        workspace_(workspace_bytes_sm90a(plan_, max_groups_, rows_)) {}
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }
   [[nodiscard]] std::string describe() const override {
-    return describe_sm90a(plan_, spec().kv_cache, max_groups_, spec().num_heads, sm_count_);
+    return describe_sm90a(plan_, spec().kv_cache, max_groups_, rows_, sm_count_);
   }
 
  protected:
   void compute(const Problem& problem, const RunContext& ctx) override {
-    const auto& s = std::get<SparseMlaProblem>(problem);
-    const cuda_sparse_mla::MlaParams p = cuda_sparse_mla::mla_params(s);
-    const std::size_t need = workspace_bytes_sm90a(plan_, p.groups, p.heads);
-    if (need > ctx.workspace_bytes) {
-      throw Error(ErrorCode::invalid_argument,
-                  fmt::format("hopper.mla: a call of {} tokens needs {} bytes of workspace for its split partials "
-                              "and got {}; make the kernel with spec.max_tokens >= the call's tokens and give it "
-                              "workspace_bytes()",
-                              p.groups, need, ctx.workspace_bytes));
-    }
-    launch_sparse_sm90a(p, plan_, ctx.workspace, static_cast<cudaStream_t>(ctx.stream));
+    const cuda_sparse_mla::MlaParams p = std::holds_alternative<SparseMlaProblem>(problem)
+                                             ? cuda_sparse_mla::mla_params(std::get<SparseMlaProblem>(problem))
+                                             : cuda_sparse_mla::mla_params(std::get<MlaDecodeProblem>(problem));
+    launch_sm90a(p, plan_, ctx.workspace, ctx.workspace_bytes, static_cast<cudaStream_t>(ctx.stream));
   }
 
  private:
+  // (query, head) rows per group, and the groups of the kernel's largest call (0: not known):
+  // tokens for sparse_mla, requests for mla_decode.
+  static int rows_of(const AttentionSpec& spec) {
+    return (spec.op == Op::mla_decode ? std::max(1, spec.s_q) : 1) * std::max(1, spec.num_heads);
+  }
+  static int64_t groups_of(const AttentionSpec& spec) {
+    if (spec.max_tokens <= 0) return 0;
+    return spec.op == Op::mla_decode ? std::max<int64_t>(1, spec.max_tokens / std::max(1, spec.s_q)) : spec.max_tokens;
+  }
+
   int sm_count_;
+  int rows_;
   int64_t max_groups_;
   Sm90aPlan plan_;
   std::size_t workspace_;
@@ -87,8 +95,8 @@ class HopperMlaBackend final : public Backend {
  public:
   HopperMlaBackend()
       : info_{"hopper.mla",
-              "sparse MLA on H100 / H200 (sm_90a): fp8_ds_mla or bf16 cache, 64 or 128 heads, wgmma on rows a "
-              "producer warpgroup copies (and for fp8 widens) into the wgmma layout",
+              "sparse MLA and dense MLA decode on H100 / H200 (sm_90a): fp8_ds_mla or bf16 cache, heads 1..128, "
+              "wgmma on rows a producer warpgroup copies (and for fp8 widens) into the wgmma layout",
               declared(), "built-in"} {}
 
   [[nodiscard]] const BackendInfo& info() const override { return info_; }

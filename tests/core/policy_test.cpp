@@ -75,6 +75,24 @@ TEST(Policy, BuiltinParsesAndSendsCpuToCpuBackends) {
   AttentionSpec h16 = glm5_tp1_fp8(128);
   h16.num_heads = 16;
   EXPECT_EQ(stack.rank(both, h16, describe_device("sm_90")).front().id, "cuda.sparse_mla");
+  // Dense decode: hopper.mla first at 64 and 128 heads on sm_90 (any s_q, any request count), the
+  // portable kernel at 16 heads and off sm_90.
+  AttentionSpec dec = glm5_tp1_fp8(32);
+  dec.op = Op::mla_decode;
+  dec.topk = 0;
+  dec.kv_cache = CacheFormat::bf16;
+  for (const int heads : {64, 128}) {
+    dec.num_heads = heads;
+    for (const int s_q : {1, 2}) {
+      dec.s_q = s_q;
+      EXPECT_EQ(stack.rank(both, dec, describe_device("sm_90")).front().rule, "defaults:built-in#hopper-mla-decode")
+          << heads << " " << s_q;
+    }
+  }
+  dec.s_q = 1;
+  EXPECT_EQ(stack.rank(both, dec, describe_device("sm_100")).front().id, "cuda.sparse_mla");
+  dec.num_heads = 16;
+  EXPECT_EQ(stack.rank(both, dec, describe_device("sm_90")).front().rule, "defaults:built-in#cuda-attention");
   EXPECT_EQ(stack.rank(both, glm5_tp1_fp8(), describe_device("sm_100")).front().id, "cuda.sparse_mla");
 }
 

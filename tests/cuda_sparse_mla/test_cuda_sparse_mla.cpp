@@ -804,7 +804,11 @@ struct DecodeCase {
   std::vector<int> lens;  // per request (cycled)
 };
 
-void run_decode_cases(const std::vector<DecodeCase>& cases, const std::string& tag) {
+// Through backend `id`: every element written, bitwise repeat and CUDA-graph replay, the causal
+// float64 oracle within `tol`, a request alone = the same request in the batch (bitwise), and for
+// s_q = 1 the backend's own sparse_mla over the request's slot list.
+void run_decode_cases(const std::vector<DecodeCase>& cases, const std::string& tag, const char* id = "cuda.sparse_mla",
+                      double tol = kTol) {
   Runner run;
   uint32_t seed = 77;
   for (const DecodeCase& c : cases) {
@@ -851,15 +855,31 @@ void run_decode_cases(const std::vector<DecodeCase>& cases, const std::string& t
     sp.s_q = c.s_q;
     sp.max_tokens = static_cast<int64_t>(c.B) * c.s_q;
     sp.scale = kGlmScale;
-    auto k = run.make(sp);
+    auto k = run.make(sp, id);
     const std::size_t nrows = static_cast<std::size_t>(c.B) * rows;
     const Result r = run.run(*k, a, nrows * 512, nrows);
     const std::string what = tag + "decode " + (c.fmt == CacheFormat::bf16 ? "bf16" : "fp8") +
                              " H=" + std::to_string(c.H) + " s_q=" + std::to_string(c.s_q) +
-                             " bs=" + std::to_string(c.bs);
+                             " bs=" + std::to_string(c.bs) + " B=" + std::to_string(c.B);
     expect_all_written(r, what);
     const Result r2 = run.run(*k, a, nrows * 512, nrows);
     EXPECT_TRUE(bitwise_equal(r, r2)) << "run-to-run " << what;
+    const Result rg = run.run(*k, a, nrows * 512, nrows, SIZE_MAX, true);
+    EXPECT_TRUE(bitwise_equal(r, rg)) << "graph replay " << what;
+    if (c.B >= 2) {  // request 1 alone, through the same kernel
+      const std::size_t r1 = static_cast<std::size_t>(rows);
+      MlaDecodeArgs one = a;
+      one.q = TensorView::contiguous(static_cast<uint16_t*>(dq.get()) + r1 * 576, DType::bf16, {1, c.s_q, c.H, 576}, dev);
+      one.block_table =
+          TensorView::contiguous(static_cast<int32_t*>(dt.get()) + max_blocks, DType::i32, {1, max_blocks}, dev);
+      one.seq_lens = TensorView::contiguous(static_cast<int32_t*>(dl.get()) + 1, DType::i32, {1}, dev);
+      DeviceBuffer o1(r1 * 512 * 2), l1(r1 * 4);
+      one.out = TensorView::contiguous(o1.get(), DType::bf16, {1, c.s_q, c.H, 512}, dev);
+      one.lse = TensorView::contiguous(l1.get(), DType::f32, {1, c.s_q, c.H}, dev);
+      const Result alone = run.run(*k, one, r1 * 512, r1);
+      EXPECT_EQ(0, std::memcmp(alone.out.data(), r.out.data() + r1 * 512, r1 * 512 * 2)) << "batch invariance " << what;
+      EXPECT_EQ(0, std::memcmp(alone.lse.data(), r.lse.data() + r1, r1 * 4)) << "batch invariance (lse) " << what;
+    }
 
     // float64 oracle (causal): row (b, i, h) sees positions 0 .. len - s_q + i
     std::vector<double> ref(nrows * 512), ref_lse(nrows);
@@ -877,7 +897,7 @@ void run_decode_cases(const std::vector<DecodeCase>& cases, const std::string& t
     }
     std::vector<int64_t> all_rows(nrows);
     for (std::size_t i = 0; i < nrows; ++i) all_rows[i] = static_cast<int64_t>(i);
-    compare(r, all_rows, 1, ref, ref_lse, what);
+    compare(r, all_rows, 1, ref, ref_lse, what, tol);
 
     // Equality oracle: s_q = 1 decode == sparse_mla over the full slot list (float order aside)
     if (c.s_q == 1) {
@@ -903,12 +923,12 @@ void run_decode_cases(const std::vector<DecodeCase>& cases, const std::string& t
       ss.topk = topk;
       ss.max_tokens = c.B;
       ss.scale = kGlmScale;
-      auto ks = run.make(ss);
+      auto ks = run.make(ss, id);
       const Result rs = run.run(*ks, sa, nrows * 512, nrows);
       std::vector<double> as_ref(nrows * 512), as_lse(nrows);
       for (std::size_t i = 0; i < nrows * 512; ++i) as_ref[i] = bf16_to_float(rs.out[i]);
       for (std::size_t i = 0; i < nrows; ++i) as_lse[i] = rs.lse[i];
-      compare(r, all_rows, 1, as_ref, as_lse, what + " vs sparse_mla");
+      compare(r, all_rows, 1, as_ref, as_lse, what + " vs sparse_mla", tol);
     }
   }
 }
@@ -944,7 +964,8 @@ TEST_F(CudaSparseMla, RowGroupsDecodeVsOracle) {
 // the table hold no token), and block-table holes (-1, negative, >= num_blocks) hold no token.
 // Small tables, so a window cut at the table's end instead (as the kernels once did) drops a
 // large share of a query's positions and fails the tolerance.
-void run_decode_edges(CacheFormat fmt, int s_q, const std::string& what) {
+void run_decode_edges(CacheFormat fmt, int s_q, const std::string& what, const char* id = "cuda.sparse_mla",
+                      double tol = kTol) {
   Runner run;
   std::mt19937 rng(991u + static_cast<unsigned>(s_q));
   constexpr int H = 7, bs = 13, max_blocks = 3, B = 5;
@@ -980,9 +1001,10 @@ void run_decode_edges(CacheFormat fmt, int s_q, const std::string& what) {
   sp.s_q = s_q;
   sp.max_tokens = static_cast<int64_t>(B) * s_q;
   sp.scale = kGlmScale;
-  auto k = run.make(sp);
+  auto k = run.make(sp, id);
   const std::size_t nrows = static_cast<std::size_t>(B) * rows;
   const Result r = run.run(*k, a, nrows * 512, nrows);
+  expect_all_written(r, what);
   std::vector<double> ref(nrows * 512), ref_lse(nrows);
   for (int b = 0; b < B; ++b) {
     for (int i = 0; i < s_q; ++i) {
@@ -999,7 +1021,7 @@ void run_decode_edges(CacheFormat fmt, int s_q, const std::string& what) {
   }
   std::vector<int64_t> all_rows(nrows);
   for (std::size_t i = 0; i < nrows; ++i) all_rows[i] = static_cast<int64_t>(i);
-  compare(r, all_rows, 1, ref, ref_lse, what);
+  compare(r, all_rows, 1, ref, ref_lse, what, tol);
 }
 
 TEST_F(CudaSparseMla, DecodeLengthsPastTheTableAndHoles) {
@@ -2004,10 +2026,11 @@ TEST(CudaSparseMlaCaps, DescribeNamesTheVariantAndTheSplits) {
 }
 
 // ---------------------------------------------------------------- hopper.mla
-// hopper.mla (sm_90a, fp8_ds_mla and bf16 caches, 64 / 128 heads) against the oracle within the Hopper MLA
-// issue's bound (relative error 5e-3), empty rows exactly 0 / -inf, every output written,
-// bitwise determinism, batch invariance (a token alone = the same token in a call of many), CUDA
-// graph replay, split and unsplit kernels.
+// hopper.mla (sm_90a, fp8_ds_mla and bf16 caches, sparse_mla and mla_decode, heads 1..128) against
+// the oracle within the Hopper MLA issue's bound (relative error 5e-3), empty rows exactly 0 /
+// -inf, every output written, bitwise determinism, batch invariance (a token or request alone =
+// the same one in a call of many), CUDA graph replay, split and unsplit kernels, row groups
+// padded past the heads.
 class HopperMla : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -2040,6 +2063,12 @@ std::vector<SparseCase> hopper_cases() {
       {CacheFormat::bf16, 64, 5000, 16, 3, heavy},
       {CacheFormat::bf16, 64, 2048, 64, 200, padded},
       {CacheFormat::bf16, 128, 2048, 64, 160, padded},
+      // heads that are not a multiple of 64: the last row group padded with zero queries
+      {CacheFormat::fp8_ds_mla, 1, 63, 16, 3, padded},
+      {CacheFormat::fp8_ds_mla, 8, 2048, 64, 5, padded},
+      {CacheFormat::bf16, 16, 2048, 64, 3, padded},
+      {CacheFormat::fp8_ds_mla, 40, 100, 1, 140, padded},
+      {CacheFormat::bf16, 96, 700, 16, 4, heavy},
   };
 }
 
@@ -2053,7 +2082,7 @@ TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
   using hopper_mla::kHeadsPerCta;
   using hopper_mla::kTileRows;
   for (const int sms : {132, 114}) {
-    for (const int heads : {64, 128}) {
+    for (const int heads : {1, 16, 64, 100, 128}) {
       for (const int topk : {1, 63, 100, 2048, 5000, 32768}) {
         for (const int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{16}, int64_t{32}, int64_t{128},
                                      int64_t{4096}}) {
@@ -2065,7 +2094,7 @@ TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
           ASSERT_GE(plan.nsplit, 1) << at;
           EXPECT_GE(static_cast<int64_t>(plan.nsplit) * plan.chunk, topk) << at;
           EXPECT_LT(static_cast<int64_t>(plan.nsplit - 1) * plan.chunk, std::max(topk, 1)) << at;
-          const int64_t ctas = tokens * (heads / kHeadsPerCta);
+          const int64_t ctas = tokens * ((heads + kHeadsPerCta - 1) / kHeadsPerCta);
           if (tokens == 0 || ctas >= sms) EXPECT_EQ(plan.nsplit, 1) << at;
           const std::size_t ws = hopper_mla::workspace_bytes_sm90a(plan, tokens, heads);
           if (plan.nsplit == 1) {
@@ -2087,10 +2116,55 @@ TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
 #endif
 }
 
+// Dense decode's plan (host only): the chunk is the kernel's (a multiple of the stage, at least
+// the decode minimum) and a call takes as many splits as its block table spans; kernels whose
+// requests fill the SMs (or of unknown size) never split and need no workspace; otherwise the workspace
+// holds at least one request of the longest context, and at most 256 MiB beyond that.
+TEST(HopperMlaPlan, DecodeSplitsFollowTheBlockTable) {
+#if !LATTE_HOPPER_MLA_BUILT
+  GTEST_SKIP() << "skipped: hopper.mla not built (CUDA architectures without 90)";
+#else
+  using hopper_mla::kTileRows;
+  for (const int rows : {1, 16, 64, 128, 512}) {
+    for (const int64_t requests : {int64_t{0}, int64_t{1}, int64_t{8}, int64_t{32}, int64_t{128}, int64_t{1024}}) {
+      const std::string at = "rows " + std::to_string(rows) + " requests " + std::to_string(requests);
+      const auto plan = hopper_mla::plan_decode_sm90a(requests, rows, 132);
+      EXPECT_TRUE(plan.decode) << at;
+      const int64_t ctas = requests * ((rows + 63) / 64);
+      hopper_mla::MlaParams p;
+      p.decode = true;
+      p.block_size = 64;
+      for (const int blocks : {1, 64, 2560}) {
+        p.max_blocks = blocks;
+        const int n = hopper_mla::call_nsplit_sm90a(plan, p);
+        EXPECT_GE(static_cast<int64_t>(n) * plan.chunk, int64_t{blocks} * 64) << at;
+        EXPECT_LT(static_cast<int64_t>(n - 1) * plan.chunk, int64_t{blocks} * 64) << at;
+      }
+      const std::size_t ws = hopper_mla::workspace_bytes_sm90a(plan, requests, rows);
+      if (requests == 0 || ctas >= 132) EXPECT_EQ(plan.chunk, hopper_mla::kWholeList) << at;
+      if (plan.chunk == hopper_mla::kWholeList) {  // also where the model finds splitting slower
+        EXPECT_EQ(ws, 0u) << at;
+        continue;
+      }
+      EXPECT_EQ(plan.chunk % kTileRows, 0) << at;
+      EXPECT_GE(plan.chunk, hopper_mla::kDecodeMinChunk) << at;
+      const std::size_t one = static_cast<std::size_t>((rows + 63) / 64) *
+                              ((cuda_sparse_mla::kWorkspaceContext + plan.chunk - 1) / plan.chunk) * 64 * 513 * 4;
+      EXPECT_GE(ws, one) << at;
+      EXPECT_LE(ws, std::max(one, std::size_t{256} << 20)) << at;
+    }
+  }
+  // DeepSeek-V3 (128 heads) at 32 requests: 64 CTAs, split; at 128: 256 CTAs, whole lists.
+  EXPECT_GT(hopper_mla::plan_decode_sm90a(32, 128, 132).nsplit, 1);
+  EXPECT_EQ(hopper_mla::plan_decode_sm90a(128, 128, 132).chunk, hopper_mla::kWholeList);
+#endif
+}
+
 // Host-only (runs in CI): hopper.mla's support surface. Both caches at 64 / 128 heads on sm_90,
 // nothing on other GPUs, every refusal with its reason; the selector picks it for GLM-5 TP1 /
-// DeepSeek-V3.2 from 8 (fp8) / 4 (bf16) tokens per call and keeps cuda.sparse_mla below; the
-// kernel's description names the cache's pipeline.
+// DeepSeek-V3.2 from 8 (fp8) / 1 (bf16) tokens per call and keeps cuda.sparse_mla below; the
+// kernel's description names the cache's pipeline. Few heads and dense decode: accepted, ranked
+// by the policy where measured.
 TEST(HopperMlaCaps, BothCachesAtSixtyFourAndOneTwentyEightHeadsOnSm90) {
   auto be = Registry::global().find("hopper.mla");
   if (!be) GTEST_SKIP() << "skipped: hopper.mla not built (CUDA architectures without 90)";
@@ -2127,23 +2201,40 @@ TEST(HopperMlaCaps, BothCachesAtSixtyFourAndOneTwentyEightHeadsOnSm90) {
           << at;
     }
   }
-  // Refused with the field that decides it: 8 / 16 heads (GLM-5 TP8 / TP4), rows without rope
-  // (GLM-5.3-Flash), dense decode.
+  // Accepted: 8 / 16 heads (GLM-5 TP8 / TP4), dense decode (DeepSeek-V3, s_q 1..4, TP1 / TP8);
+  // refused with the field that decides it: rows without rope (GLM-5.3-Flash), s_q 5.
   Deployment d;
-  d.tp = 8;
   d.kv_cache = CacheFormat::fp8_ds_mla;
-  AttentionSpec few = attention_spec(load_model("glm-5", d), Op::sparse_mla);
-  const auto heads = check(*be, few, describe_device("sm_90"));
-  ASSERT_FALSE(heads.empty());
-  EXPECT_EQ(heads[0].code, "heads");
+  for (const int tp : {4, 8}) {
+    d.tp = tp;
+    const AttentionSpec few = attention_spec(load_model("glm-5", d), Op::sparse_mla);
+    EXPECT_TRUE(check(*be, few, describe_device("sm_90")).empty()) << "glm-5 tp" << tp;
+  }
   d.tp = 1;
   const auto nope = check(*be, attention_spec(load_model("glm-5.3-flash", d), Op::sparse_mla), describe_device("sm_90"));
   ASSERT_FALSE(nope.empty());
   EXPECT_EQ(nope[0].code, "head_dim");
-  AttentionSpec dec = attention_spec(load_model("deepseek-v3", d), Op::mla_decode);
-  const auto op = check(*be, dec, describe_device("sm_90"));
-  ASSERT_FALSE(op.empty());
-  EXPECT_EQ(op[0].code, "op");
+  d.kv_cache = CacheFormat::bf16;
+  for (const int tp : {1, 8}) {
+    d.tp = tp;
+    AttentionSpec dec = attention_spec(load_model("deepseek-v3", d), Op::mla_decode);
+    for (const int s_q : {1, 4}) {
+      dec.s_q = s_q;
+      EXPECT_TRUE(check(*be, dec, describe_device("sm_90")).empty()) << "deepseek-v3 tp" << tp << " s_q " << s_q;
+    }
+    dec.s_q = 5;
+    const auto sq = check(*be, dec, describe_device("sm_90"));
+    ASSERT_FALSE(sq.empty());
+    EXPECT_EQ(sq[0].code, "s_q");
+    dec.s_q = 1;
+    dec.max_tokens = 32;
+    EXPECT_PRED2(starts, be->make(dec, describe_device("sm_90"))->describe(),
+                 "sm_90a kernel (mla_sparse_sm90a_cpasync_wgmma_ws, bf16 cache, dense decode through the block table)");
+    // The policy: hopper.mla first at 128 heads (TP1), the portable kernel at 16 (TP8).
+    EXPECT_EQ(Context::global().explain(dec, describe_device("sm_90")).chosen,
+              tp == 1 ? "hopper.mla" : "cuda.sparse_mla")
+        << "deepseek-v3 tp" << tp;
+  }
 }
 
 TEST_F(HopperMla, AccuracyVsOracle) {
@@ -2185,6 +2276,45 @@ TEST_F(HopperMla, DeterministicBatchInvariantAndGraphs) {
   for (const CacheFormat f : {CacheFormat::fp8_ds_mla, CacheFormat::bf16}) {
     SCOPED_TRACE(f == CacheFormat::bf16 ? "bf16 cache" : "fp8_ds_mla cache");
     check_deterministic_batch_invariant_graphs({f, 64, 2048, 64, 6, row1_empty()});
+    check_deterministic_batch_invariant_graphs({f, 16, 700, 16, 6, row1_empty()});
+  }
+}
+
+// Dense decode: split kernels (few requests: the splits a request's length reaches, its own causal
+// windows for s_q > 1, row groups padded past s_q x heads) and unsplit ones (more requests than
+// SMs), block sizes 1 / 16 / 64, lengths shorter than s_q.
+TEST_F(HopperMla, DecodeVsOracleAndSparse) {
+  run_decode_cases({
+                       {CacheFormat::bf16, 128, 1, 64, 3, {1, 700, 2500}},
+                       {CacheFormat::fp8_ds_mla, 16, 4, 16, 3, {4, 1111, 3000}},
+                       {CacheFormat::fp8_ds_mla, 128, 1, 64, 2, {2049, 64}},
+                       {CacheFormat::bf16, 40, 2, 1, 2, {33, 5000}},
+                       {CacheFormat::fp8_ds_mla, 64, 3, 64, 2, {4500, 3}},
+                       {CacheFormat::bf16, 2, 2, 16, 140, {2049, 300, 1, 4097}},
+                       {CacheFormat::fp8_ds_mla, 3, 1, 64, 140, {600, 1200, 2}},
+                   },
+                   "hopper.mla ", "hopper.mla", kHopperTol);
+}
+
+TEST_F(HopperMla, DecodeLengthsPastTheTableAndHoles) {
+  for (CacheFormat fmt : {CacheFormat::bf16, CacheFormat::fp8_ds_mla})
+    for (int s_q : {1, 2, 4})
+      run_decode_edges(fmt, s_q,
+                       std::string("hopper.mla decode edges ") + (fmt == CacheFormat::bf16 ? "bf16" : "fp8") +
+                           " s_q=" + std::to_string(s_q),
+                       "hopper.mla", kHopperTol);
+}
+
+// Small problems for compute-sanitizer: decode split and unsplit with padded row groups, sparse
+// with few heads.
+TEST_F(HopperMla, SanitizerDecodeAndFewHeads) {
+  run_decode_cases({{CacheFormat::fp8_ds_mla, 24, 3, 16, 2, {700, 2}}, {CacheFormat::bf16, 5, 1, 1, 2, {300, 40}}},
+                   "sanitizer hopper.mla ", "hopper.mla", kHopperTol);
+  Runner run;
+  for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 5, 300, 16, 3, row1_empty()},
+                              SparseCase{CacheFormat::bf16, 70, 100, 1, 2, row1_empty()}}) {
+    auto s = setup_sparse(c, 3);
+    run_vs_oracle(run, *s, "sanitizer hopper.mla " + name_of(c), "hopper.mla", kHopperTol);
   }
 }
 

@@ -1,6 +1,7 @@
-// Sparse MLA on sm_90a over the fp8_ds_mla or the bf16 cache: 64 heads of one query token per
-// CTA, warp specialized, stages of 32 list entries, 16-bit wgmma (f16 for fp8 codes, bf16 for a
-// bf16 cache).
+// Sparse MLA and dense MLA decode on sm_90a over the fp8_ds_mla or the bf16 cache: 64 (query,
+// head) rows of one group (a query token, or a decode request's s_q x heads rows) per CTA, warp
+// specialized, stages of 32 list entries (sparse: the token's slots; decode: the request's
+// positions through its block table), 16-bit wgmma (f16 for fp8 codes, bf16 for a bf16 cache).
 //
 // - Producer warpgroup (warps 0-3). Each warp owns rows w, w + 4, ... of every stage and copies
 //   them with cp.async (16 bytes a lane, zero-filled for entries that are -1, outside the cache,
@@ -36,6 +37,7 @@
 #include "kernels/common/sm90a_wgmma.cuh"
 #include "kernels/common/sm90a_wgmma_16bit.cuh"
 #include "kernels/sparse_mla/sm90a/mla_sm90a.hpp"
+#include "kernels/sparse_mla/smxx/mla_kv_slots.cuh"
 #include "latte/error.hpp"
 
 namespace latte::hopper_mla {
@@ -79,9 +81,14 @@ struct Cache {
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 };
 
-struct SplitOut {
-  float* part_o = nullptr;    // [groups * hgroups * nsplit][64][512]
-  float* part_lse = nullptr;  // [groups * hgroups * nsplit][64], log2 domain
+// How a launch is cut: groups [g_begin, g_begin + gridDim / (rgroups * nsplit)) of the call,
+// `rgroups` CTAs of 64 rows per group, `nsplit` splits of `chunk` list entries per (group, row
+// group). With nsplit > 1 the partials go to part_o / part_lse (indexed from the launch's first
+// group), and the combine kernel writes out and lse.
+struct Grid {
+  int chunk = 0, nsplit = 1, rgroups = 1, g_begin = 0;
+  float* part_o = nullptr;    // [launch groups * rgroups * nsplit][64][512]
+  float* part_lse = nullptr;  // [launch groups * rgroups * nsplit][64], log2 domain
 };
 
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
@@ -131,42 +138,56 @@ __device__ __forceinline__ uint32_t tile_chunk(int row, int c, int block_bytes) 
   return static_cast<uint32_t>((c >> 3) * block_bytes) + wg::sw128_offset(row, c & 7);
 }
 
-// Entries [begin, end) of group g's list that this CTA runs, and the list's valid length.
+// The length of group g's list: sparse, its slots (topk, or topk_lens[g] clamped); decode, the
+// request's positions (its length clamped to what its block table addresses).
+template <bool kDecode>
+__device__ __forceinline__ int list_len(const MlaParams& p, int g) {
+  return kDecode ? cuda_sparse_mla::decode_seq_len(p, g) : cuda_sparse_mla::sparse_list_len(p, g);
+}
+
+// Entries [begin, end) of group g's list that split `split` runs (empty past the list).
 struct Span {
   int begin, end;
 };
 
-__device__ __forceinline__ Span split_span(const MlaParams& p, int g, int split, int chunk) {
-  int len = p.topk;
-  if (p.topk_lens != nullptr) {
-    const int l = p.topk_lens[static_cast<int64_t>(g) * p.tl_s];
-    len = l < 0 ? 0 : (l > p.topk ? p.topk : l);
-  }
+__device__ __forceinline__ Span split_span(int len, int split, int chunk) {
   const int b = split * chunk;
   const int e = min(b + chunk, len);
   return {b, e > b ? e : b};
 }
 
+// Row r of a group (r < s_q x heads): query r / heads, head r % heads.
+struct RowAt {
+  int i, h;
+};
+__device__ __forceinline__ RowAt row_at(const MlaParams& p, int r) { return {r / p.heads, r % p.heads}; }
+
 constexpr int kQChunks = kHeadsPerCta * (kDims / 8);  // 8-dim chunks of the CTA's 64 query rows
 static_assert(kQChunks % kThreads == 0, "every thread stages the same number of query chunks");
 
-__device__ __forceinline__ const __nv_bfloat16* q_chunk(const MlaParams& p, int g, int h0, int i) {
-  const int r = i / (kDims / 8), c = i % (kDims / 8);
-  return c < kLatent / 8 ? p.q + g * p.q_sg + (h0 + r) * p.q_sh + 8 * c
-                         : p.q_rope + g * p.qr_sg + (h0 + r) * p.qr_sh + 8 * (c - kLatent / 8);
+// Chunk i of the CTA's query rows (row r0 + i / 72 of group g), null past the group's rows.
+__device__ __forceinline__ const __nv_bfloat16* q_chunk(const MlaParams& p, int g, int r0, int rows, int i) {
+  const int r = r0 + i / (kDims / 8), c = i % (kDims / 8);
+  if (r >= rows) return nullptr;
+  const RowAt at = row_at(p, r);
+  return c < kLatent / 8 ? p.q + g * p.q_sg + at.i * p.q_si + at.h * p.q_sh + 8 * c
+                         : p.q_rope + g * p.qr_sg + at.i * p.qr_si + at.h * p.qr_sh + 8 * (c - kLatent / 8);
 }
 
-// The CTA's 64 query rows into the operand layout (fp8 rows: bf16 -> f16, exact in range). All
-// loads are issued before the first store (one memory latency, not one per chunk); `q_aligned`
-// (host-checked) picks 16-byte loads.
+// The CTA's 64 query rows into the operand layout (fp8 rows: bf16 -> f16, exact in range); rows
+// past the group's are zeros (computed, never written out). All loads are issued before the first
+// store (one memory latency, not one per chunk); `q_aligned` (host-checked) picks 16-byte loads.
 template <bool kFp8>
-__device__ __forceinline__ void stage_q(const MlaParams& p, int g, int h0, bool q_aligned, uint8_t* base, int tid) {
+__device__ __forceinline__ void stage_q(const MlaParams& p, int g, int r0, int rows, bool q_aligned, uint8_t* base,
+                                        int tid) {
   constexpr int kPer = kQChunks / kThreads;
   uint4 v[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
-    const __nv_bfloat16* src = q_chunk(p, g, h0, tid + k * kThreads);
-    if (q_aligned) {
+    const __nv_bfloat16* src = q_chunk(p, g, r0, rows, tid + k * kThreads);
+    if (src == nullptr) {
+      v[k] = make_uint4(0, 0, 0, 0);
+    } else if (q_aligned) {
       v[k] = *reinterpret_cast<const uint4*>(src);
     } else {
       uint16_t e[8];
@@ -184,10 +205,21 @@ __device__ __forceinline__ void stage_q(const MlaParams& p, int g, int h0, bool 
   }
 }
 
-// The cache slot of row `row` of stage t (-1: none).
+// The cache slot of row `row` of stage t (-1: none). Sparse: the list's entry. Decode: position
+// j of the request through its block table (a block that is not one of the cache's: none).
+template <bool kDecode>
 __device__ __forceinline__ int stage_slot(const MlaParams& p, int g, const Span& span, int t, int row) {
   const int j = span.begin + t * kTileRows + row;
-  return j < span.end ? p.indices[static_cast<int64_t>(g) * p.idx_s + j] : -1;
+  if (j >= span.end) return -1;
+  if constexpr (kDecode) {
+    const int bs = p.block_size;
+    const bool pow2 = (bs & (bs - 1)) == 0;
+    const int col = pow2 ? j >> (__ffs(bs) - 1) : j / bs;
+    const int blk = p.block_table[static_cast<int64_t>(g) * p.bt_s + col];
+    return blk >= 0 && blk < p.num_blocks ? blk * bs + (j - col * bs) : -1;
+  } else {
+    return p.indices[static_cast<int64_t>(g) * p.idx_s + j];
+  }
 }
 
 // A producer warp's rows of a stage: w, w + 4, ..., w + 28 (kRowsPerWarp of them).
@@ -262,7 +294,7 @@ __device__ __forceinline__ void widen_rows(uint32_t raw, uint32_t tile, uint32_t
 // released it. bf16: stage t is full when its copies have landed; then the copies of stage t + 2
 // start once the consumers have released that operand stage (stage t - 1's, released once they
 // have S_t).
-template <bool kFp8>
+template <bool kFp8, bool kDecode>
 __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& span, int tiles, uint8_t* base,
                                         int tid) {
   using C = Cache<kFp8>;
@@ -271,7 +303,7 @@ __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& s
   const uint32_t full = cuda::smem_addr(base + C::kOffBars), empty = full + 8 * C::kStages;
   const int my_row = w + 4 * lane;  // lanes 0-7: the rows whose slots they load
   uint32_t masks = 0;               // bits 8k .. 8k + 7: the valid rows of stage t + k
-  const auto slot_of = [&](int u) { return lane < kRowsPerWarp ? stage_slot(p, g, span, u, my_row) : -1; };
+  const auto slot_of = [&](int u) { return lane < kRowsPerWarp ? stage_slot<kDecode>(p, g, span, u, my_row) : -1; };
 #pragma unroll
   for (int k = 0; k < kAhead; ++k) {
     if (k < tiles) masks |= start_copies<kFp8>(p, slot_of(k), k, base, w, lane) << (8 * k);
@@ -340,11 +372,13 @@ __device__ __forceinline__ void issue_group(float (&acc)[16], uint64_t q_desc, u
 }
 
 // A consumer warpgroup's running state: the row maxima and sums (log2 domain) of its thread's
-// two head rows (the same in both consumers), and where things are.
+// two rows (the same in both consumers), and where things are. Decode: the list position of the
+// split's first entry and the last position each of the two rows sees (its query's causal window).
 struct Consumer {
   uint32_t sbase, full, empty;
   float scale2;
   int w, l, tiles;
+  int pos0, last[2];
   float m[2], lsum[2];
 };
 
@@ -365,7 +399,7 @@ __device__ __forceinline__ void named_arrive(int id) { asm volatile("bar.arrive 
 
 // Stage t (operand stage s = t % kStages): S_t's partial is issued behind P V_{t-1}, folded with
 // the scales (fp8), exchanged; the softmax runs; P V_t is issued and left in flight.
-template <bool kFp8, int C>
+template <bool kFp8, bool kDecode, int C>
 __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int t, int s, uint8_t* base) {
   using L = Cache<kFp8>;
   constexpr wg::Half16 E = L::kType;
@@ -427,7 +461,10 @@ __device__ __forceinline__ void consume_stage(Consumer& k, float (&o)[128], int 
   float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    sv[i] = valid[acc_col(i, k.l)] != 0 ? sv[i] * k.scale2 : -INFINITY;
+    const int col = acc_col(i, k.l);
+    bool seen = valid[col] != 0;
+    if constexpr (kDecode) seen = seen && k.pos0 + t * kTileRows + col <= k.last[(i >> 1) & 1];
+    sv[i] = seen ? sv[i] * k.scale2 : -INFINITY;
     mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], sv[i]);
   }
   // mb: the maximum to subtract, 0 for a row with no valid entry yet (its scores are all -inf
@@ -495,10 +532,11 @@ __device__ __forceinline__ void zero(float (&d)[R]) {
   for (int i = 0; i < R; ++i) d[i] = 0.f;
 }
 
-// A consumer warpgroup c (0 or 1): O for dims 256c .. 256c + 255.
-template <bool kFp8, int c>
-__device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int tiles, uint8_t* base, uint32_t sbase,
-                                        int ctid, const SplitOut& so, int64_t part) {
+// A consumer warpgroup c (0 or 1): O for dims 256c .. 256c + 255 of the CTA's rows r0 .. r0 + 63
+// (those below `rows` written).
+template <bool kFp8, bool kDecode, int c>
+__device__ __forceinline__ void consume(const MlaParams& p, int g, int r0, int rows, const Span& span, int tiles,
+                                        uint8_t* base, uint32_t sbase, int ctid, const Grid& grid, int64_t part) {
   using L = Cache<kFp8>;
   Consumer k;
   k.w = ctid >> 5;
@@ -511,6 +549,16 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int t
   k.m[0] = k.m[1] = -INFINITY;
   k.lsum[0] = k.lsum[1] = 0.f;
   const int w = k.w, l = k.l;
+  k.pos0 = span.begin;
+  k.last[0] = k.last[1] = 0;
+  if constexpr (kDecode) {  // query i sees positions up to window end - s_q + i
+    const int end = cuda_sparse_mla::decode_window_end(p, g) - p.s_q;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = r0 + 16 * w + (l >> 2) + 8 * h;
+      k.last[h] = end + (r < rows ? row_at(p, r).i : 0);
+    }
+  }
   float(&m)[2] = k.m;
   float(&lsum)[2] = k.lsum;
   float o[128];
@@ -522,7 +570,7 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int t
     // One stage per iteration, the operand stage computed (warp-uniform): unrolled by the
     // stages, the code outgrows the instruction cache and, for three bf16 stages, ptxas runs out
     // of registers and serializes every wgmma of the kernel (C7512).
-    for (int t = 0; t < tiles; ++t) consume_stage<kFp8, c>(k, o, t, t % L::kStages, base);
+    for (int t = 0; t < tiles; ++t) consume_stage<kFp8, kDecode, c>(k, o, t, t % L::kStages, base);
     wg::wgmma_wait<0>();
     wg::fence_accumulators(o);
   }
@@ -536,48 +584,52 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int t
     inv[h] = any ? 1.f / lsum[h] : 0.f;
     lse2[h] = any ? m[h] + log2f(lsum[h]) : -INFINITY;
   }
-  if (so.part_o == nullptr) {
+  if (grid.part_o == nullptr) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int head = h0 + 16 * w + (l >> 2) + 8 * h;
-      __nv_bfloat16* out = p.out + g * p.o_sg + head * p.o_sh + 256 * c + 2 * (l & 3);
+      const int r = r0 + 16 * w + (l >> 2) + 8 * h;
+      if (r >= rows) continue;
+      const RowAt at = row_at(p, r);
+      __nv_bfloat16* out = p.out + g * p.o_sg + at.i * p.o_si + at.h * p.o_sh + 256 * c + 2 * (l & 3);
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<__nv_bfloat162*>(out + 8 * j) =
             __floats2bfloat162_rn(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
       if (c == 0 && (l & 3) == 0 && p.lse != nullptr)
-        p.lse[g * p.l_sg + head * p.l_sh] = lse2[h] * 0.6931471805599453f;
+        p.lse[g * p.l_sg + at.i * p.l_si + at.h * p.l_sh] = lse2[h] * 0.6931471805599453f;
     }
   } else {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = 16 * w + (l >> 2) + 8 * h;
-      float* out = so.part_o + (part * 64 + row) * kLatent + 256 * c + 2 * (l & 3);
+      float* out = grid.part_o + (part * 64 + row) * kLatent + 256 * c + 2 * (l & 3);
 #pragma unroll
       for (int j = 0; j < 32; ++j)
         *reinterpret_cast<float2*>(out + 8 * j) = make_float2(o[4 * j + 2 * h] * inv[h], o[4 * j + 2 * h + 1] * inv[h]);
-      if (c == 0 && (l & 3) == 0) so.part_lse[part * 64 + row] = lse2[h];
+      if (c == 0 && (l & 3) == 0) grid.part_lse[part * 64 + row] = lse2[h];
     }
   }
 }
 
-template <bool kFp8>
-__global__ void __launch_bounds__(kThreads, 1)
-    mla_sparse_sm90a_kernel(const MlaParams p, const int chunk, const int nsplit, const SplitOut so, const bool q_aligned) {
+template <bool kFp8, bool kDecode>
+__global__ void __launch_bounds__(kThreads, 1) mla_sparse_sm90a_kernel(const MlaParams p, const Grid grid,
+                                                                       const bool q_aligned) {
   using L = Cache<kFp8>;
   extern __shared__ uint8_t smem_raw[];
   // The 1024-byte aligned base, as a shared address (warp-uniform: the descriptors built from it
   // stay in uniform registers) and as a pointer.
   const uint32_t sbase = (cuda::smem_addr(smem_raw) + 1023u) & ~1023u;
   uint8_t* base = smem_raw + (sbase - cuda::smem_addr(smem_raw));
-  const int hgroups = p.heads / kHeadsPerCta;
-  const int64_t part = blockIdx.x;  // (g * hgroups + hg) * nsplit + split
-  const int split = static_cast<int>(part % nsplit);
-  const int hg = static_cast<int>((part / nsplit) % hgroups);
-  const int g = static_cast<int>(part / (static_cast<int64_t>(nsplit) * hgroups));
-  const int h0 = hg * kHeadsPerCta;
+  const int64_t part = blockIdx.x;  // (launch group * rgroups + row group) * nsplit + split
+  const int split = static_cast<int>(part % grid.nsplit);
+  const int rg = static_cast<int>((part / grid.nsplit) % grid.rgroups);
+  const int g = grid.g_begin + static_cast<int>(part / (static_cast<int64_t>(grid.nsplit) * grid.rgroups));
+  const int rows = p.s_q * p.heads, r0 = rg * kHeadsPerCta;
   const int tid = threadIdx.x;
-  const Span span = split_span(p, g, split, chunk);
+  const Span span = split_span(list_len<kDecode>(p, g), split, grid.chunk);
+  // A split past the group's list (topk_lens, a decode request shorter than its table) does no
+  // work and is not combined; split 0 always runs (an empty list writes 0 and -inf).
+  if (split > 0 && span.end == span.begin) return;
   const int tiles = (span.end - span.begin + kTileRows - 1) / kTileRows;
   if (tid == 0) {
     const uint32_t full = cuda::smem_addr(base + L::kOffBars);
@@ -587,78 +639,126 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wg::mbarrier_init_fence();
   }
-  stage_q<kFp8>(p, g, h0, q_aligned, base, tid);
+  stage_q<kFp8>(p, g, r0, rows, q_aligned, base, tid);
   wg::fence_proxy_async_smem();
   __syncthreads();
   // Registers: 384 threads launch with 168 each; the producers keep 56, the consumers take 224
   // (128 x 56 + 256 x 224 = 384 x 168).
   if (tid < 128) {
     wg::setmaxnreg_dec<kProducerRegs>();
-    produce<kFp8>(p, g, span, tiles, base, tid);
+    produce<kFp8, kDecode>(p, g, span, tiles, base, tid);
   } else {
     wg::setmaxnreg_inc<kConsumerRegs>();
     const int ctid = tid - 128;
     if (ctid < 128)
-      consume<kFp8, 0>(p, g, h0, tiles, base, sbase, ctid, so, part);
+      consume<kFp8, kDecode, 0>(p, g, r0, rows, span, tiles, base, sbase, ctid, grid, part);
     else
-      consume<kFp8, 1>(p, g, h0, tiles, base, sbase, ctid - 128, so, part);
+      consume<kFp8, kDecode, 1>(p, g, r0, rows, span, tiles, base, sbase, ctid - 128, grid, part);
   }
 }
 
-// One warp per (token, head): the weighted sum of the splits' partials.
-__global__ void __launch_bounds__(256) mla_sm90a_combine_kernel(const MlaParams p, const int nsplit, const SplitOut so) {
+// One warp per (group, row, kParts-th of the 512 dims) of the launch: the weighted sum of the
+// group's own splits' partials (those its list reaches). Latency bounds it: the first splits'
+// partials and the splits' lse are loaded before the maximum is known, later ones a batch at a
+// time (eight 16-byte loads in flight per lane); lane l holds the weight of split l of each
+// batch of 32. kParts (1, 2, 4) only spreads a call's rows over more warps (few rows: more loads
+// in flight; many rows: every warp resident at once); per element the sums run in split order,
+// so every kParts gives the same bits.
+template <bool kDecode, int kParts>
+__global__ void __launch_bounds__(256) mla_sm90a_combine_kernel(const MlaParams p, const int groups, const Grid grid) {
+  constexpr int kVec = 4 / kParts;      // float4 per lane and split
+  constexpr int kBatch = 8 / kVec;      // splits per batch of loads
+  constexpr int64_t kSplitStride = int64_t{kHeadsPerCta} * kLatent;
   const int warp = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-  if (warp >= p.groups * p.heads) return;
-  const int g = warp / p.heads, head = warp % p.heads;
-  const int hg = head / kHeadsPerCta, row = head % kHeadsPerCta;
-  const int64_t first = (static_cast<int64_t>(g) * (p.heads / kHeadsPerCta) + hg) * nsplit;
-  float mx = -INFINITY;
-  for (int s = lane; s < nsplit; s += 32) mx = fmaxf(mx, so.part_lse[(first + s) * 64 + row]);
+  const int rows = p.s_q * p.heads;
+  if (warp >= groups * rows * kParts) return;
+  const int part = warp % kParts, gr = warp / kParts;
+  const int gl = gr / rows, r = gr % rows, g = grid.g_begin + gl;
+  const int rg = r / kHeadsPerCta, row = r % kHeadsPerCta;
+  const int64_t first = (static_cast<int64_t>(gl) * grid.rgroups + rg) * grid.nsplit;
+  const int nsplit = min(grid.nsplit, cuda_sparse_mla::list_nsplit(list_len<kDecode>(p, g), grid.chunk));
+  const float* lse = grid.part_lse + first * 64 + row;
+  const int d0 = part * (kLatent / kParts) + 4 * lane;  // + 128 j: this lane's dims
+  const float* src = grid.part_o + (first * 64 + row) * kLatent + d0;
+  float4 v[kBatch][kVec];
+  const auto load_batch = [&](int s) {
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k)
+#pragma unroll
+      for (int j = 0; j < kVec; ++j)
+        v[k][j] = s + k < nsplit ? *reinterpret_cast<const float4*>(src + (s + k) * kSplitStride + 128 * j)
+                                 : make_float4(0, 0, 0, 0);
+  };
+  const float lse_first = lane < nsplit ? lse[lane * 64] : -INFINITY;
+  load_batch(0);
+  float mx = lse_first;
+  for (int s = lane + 32; s < nsplit; s += 32) mx = fmaxf(mx, lse[s * 64]);
 #pragma unroll
   for (int d = 16; d > 0; d >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, d));
-  float acc[16] = {};
+  float acc[kVec][4] = {};
   float wsum = 0.f;
   if (mx != -INFINITY) {
-#pragma unroll 4
-    for (int s = 0; s < nsplit; ++s) {
-      const float l2 = so.part_lse[(first + s) * 64 + row];
-      const float wgt = exp2f(l2 - mx);
-      wsum += wgt;
-      const float* src = so.part_o + ((first + s) * 64 + row) * kLatent;
+    for (int s0 = 0; s0 < nsplit; s0 += 32) {
+      const int n = min(32, nsplit - s0);
+      const float l2 = s0 == 0 ? lse_first : lane < n ? lse[(s0 + lane) * 64] : -INFINITY;
+      const float mine = lane < n ? exp2f(l2 - mx) : 0.f;
+      for (int s = 0; s < n; s += kBatch) {
+        if (s0 + s > 0) load_batch(s0 + s);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float4 v = *reinterpret_cast<const float4*>(src + 128 * i + 4 * lane);
-        acc[4 * i] += wgt * v.x;
-        acc[4 * i + 1] += wgt * v.y;
-        acc[4 * i + 2] += wgt * v.z;
-        acc[4 * i + 3] += wgt * v.w;
+        for (int k = 0; k < kBatch; ++k) {
+          const float wgt = __shfl_sync(0xffffffffu, mine, (s + k) & 31);
+          if (s + k < n) {
+            wsum += wgt;
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) {
+              acc[j][0] += wgt * v[k][j].x;
+              acc[j][1] += wgt * v[k][j].y;
+              acc[j][2] += wgt * v[k][j].z;
+              acc[j][3] += wgt * v[k][j].w;
+            }
+          }
+        }
       }
     }
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  __nv_bfloat16* out = p.out + g * p.o_sg + head * p.o_sh;
+  const RowAt at = row_at(p, r);
+  __nv_bfloat16* out = p.out + g * p.o_sg + at.i * p.o_si + at.h * p.o_sh + d0;
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int d = 128 * i + 4 * lane;
-    *reinterpret_cast<__nv_bfloat162*>(out + d) = __floats2bfloat162_rn(acc[4 * i] * inv, acc[4 * i + 1] * inv);
-    *reinterpret_cast<__nv_bfloat162*>(out + d + 2) = __floats2bfloat162_rn(acc[4 * i + 2] * inv, acc[4 * i + 3] * inv);
+  for (int j = 0; j < kVec; ++j) {
+    *reinterpret_cast<__nv_bfloat162*>(out + 128 * j) = __floats2bfloat162_rn(acc[j][0] * inv, acc[j][1] * inv);
+    *reinterpret_cast<__nv_bfloat162*>(out + 128 * j + 2) = __floats2bfloat162_rn(acc[j][2] * inv, acc[j][3] * inv);
   }
-  if (lane == 0 && p.lse != nullptr)
-    p.lse[g * p.l_sg + head * p.l_sh] = wsum > 0.f ? (mx + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+  if (part == 0 && lane == 0 && p.lse != nullptr)
+    p.lse[g * p.l_sg + at.i * p.l_si + at.h * p.l_sh] = wsum > 0.f ? (mx + log2f(wsum)) * 0.6931471805599453f : -INFINITY;
+}
+
+// The combine's warps per row: 4 for calls of at most 512 rows, 2 up to 2048, else 1 (H200
+// figures: docs/kernels/hopper_mla.md, "Splits").
+template <bool kDecode>
+void launch_combine(const MlaParams& p, int groups, const Grid& grid, cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(groups) * p.s_q * p.heads;
+  const int parts = rows <= 512 ? 4 : rows <= 2048 ? 2 : 1;
+  const auto kernel = parts == 4   ? mla_sm90a_combine_kernel<kDecode, 4>
+                      : parts == 2 ? mla_sm90a_combine_kernel<kDecode, 2>
+                                   : mla_sm90a_combine_kernel<kDecode, 1>;
+  kernel<<<static_cast<unsigned>((rows * parts + 7) / 8), 256, 0, stream>>>(p, groups, grid);
 }
 
 bool aligned16(int64_t v) { return v % 16 == 0; }
 
 }  // namespace
 
-Sm90aPlan plan_sm90a(int64_t max_groups, int heads, int topk, int sm_count) {
+int row_groups_sm90a(int rows) { return std::max(1, (rows + kHeadsPerCta - 1) / kHeadsPerCta); }
+
+Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count) {
   // A kernel whose unsplit grid leaves SMs idle splits the list: the count with the least
   // modeled time, waves x (stages per split + a CTA's fixed cost) + the combine's, in units of a
   // stage. A grid that fills the SMs is never split (the workspace stays bounded by the SMs).
   constexpr double kCtaFixed = 3.0, kCombineLaunch = 2.0, kCombinePerSplit = 0.1;
   Sm90aPlan plan;
   const int tiles = std::max(1, (topk + kTileRows - 1) / kTileRows);
-  const int64_t ctas = max_groups <= 0 ? 0 : max_groups * std::max(1, heads / kHeadsPerCta);
+  const int64_t ctas = max_groups <= 0 ? 0 : max_groups * row_groups_sm90a(rows);
   int best = 1;
   if (ctas > 0 && ctas < sm_count) {
     double best_cost = 0;
@@ -679,19 +779,49 @@ Sm90aPlan plan_sm90a(int64_t max_groups, int heads, int topk, int sm_count) {
   return plan;
 }
 
-std::size_t workspace_bytes_sm90a(const Sm90aPlan& plan, int64_t groups, int heads) {
-  if (plan.nsplit <= 1 || groups <= 0) return 0;
-  const auto parts = static_cast<std::size_t>(groups) * static_cast<std::size_t>(std::max(1, heads / kHeadsPerCta)) *
-                     static_cast<std::size_t>(plan.nsplit);
-  return parts * kHeadsPerCta * (kLatent + 1) * sizeof(float);
+Sm90aPlan plan_decode_sm90a(int64_t max_groups, int rows, int sm_count) {
+  Sm90aPlan plan = plan_sm90a(max_groups, rows, kDecodeModelContext, sm_count);
+  plan.decode = true;
+  if (plan.nsplit == 1) {
+    plan.chunk = kWholeList;
+  } else {
+    plan.chunk = std::max(plan.chunk, kDecodeMinChunk);
+    plan.nsplit = (kDecodeModelContext + plan.chunk - 1) / plan.chunk;
+  }
+  return plan;
+}
+
+int call_nsplit_sm90a(const Sm90aPlan& plan, const MlaParams& p) {
+  if (!plan.decode) return plan.nsplit;
+  const int64_t positions = static_cast<int64_t>(p.max_blocks) * p.block_size;
+  return static_cast<int>(std::max<int64_t>(1, (positions + plan.chunk - 1) / plan.chunk));
+}
+
+namespace {
+constexpr std::size_t kPartBytes = std::size_t{kHeadsPerCta} * (kLatent + 1) * sizeof(float);
+constexpr std::size_t kDecodeWorkspaceCap = std::size_t{256} << 20;
+
+std::size_t group_part_bytes(int rows, int nsplit) {
+  return nsplit <= 1 ? 0 : static_cast<std::size_t>(row_groups_sm90a(rows)) * nsplit * kPartBytes;
+}
+}  // namespace
+
+std::size_t workspace_bytes_sm90a(const Sm90aPlan& plan, int64_t groups, int rows) {
+  if (!plan.decode) return groups <= 0 ? 0 : static_cast<std::size_t>(groups) * group_part_bytes(rows, plan.nsplit);
+  if (plan.chunk == kWholeList) return 0;
+  // Decode: a request may span the longest context (kWorkspaceContext); the groups of a call
+  // whose partials do not fit run in several launches.
+  const int nsplit = (cuda_sparse_mla::kWorkspaceContext + plan.chunk - 1) / plan.chunk;
+  const std::size_t per = group_part_bytes(rows, nsplit);
+  return std::max(per, std::min(per * static_cast<std::size_t>(std::max<int64_t>(1, groups)), kDecodeWorkspaceCap));
 }
 
 std::size_t smem_bytes_sm90a(CacheFormat format) {
   return format == CacheFormat::bf16 ? Cache<false>::kSmemBytes : Cache<true>::kSmemBytes;
 }
 
-std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t max_groups, int heads, int sm_count) {
-  const int64_t ctas = std::max<int64_t>(1, max_groups) * std::max(1, heads / kHeadsPerCta) * plan.nsplit;
+std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t max_groups, int rows, int sm_count) {
+  const int64_t ctas = std::max<int64_t>(1, max_groups) * row_groups_sm90a(rows) * plan.nsplit;
   const std::string pipeline =
       format == CacheFormat::bf16
           ? "a producer warpgroup copies 32-row stages of the list (cp.async) straight into the wgmma layout "
@@ -701,15 +831,28 @@ std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t ma
             "codes to f16 exactly in the wgmma layout (2 operand stages); two consumer warpgroups split S by "
             "dimension (wgmma m64n32k16 f16, group scales applied in f32) and own 256 output dims each (wgmma "
             "m64n128k16 per scale group, P x scale from registers)";
-  return "sm_90a kernel (mla_sparse_sm90a_cpasync_wgmma_ws, " + std::string(format == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla") +
-         " cache): 64 heads per CTA; " + pipeline + "; " + std::to_string(plan.nsplit) +
-         (plan.nsplit == 1 ? " split" : " splits") + " of " + std::to_string(plan.chunk) + " list entries" +
-         (plan.nsplit > 1 ? " and a combine kernel" : "") + "; a call of " +
-         std::to_string(std::max<int64_t>(1, max_groups)) + " tokens: " + std::to_string(ctas) + " CTAs on " +
-         std::to_string(sm_count) + " SMs";
+  const std::string cut =
+      !plan.decode ? std::to_string(plan.nsplit) + (plan.nsplit == 1 ? " split" : " splits") + " of " +
+                         std::to_string(plan.chunk) + " list entries" + (plan.nsplit > 1 ? " and a combine kernel" : "")
+      : plan.chunk == kWholeList
+          ? std::string("a request's positions in one split")
+          : "splits of " + std::to_string(plan.chunk) +
+                " positions, as many as a request's block table spans, and a combine kernel";
+  const std::string unit = plan.decode ? " requests: " : " tokens: ";
+  return "sm_90a kernel (mla_sparse_sm90a_cpasync_wgmma_ws, " +
+         std::string(format == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla") + " cache" +
+         (plan.decode ? ", dense decode through the block table" : "") + "): 64 (query, head) rows per CTA" +
+         (rows % kHeadsPerCta != 0 ? " (" + std::to_string(rows) + " rows: the last CTA's padded with zero queries)"
+                                   : std::string()) +
+         "; " + pipeline + "; " + cut + "; a call of " + std::to_string(std::max<int64_t>(1, max_groups)) + unit +
+         std::to_string(ctas) + " CTAs on " + std::to_string(sm_count) + " SMs" +
+         (plan.decode && plan.chunk != kWholeList
+              ? " at " + std::to_string(kDecodeModelContext) + " positions"
+              : std::string());
 }
 
-void launch_sparse_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, cudaStream_t stream) {
+void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, std::size_t workspace_bytes,
+                  cudaStream_t stream) {
   if (p.groups <= 0) return;
   const bool fp8 = p.format == CacheFormat::fp8_ds_mla;
   if (!aligned16(reinterpret_cast<uintptr_t>(p.kv)) || !aligned16(p.kv_sblock) || !aligned16(p.kv_stok)) {
@@ -719,29 +862,52 @@ void launch_sparse_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* worksp
                     " B) and row stride (" + std::to_string(p.kv_stok) +
                     " B) must be multiples of 16; select cuda.sparse_mla for this cache");
   }
+  const int rows = p.s_q * p.heads;
+  Grid grid;
+  grid.chunk = plan.chunk;
+  grid.nsplit = call_nsplit_sm90a(plan, p);
+  grid.rgroups = row_groups_sm90a(rows);
+  // Groups per launch: all of them unsplit, else as many as the workspace holds the partials of.
+  int64_t slab = p.groups;
+  if (grid.nsplit > 1) {
+    const std::size_t per = group_part_bytes(rows, grid.nsplit);
+    slab = workspace == nullptr ? 0 : std::min<int64_t>(p.groups, static_cast<int64_t>(workspace_bytes / per));
+    if (slab < 1) {
+      throw Error(ErrorCode::invalid_argument,
+                  "hopper.mla: this call cuts each " + std::string(p.decode ? "request's positions" : "token's list") +
+                      " into " + std::to_string(grid.nsplit) + " splits whose partials need " + std::to_string(per) +
+                      " bytes of workspace per " + (p.decode ? "request" : "token") + " and got " +
+                      std::to_string(workspace == nullptr ? 0 : workspace_bytes) +
+                      "; make the kernel with spec.max_tokens >= the call's tokens and pass ctx.workspace of "
+                      "Kernel::workspace_bytes()");
+    }
+  }
   int device = 0;
   LATTE_CUDA_TRY(cudaGetDevice(&device));
-  static std::atomic<uint64_t> smem_set_fp8{0}, smem_set_bf16{0};  // the shared-memory opt-in, once per device
-  const auto kernel = fp8 ? mla_sparse_sm90a_kernel<true> : mla_sparse_sm90a_kernel<false>;
+  static std::atomic<uint64_t> smem_set[4] = {};  // the shared-memory opt-in, once per device and kernel
+  const int which = (fp8 ? 1 : 0) + (p.decode ? 2 : 0);
+  const auto kernel = fp8 ? (p.decode ? mla_sparse_sm90a_kernel<true, true> : mla_sparse_sm90a_kernel<true, false>)
+                          : (p.decode ? mla_sparse_sm90a_kernel<false, true> : mla_sparse_sm90a_kernel<false, false>);
   const int smem = static_cast<int>(smem_bytes_sm90a(p.format));
-  cuda::allow_dynamic_smem(kernel, smem, device, fp8 ? smem_set_fp8 : smem_set_bf16);
-  const auto q8 = [](const void* ptr, int64_t s0, int64_t s1) {
-    return aligned16(reinterpret_cast<uintptr_t>(ptr)) && s0 % 8 == 0 && s1 % 8 == 0;
+  cuda::allow_dynamic_smem(kernel, smem, device, smem_set[which]);
+  const auto q8 = [](const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
+    return aligned16(reinterpret_cast<uintptr_t>(ptr)) && s0 % 8 == 0 && s1 % 8 == 0 && s2 % 8 == 0;
   };
-  const bool q_aligned = q8(p.q, p.q_sg, p.q_sh) && q8(p.q_rope, p.qr_sg, p.qr_sh);
-  SplitOut so;
-  if (plan.nsplit > 1) {
-    so.part_o = static_cast<float*>(workspace);
-    so.part_lse = so.part_o + static_cast<std::size_t>(p.groups) * (p.heads / kHeadsPerCta) * plan.nsplit * kHeadsPerCta *
-                                  kLatent;
-  }
-  const int64_t ctas = static_cast<int64_t>(p.groups) * (p.heads / kHeadsPerCta) * plan.nsplit;
-  kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p, plan.chunk, plan.nsplit, so, q_aligned);
-  LATTE_CUDA_TRY(cudaGetLastError());
-  if (plan.nsplit > 1) {
-    const int64_t warps = static_cast<int64_t>(p.groups) * p.heads;
-    mla_sm90a_combine_kernel<<<static_cast<unsigned>((warps + 7) / 8), 256, 0, stream>>>(p, plan.nsplit, so);
+  const bool q_aligned = q8(p.q, p.q_sg, p.q_si, p.q_sh) && q8(p.q_rope, p.qr_sg, p.qr_si, p.qr_sh);
+  for (int64_t g0 = 0; g0 < p.groups; g0 += slab) {
+    const int64_t n = std::min<int64_t>(slab, p.groups - g0);
+    grid.g_begin = static_cast<int>(g0);
+    if (grid.nsplit > 1) {
+      grid.part_o = static_cast<float*>(workspace);
+      grid.part_lse = grid.part_o + static_cast<std::size_t>(n) * grid.rgroups * grid.nsplit * kHeadsPerCta * kLatent;
+    }
+    const int64_t ctas = n * grid.rgroups * grid.nsplit;
+    kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p, grid, q_aligned);
     LATTE_CUDA_TRY(cudaGetLastError());
+    if (grid.nsplit > 1) {
+      (p.decode ? launch_combine<true> : launch_combine<false>)(p, static_cast<int>(n), grid, stream);
+      LATTE_CUDA_TRY(cudaGetLastError());
+    }
   }
 }
 
