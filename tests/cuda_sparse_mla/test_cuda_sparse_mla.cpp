@@ -2134,11 +2134,12 @@ TEST(HopperMlaPlan, DecodeSplitsFollowTheBlockTable) {
       hopper_mla::MlaParams p;
       p.decode = true;
       p.block_size = 64;
-      for (const int blocks : {1, 64, 2560}) {
+      for (const int blocks : {1, 64, 2560, INT32_MAX}) {  // the last: past any i32 length
         p.max_blocks = blocks;
         const int n = hopper_mla::call_nsplit_sm90a(plan, p);
-        EXPECT_GE(static_cast<int64_t>(n) * plan.chunk, int64_t{blocks} * 64) << at;
-        EXPECT_LT(static_cast<int64_t>(n - 1) * plan.chunk, int64_t{blocks} * 64) << at;
+        const int64_t positions = std::min<int64_t>(int64_t{blocks} * 64, INT32_MAX);
+        EXPECT_GE(static_cast<int64_t>(n) * plan.chunk, positions) << at;
+        EXPECT_LT(static_cast<int64_t>(n - 1) * plan.chunk, positions) << at;
       }
       const std::size_t ws = hopper_mla::workspace_bytes_sm90a(plan, requests, rows);
       if (requests == 0 || ctas >= 132) EXPECT_EQ(plan.chunk, hopper_mla::kWholeList) << at;

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "kernels/common/cp_async.cuh"
@@ -793,7 +794,9 @@ Sm90aPlan plan_decode_sm90a(int64_t max_groups, int rows, int sm_count) {
 
 int call_nsplit_sm90a(const Sm90aPlan& plan, const MlaParams& p) {
   if (!plan.decode) return plan.nsplit;
-  const int64_t positions = static_cast<int64_t>(p.max_blocks) * p.block_size;
+  // A request's length is an i32 (seq_lens): no split starts past INT32_MAX positions, whatever
+  // the table spans (and split x chunk stays in int).
+  const int64_t positions = std::min<int64_t>(static_cast<int64_t>(p.max_blocks) * p.block_size, INT32_MAX);
   return static_cast<int>(std::max<int64_t>(1, (positions + plan.chunk - 1) / plan.chunk));
 }
 
@@ -881,6 +884,15 @@ void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, st
                       "; make the kernel with spec.max_tokens >= the call's tokens and pass ctx.workspace of "
                       "Kernel::workspace_bytes()");
     }
+  }
+  // The grid of a launch stays within gridDim.x's limit.
+  const int64_t ctas_per_group = static_cast<int64_t>(grid.rgroups) * grid.nsplit;
+  slab = std::min<int64_t>(slab, INT32_MAX / ctas_per_group);
+  if (slab < 1) {
+    throw Error(ErrorCode::unsupported,
+                "hopper.mla: a request's " + std::to_string(grid.nsplit) + " splits of " + std::to_string(grid.chunk) +
+                    " positions (the block table's " + std::to_string(p.max_blocks) +
+                    " columns) exceed one launch's grid; pass a block table no wider than the longest request");
   }
   int device = 0;
   LATTE_CUDA_TRY(cudaGetDevice(&device));
