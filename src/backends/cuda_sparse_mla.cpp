@@ -40,10 +40,6 @@ Capabilities declared() {
   return caps;
 }
 
-int rows_of(const AttentionSpec& spec) {
-  return (spec.op == Op::mla_decode ? std::max(1, spec.s_q) : 1) * std::max(1, spec.num_heads);
-}
-
 class CudaSparseMlaKernel final : public Kernel {
  public:
   CudaSparseMlaKernel(const AttentionSpec& spec, const DeviceInfo& device)
@@ -52,11 +48,9 @@ class CudaSparseMlaKernel final : public Kernel {
         tuning_(tuning_from_env()) {
     const bool decode = spec.op == Op::mla_decode;
     // groups 0: a kernel made without spec.max_tokens (any call size; sized for kUnknownCallGroups)
-    const int64_t tokens = spec.max_tokens;
-    max_groups_ =
-        tokens <= 0 ? 0 : decode ? std::max<int64_t>(1, tokens / std::max(1, spec.s_q)) : tokens;
+    max_groups_ = max_groups_of(spec);
     const int work = decode ? kWorkspaceContext : std::max(1, spec.topk);
-    workspace_ = workspace_bytes_for(decode, spec.kv_cache, rows_of(spec), work, max_groups_, tuning_, device_);
+    workspace_ = workspace_bytes_for(decode, spec.kv_cache, rows_per_group(spec), work, max_groups_, tuning_, device_);
   }
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }

@@ -54,8 +54,8 @@ class HopperMlaKernel final : public Kernel {
   HopperMlaKernel(const AttentionSpec& spec, const DeviceInfo& device)
       : Kernel(spec, device.handle()),
         sm_count_(device.probed && device.sm_count > 0 ? device.sm_count : kDefaultSms),
-        rows_(rows_of(spec)),
-        max_groups_(groups_of(spec)),
+        rows_(cuda_sparse_mla::rows_per_group(spec)),
+        max_groups_(cuda_sparse_mla::max_groups_of(spec)),
         plan_(spec.op == Op::mla_decode ? plan_decode_sm90a(max_groups_, rows_, sm_count_)
                                         : plan_sm90a(max_groups_, rows_, std::max(1, spec.topk), sm_count_)),
         workspace_(workspace_bytes_sm90a(plan_, max_groups_, rows_)) {}
@@ -74,19 +74,9 @@ class HopperMlaKernel final : public Kernel {
   }
 
  private:
-  // (query, head) rows per group, and the groups of the kernel's largest call (0: not known):
-  // tokens for sparse_mla, requests for mla_decode.
-  static int rows_of(const AttentionSpec& spec) {
-    return (spec.op == Op::mla_decode ? std::max(1, spec.s_q) : 1) * std::max(1, spec.num_heads);
-  }
-  static int64_t groups_of(const AttentionSpec& spec) {
-    if (spec.max_tokens <= 0) return 0;
-    return spec.op == Op::mla_decode ? std::max<int64_t>(1, spec.max_tokens / std::max(1, spec.s_q)) : spec.max_tokens;
-  }
-
   int sm_count_;
-  int rows_;
-  int64_t max_groups_;
+  int rows_;            // (query, head) rows per group
+  int64_t max_groups_;  // groups of the kernel's largest call (0: not known)
   Sm90aPlan plan_;
   std::size_t workspace_;
 };

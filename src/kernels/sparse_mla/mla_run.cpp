@@ -105,6 +105,15 @@ MlaParams mla_params(const MlaDecodeProblem& s) {
   return p;
 }
 
+int rows_per_group(const AttentionSpec& spec) {
+  return (spec.op == Op::mla_decode ? std::max(1, spec.s_q) : 1) * std::max(1, spec.num_heads);
+}
+
+int64_t max_groups_of(const AttentionSpec& spec) {
+  if (spec.max_tokens <= 0) return 0;
+  return spec.op == Op::mla_decode ? std::max<int64_t>(1, spec.max_tokens / std::max(1, spec.s_q)) : spec.max_tokens;
+}
+
 MlaParams nominal_params(const AttentionSpec& spec, int64_t max_groups) {
   MlaParams p;
   p.decode = spec.op == Op::mla_decode;

@@ -14,6 +14,12 @@ namespace latte::cuda_sparse_mla {
 // A validated problem's raw parameters.
 MlaParams mla_params(const SparseMlaProblem& problem);
 MlaParams mla_params(const MlaDecodeProblem& problem);
+// A kernel's (query, head) rows per group: heads (sparse_mla, a group is a token) or s_q x heads
+// (mla_decode, a group is a request).
+int rows_per_group(const AttentionSpec& spec);
+// The groups of a kernel's largest call: spec.max_tokens tokens, or requests (max_tokens / s_q);
+// 0 when the spec does not say (a kernel for any call size).
+int64_t max_groups_of(const AttentionSpec& spec);
 // The parameters of a call of a kernel's size (a decode request spanning kWorkspaceContext),
 // for describe().
 MlaParams nominal_params(const AttentionSpec& spec, int64_t max_groups);
