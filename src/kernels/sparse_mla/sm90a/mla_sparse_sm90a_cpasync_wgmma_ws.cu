@@ -31,8 +31,10 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/cuda_check.cuh"
+#include "kernels/common/launch.hpp"
 #include "kernels/common/ldmatrix.cuh"
 #include "kernels/common/mma_sync.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/smem_limit.hpp"
 #include "kernels/common/sm90a_tma.cuh"
 #include "kernels/common/sm90a_wgmma.cuh"
@@ -157,20 +159,35 @@ __device__ __forceinline__ Span split_span(int len, int split, int chunk) {
   return {b, e > b ? e : b};
 }
 
-// Row r of a group (r < s_q x heads): query r / heads, head r % heads.
+// Row r of a group (r < s_q x heads): query r / heads, head r % heads. Sparse groups hold one
+// query (row = head). Decode: the quotient from a float reciprocal, corrected by one either way
+// (r < 512), not an integer division per call (a division per staged query chunk cost ~1200
+// instructions of every CTA's prologue).
 struct RowAt {
   int i, h;
 };
-__device__ __forceinline__ RowAt row_at(const MlaParams& p, int r) { return {r / p.heads, r % p.heads}; }
+template <bool kDecode>
+__device__ __forceinline__ RowAt row_at(const MlaParams& p, int r) {
+  if constexpr (!kDecode) {
+    return {0, r};
+  } else {
+    int i = __float2int_rz(__fdividef(static_cast<float>(r) + 0.5f, static_cast<float>(p.heads)));
+    int h = r - i * p.heads;
+    if (h < 0) --i, h += p.heads;
+    if (h >= p.heads) ++i, h -= p.heads;
+    return {i, h};
+  }
+}
 
 constexpr int kQChunks = kHeadsPerCta * (kDims / 8);  // 8-dim chunks of the CTA's 64 query rows
 static_assert(kQChunks % kThreads == 0, "every thread stages the same number of query chunks");
 
 // Chunk i of the CTA's query rows (row r0 + i / 72 of group g), null past the group's rows.
+template <bool kDecode>
 __device__ __forceinline__ const __nv_bfloat16* q_chunk(const MlaParams& p, int g, int r0, int rows, int i) {
   const int r = r0 + i / (kDims / 8), c = i % (kDims / 8);
   if (r >= rows) return nullptr;
-  const RowAt at = row_at(p, r);
+  const RowAt at = row_at<kDecode>(p, r);
   return c < kLatent / 8 ? p.q + g * p.q_sg + at.i * p.q_si + at.h * p.q_sh + 8 * c
                          : p.q_rope + g * p.qr_sg + at.i * p.qr_si + at.h * p.qr_sh + 8 * (c - kLatent / 8);
 }
@@ -178,14 +195,14 @@ __device__ __forceinline__ const __nv_bfloat16* q_chunk(const MlaParams& p, int 
 // The CTA's 64 query rows into the operand layout (fp8 rows: bf16 -> f16, exact in range); rows
 // past the group's are zeros (computed, never written out). All loads are issued before the first
 // store (one memory latency, not one per chunk); `q_aligned` (host-checked) picks 16-byte loads.
-template <bool kFp8>
+template <bool kFp8, bool kDecode>
 __device__ __forceinline__ void stage_q(const MlaParams& p, int g, int r0, int rows, bool q_aligned, uint8_t* base,
                                         int tid) {
   constexpr int kPer = kQChunks / kThreads;
   uint4 v[kPer];
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
-    const __nv_bfloat16* src = q_chunk(p, g, r0, rows, tid + k * kThreads);
+    const __nv_bfloat16* src = q_chunk<kDecode>(p, g, r0, rows, tid + k * kThreads);
     if (src == nullptr) {
       v[k] = make_uint4(0, 0, 0, 0);
     } else if (q_aligned) {
@@ -557,7 +574,7 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int r0, int r
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 16 * w + (l >> 2) + 8 * h;
-      k.last[h] = end + (r < rows ? row_at(p, r).i : 0);
+      k.last[h] = end + (r < rows ? row_at<kDecode>(p, r).i : 0);
     }
   }
   float(&m)[2] = k.m;
@@ -590,7 +607,7 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int r0, int r
     for (int h = 0; h < 2; ++h) {
       const int r = r0 + 16 * w + (l >> 2) + 8 * h;
       if (r >= rows) continue;
-      const RowAt at = row_at(p, r);
+      const RowAt at = row_at<kDecode>(p, r);
       __nv_bfloat16* out = p.out + g * p.o_sg + at.i * p.o_si + at.h * p.o_sh + 256 * c + 2 * (l & 3);
 #pragma unroll
       for (int j = 0; j < 32; ++j)
@@ -640,9 +657,12 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sparse_sm90a_kernel(const Mla
     }
     wg::mbarrier_init_fence();
   }
-  stage_q<kFp8>(p, g, r0, rows, q_aligned, base, tid);
+  stage_q<kFp8, kDecode>(p, g, r0, rows, q_aligned, base, tid);
   wg::fence_proxy_async_smem();
   __syncthreads();
+  // The combine (launched dependent) may start once every CTA is here; it waits for this grid's
+  // completion before reading a partial, so only its launch and index math overlap this kernel.
+  cuda::pdl_launch_dependents();
   // Registers: 384 threads launch with 168 each; the producers keep 56, the consumers take 224
   // (128 x 56 + 256 x 224 = 384 x 168).
   if (tid < 128) {
@@ -679,6 +699,7 @@ __global__ void __launch_bounds__(256) mla_sm90a_combine_kernel(const MlaParams 
   const int64_t first = (static_cast<int64_t>(gl) * grid.rgroups + rg) * grid.nsplit;
   const int nsplit = min(grid.nsplit, cuda_sparse_mla::list_nsplit(list_len<kDecode>(p, g), grid.chunk));
   const float* lse = grid.part_lse + first * 64 + row;
+  cuda::pdl_wait();  // the partials: written by the kernel this one overlaps
   const int d0 = part * (kLatent / kParts) + 4 * lane;  // + 128 j: this lane's dims
   const float* src = grid.part_o + (first * 64 + row) * kLatent + d0;
   float4 v[kBatch][kVec];
@@ -723,7 +744,7 @@ __global__ void __launch_bounds__(256) mla_sm90a_combine_kernel(const MlaParams 
     }
   }
   const float inv = wsum > 0.f ? 1.f / wsum : 0.f;
-  const RowAt at = row_at(p, r);
+  const RowAt at = row_at<kDecode>(p, r);
   __nv_bfloat16* out = p.out + g * p.o_sg + at.i * p.o_si + at.h * p.o_sh + d0;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
@@ -743,7 +764,8 @@ void launch_combine(const MlaParams& p, int groups, const Grid& grid, cudaStream
   const auto kernel = parts == 4   ? mla_sm90a_combine_kernel<kDecode, 4>
                       : parts == 2 ? mla_sm90a_combine_kernel<kDecode, 2>
                                    : mla_sm90a_combine_kernel<kDecode, 1>;
-  kernel<<<static_cast<unsigned>((rows * parts + 7) / 8), 256, 0, stream>>>(p, groups, grid);
+  // Programmatic dependent launch: the combine's launch overlaps the attention kernel's tail.
+  cuda::launch_ex(kernel, static_cast<unsigned>((rows * parts + 7) / 8), 256, 0, true, stream, p, groups, grid);
 }
 
 bool aligned16(int64_t v) { return v % 16 == 0; }
