@@ -2184,8 +2184,8 @@ TEST(HopperMlaCaps, BothCachesAtSixtyFourAndOneTwentyEightHeadsOnSm90) {
         ASSERT_FALSE(reasons.empty()) << at << " " << arch;
         EXPECT_EQ(reasons[0].code, "arch") << at << " " << arch;
       }
-      // The policy: the fp8 cache from 8 tokens per call, the bf16 cache at every token count.
-      const int first = fmt == CacheFormat::bf16 ? 1 : 8;
+      // The policy: the fp8 cache from 2 tokens per call, the bf16 cache at every token count.
+      const int first = fmt == CacheFormat::bf16 ? 1 : 2;
       sp.max_tokens = first;
       EXPECT_EQ(Context::global().explain(sp, describe_device("sm_90")).chosen, "hopper.mla") << at;
       if (fmt == CacheFormat::fp8_ds_mla) {
