@@ -75,6 +75,22 @@ TEST(Policy, BuiltinParsesAndSendsCpuToCpuBackends) {
   AttentionSpec h16 = glm5_tp1_fp8(128);
   h16.num_heads = 16;
   EXPECT_EQ(stack.rank(both, h16, describe_device("sm_90")).front().id, "cuda.sparse_mla");
+  // 16 heads over the bf16 cache: hopper.mla up to 4 tokens per call, the portable kernel beyond
+  // (and for an unknown count, and over the fp8 cache).
+  AttentionSpec h16_bf16 = glm5_sparse(1, CacheFormat::bf16);
+  h16_bf16.num_heads = 16;
+  for (const int64_t tokens : {int64_t{1}, int64_t{4}}) {
+    h16_bf16.max_tokens = tokens;
+    EXPECT_EQ(stack.rank(both, h16_bf16, describe_device("sm_90")).front().rule,
+              "defaults:built-in#hopper-sparse-mla-bf16-16-heads")
+        << tokens;
+  }
+  for (const int64_t tokens : {int64_t{0}, int64_t{8}, int64_t{128}}) {
+    h16_bf16.max_tokens = tokens;
+    EXPECT_EQ(stack.rank(both, h16_bf16, describe_device("sm_90")).front().id, "cuda.sparse_mla") << tokens;
+  }
+  h16.max_tokens = 1;
+  EXPECT_EQ(stack.rank(both, h16, describe_device("sm_90")).front().id, "cuda.sparse_mla");
   // Dense decode: hopper.mla first at 64 and 128 heads on sm_90 (any s_q, any request count), the
   // portable kernel at 16 heads and off sm_90.
   AttentionSpec dec = glm5_tp1_fp8(32);
