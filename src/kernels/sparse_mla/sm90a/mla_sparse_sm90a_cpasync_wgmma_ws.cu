@@ -161,8 +161,8 @@ __device__ __forceinline__ Span split_span(int len, int split, int chunk) {
 
 // Row r of a group (r < s_q x heads): query r / heads, head r % heads. Sparse groups hold one
 // query (row = head). Decode: the quotient from a float reciprocal, corrected by one either way
-// (r < 512), not an integer division per call (a division per staged query chunk cost ~1200
-// instructions of every CTA's prologue).
+// (r < 512): an integer division per staged query chunk is a prologue cost every CTA pays
+// (docs/kernels/hopper_mla.md).
 struct RowAt {
   int i, h;
 };
