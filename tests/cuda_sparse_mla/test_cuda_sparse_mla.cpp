@@ -503,6 +503,10 @@ std::vector<SparseCase> accuracy_cases() {
       {CacheFormat::fp8_ds_mla, 128, 2048, 64, 128, padded},
       {CacheFormat::fp8_ds_mla, 64, 2048, 64, 4096, padded},
       {CacheFormat::bf16, 16, 2048, 1, 4096, padded},
+      // the few-heads kernel's two n8 tiles of heads (kernels for more than 16 tokens): all 16
+      // real, and the second tile partly
+      {CacheFormat::fp8_ds_mla, 16, 2048, 64, 128, padded},
+      {CacheFormat::fp8_ds_mla, 12, 700, 16, 17, heavy},
   };
 }
 
@@ -526,9 +530,11 @@ TEST_F(CudaSparseMla, PeakedSoftmax) {
     auto s = setup_sparse(c, 99);
     run_vs_oracle(run, *s, "peaked " + name_of(c));
   }
-  SparseCase few{CacheFormat::fp8_ds_mla, 8, 300, 16, 4, IndexOpts{}, 40.f};  // the few-heads kernel
-  auto s = setup_sparse(few, 99);
-  run_vs_oracle(run, *s, "peaked " + name_of(few));
+  for (int heads : {8, 13}) {  // the few-heads kernel, one and two n8 tiles of heads (> 16 tokens)
+    SparseCase few{CacheFormat::fp8_ds_mla, heads, 300, 16, heads > 8 ? 17 : 4, IndexOpts{}, 40.f};
+    auto s = setup_sparse(few, 99);
+    run_vs_oracle(run, *s, "peaked " + name_of(few));
+  }
 }
 
 // Scores that rise along each token's KV list (the list sorted by head 0's score, invalid
@@ -538,8 +544,8 @@ TEST_F(CudaSparseMla, PeakedSoftmax) {
 TEST_F(CudaSparseMla, RisingScores) {
   Runner run;
   for (const auto& [f, heads] : {std::pair{CacheFormat::bf16, 64}, std::pair{CacheFormat::fp8_ds_mla, 64},
-                                 std::pair{CacheFormat::fp8_ds_mla, 8}}) {
-    // a kernel for 16 tokens: 4 splits of 512 (64 heads), 8 of 256 (8 heads: the few-heads kernel)
+                                 std::pair{CacheFormat::fp8_ds_mla, 8}, std::pair{CacheFormat::fp8_ds_mla, 16}}) {
+    // a kernel for 16 tokens: 4 splits of 512 (64 heads), 8 of 256 (8 / 16 heads: the few-heads kernel)
     SparseCase c{f, heads, 2048, 16, 16, IndexOpts{}, 10.f};
     auto s = setup_sparse(c, 5);
     const int64_t slots = s->cache.slots();
@@ -580,9 +586,9 @@ TEST_F(CudaSparseMla, RisingScores) {
 TEST_F(CudaSparseMla, WideKvScales) {
   Runner run;
   setenv("LATTE_CUDA_SPARSE_MLA_CHUNK", "2048", 1);
-  for (int heads : {8, 5}) {
+  for (int heads : {8, 5, 16, 11}) {  // 9-16 heads: the few-heads kernel from 17 tokens
     for (bool rising : {false, true}) {
-      SparseCase c{CacheFormat::fp8_ds_mla, heads, 2048, 16, 8, IndexOpts{}};
+      SparseCase c{CacheFormat::fp8_ds_mla, heads, 2048, 16, heads > 8 ? 17 : 8, IndexOpts{}};
       c.kv_amp_log2_span = 24.f;
       auto s = setup_sparse(c, 21 + heads);
       if (rising) {
@@ -637,6 +643,7 @@ TEST_F(CudaSparseMla, DeterministicAndBatchInvariant) {
       {CacheFormat::bf16, 64, 2048, 64, 256, IndexOpts{}},
       {CacheFormat::bf16, 128, 3000, 16, 30, IndexOpts{}},
       {CacheFormat::fp8_ds_mla, 8, 5000, 1, 64, IndexOpts{}},
+      {CacheFormat::fp8_ds_mla, 16, 2048, 64, 40, IndexOpts{}},
       {CacheFormat::bf16, 40, 63, 64, 200, IndexOpts{}},
       {CacheFormat::bf16, 8, 2048, 16, 40, IndexOpts{}},
       {CacheFormat::fp8_ds_mla, 64, 2048, 64, 1024, IndexOpts{}},  // a prefill-chunk kernel: one split
@@ -1069,7 +1076,9 @@ TEST_F(CudaSparseMla, SanitizerSmall) {
   unsetenv("LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY");
   const IndexOpts padded = row1_empty();
   for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 5, 300, 16, 3, padded},
-                              SparseCase{CacheFormat::fp8_ds_mla, 8, 700, 1, 2, padded}}) {
+                              SparseCase{CacheFormat::fp8_ds_mla, 8, 700, 1, 2, padded},
+                              SparseCase{CacheFormat::fp8_ds_mla, 12, 300, 16, 17, padded},
+                              SparseCase{CacheFormat::fp8_ds_mla, 16, 700, 1, 17, padded}}) {
     auto s = setup_sparse(c, 3);
     run_vs_oracle(run, *s, "few heads " + name_of(c));
   }
@@ -1372,13 +1381,13 @@ TEST_F(CudaSparseMla, NoRopeVsOracle) {
 TEST_F(CudaSparseMla, NoRopePeakedAndWideScales) {
   Runner run;
   for (NopeRows rows : {NopeRows::bf16_512, NopeRows::fp8_528, NopeRows::fp8_656}) {
-    for (int heads : {8, 64}) {
-      NopeCase c = nope_case(rows, heads, 700, 16, 4, true, IndexOpts{});
+    for (int heads : {8, 16, 64}) {
+      NopeCase c = nope_case(rows, heads, 700, 16, heads == 16 ? 17 : 4, true, IndexOpts{});
       c.base.q_amp = 40.f;
       auto s = setup_nope(c, 31 + heads);
       run_nope_vs_oracle(run, *s, "peaked " + name_of(c));
       if (rows == NopeRows::bf16_512) continue;
-      NopeCase w = nope_case(rows, heads, 2048, 16, 8, false, IndexOpts{});
+      NopeCase w = nope_case(rows, heads, 2048, 16, heads == 16 ? 17 : 8, false, IndexOpts{});
       w.base.kv_amp_log2_span = 24.f;
       auto sw = setup_nope(w, 41 + heads);
       run_nope_vs_oracle(run, *sw, "wide scales " + name_of(w));
@@ -1427,9 +1436,11 @@ TEST_F(CudaSparseMla, SanitizerNoRope) {
   const auto run_all = [&](const std::vector<NopeCase>& cs, const std::string& tag) {
     for (const NopeCase& c : cs) run_nope_vs_oracle(run, *setup_nope(c, 3), tag + name_of(c));
   };
-  // the few-heads kernel (fp8, <= 8 heads; the row-tile kernel on devices that hold one per SM)
+  // the few-heads kernel (fp8, <= 8 heads, 9-16 from 17 tokens; the row-tile kernel on devices
+  // that do not hold two per SM)
   run_all({nope_case(NopeRows::fp8_528, 5, 300, 16, 3, true), nope_case(NopeRows::fp8_656, 8, 700, 1, 2, true),
-           nope_case(NopeRows::fp8_656, 2, 64, 64, 3, false)},
+           nope_case(NopeRows::fp8_656, 2, 64, 64, 3, false), nope_case(NopeRows::fp8_528, 14, 300, 16, 17, true),
+           nope_case(NopeRows::fp8_656, 16, 700, 1, 17, false)},
           "few heads ");
   // the row-group kernel: whole CTAs, row groups past the heads, consecutive splits in one CTA
   const ScopedEnv forced("LATTE_CUDA_SPARSE_MLA_ROW_GROUPS", "1");
@@ -1454,6 +1465,7 @@ TEST_F(CudaSparseMla, TopkLensEqualsPaddedRows) {
   };
   const std::vector<Family> families = {
       {CacheFormat::fp8_ds_mla, 8, 2048, 16},    // few heads
+      {CacheFormat::fp8_ds_mla, 16, 2048, 16},   // few heads, two n8 tiles
       {CacheFormat::fp8_ds_mla, 64, 2048, 16},   // row tiles (32 rows)
       {CacheFormat::fp8_ds_mla, 64, 2176, 1},    // row tiles, 16 rows, dim split
       {CacheFormat::bf16, 64, 2048, 16},         // row groups
@@ -1634,8 +1646,10 @@ TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
         std::tuple{64, 64, 512}, std::tuple{64, 65, 2048}, std::tuple{128, 32, 1024}, std::tuple{128, 0, 512},
         std::tuple{128, 1023, 2048},
         std::tuple{128, 1024, 2048}, std::tuple{64, 4096, 2048},
-        std::tuple{64, 0, 512}, std::tuple{8, 1, 128}, std::tuple{8, 64, 256}, std::tuple{8, 512, 1024}, std::tuple{8, 4096, 1024},
-        std::tuple{8, 0, 256}}) {
+        std::tuple{64, 0, 512}, std::tuple{8, 1, 128}, std::tuple{8, 32, 256}, std::tuple{8, 33, 512},
+        std::tuple{8, 64, 512}, std::tuple{8, 512, 1024}, std::tuple{8, 4096, 1024}, std::tuple{8, 0, 256},
+        std::tuple{16, 8, 128}, std::tuple{16, 16, 256}, std::tuple{16, 17, 256}, std::tuple{16, 64, 512}, std::tuple{16, 128, 1024},
+        std::tuple{16, 0, 256}}) {
     p.heads = heads;
     for (int groups : {1, 8}) {
       if (max_groups > 0 && groups > max_groups) continue;
@@ -1682,20 +1696,22 @@ TEST(CudaSparseMlaPlan, DimSplitRule) {
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, forced, kLargeCalls).dim_split, 1);
 }
 
-// Host-only: the few-heads kernel serves fp8 sparse calls of at most 8 heads at every T (one
-// row tile, no dim split) on devices that hold two of its CTAs per SM (the H200), never bf16,
+// Host-only: the few-heads kernel serves fp8 sparse calls of at most 8 heads at every T, of 9-16
+// heads in kernels for more than 16 tokens (one row tile, no dim split) on devices that hold two
+// of its CTAs per SM (the H200), never bf16,
 // dense decode or more heads, nor on an A100 or a 100 KB-per-SM GPU (sm_86 / sm_89 / sm_120,
-// where its one CTA per block still fits).
+// where one CTA of the 8-head variant per block still fits).
 TEST(CudaSparseMlaPlan, FewHeadsKernelRule) {
   cuda_sparse_mla::MlaParams p;
   p.format = CacheFormat::fp8_ds_mla;
   p.topk = 2048;
-  for (int heads : {1, 5, 8, 9, 16})
+  for (int heads : {1, 5, 8, 9, 16, 17, 32})
     for (int groups : {1, 128, 4096}) {
       p.heads = heads;
       p.groups = groups;
       const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, groups);
-      EXPECT_EQ(plan.few_heads, heads <= 8) << heads << " heads, " << groups << " groups";
+      // 9-16 heads: not in kernels for at most 16 groups
+      EXPECT_EQ(plan.few_heads, heads <= 8 || (heads <= 16 && groups > 16)) << heads << " heads, " << groups << " groups";
       if (plan.few_heads) {
         EXPECT_EQ(plan.row_tiles, 1);
         EXPECT_EQ(plan.dim_split, 1);
@@ -1716,7 +1732,13 @@ TEST(CudaSparseMlaPlan, FewHeadsKernelRule) {
   p.max_blocks = 64;
   p.block_size = 64;
   EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).few_heads);
-  EXPECT_LE(cuda_sparse_mla::sparse_fp8_fewheads_smem_bytes(), 101376u);
+  EXPECT_LE(cuda_sparse_mla::sparse_fp8_fewheads_smem_bytes(8), 101376u);
+  p.decode = false;  // 16 heads: two CTAs per SM on the H200 only
+  p.heads = 16;
+  EXPECT_TRUE(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, kLargeCalls).few_heads);
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {108, kA100SmemPerSm}, 1 << 30, {}, kLargeCalls).few_heads);
+  EXPECT_FALSE(cuda_sparse_mla::make_plan(p, {188, 101376 + 1024}, 1 << 30, {}, kLargeCalls).few_heads);
+  EXPECT_GT(cuda_sparse_mla::sparse_fp8_fewheads_smem_bytes(16), 101376u);
 }
 
 // Host-only: the row-group kernel serves bf16 calls (sparse and dense decode) whose rows are a

@@ -84,7 +84,7 @@ struct MlaPlan {
                         // a result bit
   int dim_split = 1;    // 2: two CTAs per (group, row tile, split), each writing 256 output
                         // dims (16-row tiles at 2 CTAs per SM); never changes a result bit
-  bool few_heads = false;  // the few-heads kernel (fp8 sparse, at most 8 heads on the mma's N
+  bool few_heads = false;  // the few-heads kernel (fp8 sparse, at most 16 heads on the mma's N
                            // dimension, row_tiles 1); chosen by format and heads only
   bool row_groups = false;  // the row-group kernel (bf16, 64-row tiles, warp pairs own 16-row
                             // groups); chosen by format, rows and the kernel's size only
@@ -132,10 +132,12 @@ int chunk_tokens(bool decode, CacheFormat format, int rows, int64_t max_groups, 
 // The few-heads kernel (heads on the mma's N dimension) serves sparse calls over the fp8 cache
 // with at most kFewHeadsMax rows on devices whose shared memory holds two of its CTAs per SM
 // (sm_90 / sm_100: the configuration measured on the H200; sm_80 / sm_86 / sm_89 / sm_120 hold
-// one and keep the row-tile kernel until it is measured there), unless
-// LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1.
-inline constexpr int kFewHeadsMax = 8;
-bool few_heads_kernel(bool decode, CacheFormat format, int rows, const Tuning& tuning, const PlanDevice& device);
+// one of the 8-head variant and none of the 16-head one, and keep the row-tile kernel until it
+// is measured there), unless LATTE_CUDA_SPARSE_MLA_ROW_TILE_ONLY=1; 9-16 rows only in kernels
+// for more than 16 groups (or of unknown size, max_groups 0).
+inline constexpr int kFewHeadsMax = 16;
+bool few_heads_kernel(bool decode, CacheFormat format, int rows, int64_t max_groups, const Tuning& tuning,
+                      const PlanDevice& device);
 // The row-group kernel (mla_bf16_rowgroups_mma_sync.cu) serves sparse and dense-decode calls over
 // the bf16 cache whose rows (s_q x heads) are a multiple of kRowGroupsRows (64, 128 heads: whole
 // CTAs, no padded row computed), in kernels made for more than kSmallCallGroups groups or of

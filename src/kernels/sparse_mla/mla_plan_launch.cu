@@ -64,9 +64,13 @@ bool row_groups_kernel(CacheFormat format, int rows, int64_t max_groups, const T
   return rows % kRowGroupsRows == 0 && (max_groups == 0 || max_groups > kSmallCallGroups);
 }
 
-bool few_heads_kernel(bool decode, CacheFormat format, int rows, const Tuning& tuning, const PlanDevice& device) {
-  const auto two_fit = 2 * static_cast<int64_t>(sparse_fp8_fewheads_smem_bytes() + 1024) <= device.smem_per_sm;
-  return tuning.row_tile_only == 0 && two_fit && !decode && format == CacheFormat::fp8_ds_mla && rows <= kFewHeadsMax;
+bool few_heads_kernel(bool decode, CacheFormat format, int rows, int64_t max_groups, const Tuning& tuning,
+                      const PlanDevice& device) {
+  if (tuning.row_tile_only != 0 || decode || format != CacheFormat::fp8_ds_mla || rows > kFewHeadsMax) return false;
+  // 9-16 heads (two n8 tiles) in kernels for at most 16 groups: the row-tile kernel is faster
+  // (H200, 16 heads, T = 1 / 8 / 16: 19.6 / 21.0 / 25.2 against 22.9 / 23.2 / 25.7 us)
+  if (rows > 8 && max_groups > 0 && max_groups <= 2 * kSmallCallGroups) return false;
+  return 2 * static_cast<int64_t>(sparse_fp8_fewheads_smem_bytes(rows) + 1024) <= device.smem_per_sm;
 }
 
 // KV tokens per split. A function of the op, the rows per group and the kernel's largest call
@@ -97,7 +101,12 @@ int chunk_tokens(bool decode, CacheFormat format, int rows, int64_t max_groups, 
   const bool row_groups = row_groups_kernel(format, rows, max_groups, tuning);
   // Dense decode: few requests keep short splits (latency); more take long ones (fewer partials).
   if (decode) return rows <= 16 || small_calls ? 1024 : row_groups ? 2048 : 4096;
-  if (few_heads_kernel(decode, format, rows, tuning, device) && max_groups > kMediumCallGroups) return 1024;
+  if (few_heads_kernel(decode, format, rows, max_groups, tuning, device)) {
+    // about one wave of 2 CTAs per SM (H200, kernels for 64 tokens, chunk 256 / 512: 8 heads T =
+    // 64 50.9 / 41.1 us, 16 heads 65.9 / 46.7; T = 32 through kernels for 32 tokens: 256)
+    if (max_groups > kMediumCallGroups) return 1024;
+    if (max_groups > kMediumCallGroups / 2) return 512;
+  }
   if (rows <= 16) return prefill_calls ? 1024 : small_calls ? 128 : 256;
   // Large calls: a topk-2048 list in one split (no partials), except row-group decode batches.
   if (max_groups > kMediumCallGroups) return row_groups && !prefill_calls ? 1024 : 2048;
@@ -167,10 +176,10 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
     plan.row_tile = tuning.row_tile;
   }
   plan.row_tiles = (plan.rows + plan.row_tile - 1) / plan.row_tile;
-  // At most 8 heads over the fp8 cache: the few-heads kernel (heads on the mma's N dimension, no
-  // padded head computed, one row tile; 2 CTAs per SM and no dim split, below). A function of
-  // format, heads and device only, like the split, so batch invariant.
-  plan.few_heads = few_heads_kernel(p.decode, p.format, plan.rows, tuning, device);
+  // At most 16 heads over the fp8 cache: the few-heads kernel (heads on the mma's N dimension,
+  // one row tile; 2 CTAs per SM and no dim split, below). A function of format, heads, the
+  // kernel's size and the device only, like the split, so batch invariant.
+  plan.few_heads = few_heads_kernel(p.decode, p.format, plan.rows, max_groups, tuning, device);
   if (plan.few_heads) plan.row_tiles = 1;
   // bf16 calls of 64 / 128 rows: the row-group kernel (64-row tiles, one CTA per SM, no dim
   // split, below). A function of format, rows and the kernel's size, like the split, so batch

@@ -26,11 +26,13 @@ struct FwdConfig {
 constexpr int fwd_warps(bool fp8, int warps) { return warps == 4 || warps == 8 ? warps : fp8 ? 8 : 4; }
 
 // The few-heads kernel (mla_sparse_fp8_fewheads_mma_sync.cu, see few_heads_kernel): sparse MLA over
-// the fp8_ds_mla cache for at most kFewHeadsMax heads, the heads on the mma's N dimension; one
-// row tile per group. Rows with or without rope (p.rope). `grid`: (groups of the launch) x splits.
+// the fp8_ds_mla cache for at most kFewHeadsMax heads, the heads on the mma's N dimension (one n8
+// tile up to 8 heads, two up to 16); one row tile per group. Rows with or without rope (p.rope).
+// `grid`: (groups of the launch) x splits.
 void launch_sparse_fp8_fewheads(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                                 cudaStream_t stream);
-std::size_t sparse_fp8_fewheads_smem_bytes();
+// Its shared memory per CTA for calls of `heads` heads (with rope, the larger configuration).
+std::size_t sparse_fp8_fewheads_smem_bytes(int heads);
 
 // The row-group kernel (mla_bf16_rowgroups_mma_sync.cu, see row_groups_kernel): sparse MLA and
 // dense decode over the bf16 cache in tiles of kRowGroupsRows rows. `grid`: (groups of the

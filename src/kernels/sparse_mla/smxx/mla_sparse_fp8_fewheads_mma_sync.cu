@@ -1,7 +1,8 @@
-// Sparse MLA over the fp8_ds_mla cache for at most 8 heads per call (GLM-5 at TP8,
-// DeepSeek-V3.2 at TP16): the heads are the mma's N dimension (n8) and the KV tokens its M
-// dimension, so no mma lane computes a padded head and every e4m3 byte is converted once per CTA
-// for QK and once for PV, whatever the head count. sm_80 ... sm_120 (mma.sync, ldmatrix,
+// Sparse MLA over the fp8_ds_mla cache for at most 16 heads per call (GLM-5 at TP8 / TP4,
+// DeepSeek-V3.2 at TP16 / TP8): the heads are the mma's N dimension (one or two n8 tiles) and the
+// KV tokens its M dimension, so no mma lane computes a padded head beyond the n8 tile and every
+// e4m3 byte is converted once per CTA for QK and once for PV, whatever the head count (with 16
+// heads each converted fragment feeds two mma). sm_80 ... sm_120 (mma.sync, ldmatrix,
 // cp.async; the e4m3 -> f16 conversion instruction on sm_89+). Design notes:
 // docs/kernels/sparse_mla.md, "Few heads".
 //
@@ -10,14 +11,16 @@
 // copy instruction reads 128 contiguous bytes of four rows). Measured against this layout and
 // slower on the H200 (docs/kernels/sparse_mla.md): 32-token tiles with 4 stages (more bytes in
 // flight), 8 warps on 64-token tiles, an L2 prefetch of the tile after next. Per tile:
-//   QK  warp w: S^T[16 tokens x 8 heads] for tokens 16w .. 16w+15 over all 576 dims; the e4m3
-//       rows are the A operand (plain ldmatrix), Q^T the B operand, held in registers for the
-//       whole CTA. One accumulator per scale group, then times the token's group scale.
+//   QK  warp w: S^T[16 tokens x NH heads] for tokens 16w .. 16w+15 over all 576 dims; the e4m3
+//       rows are the A operand (plain ldmatrix), Q^T the B operand: 8 heads, held in registers
+//       for the whole CTA; 16 heads (144 registers would not fit), in shared memory and read
+//       by ldmatrix per k step. One accumulator per scale group, then times the token's group
+//       scale.
 //   SM  per head, the online softmax in the log2 domain with lazy rescaling (the reference max
 //       moves only when a tile's max exceeds it by more than 8), speculatively: each warp
 //       computes P with the current reference and publishes its tile maxima; only when one
 //       exceeds its reference (the first tiles) do the warps recompute P with the new one.
-//   PV  warp w: O^T[128 dims (scale group w) x 8 heads] += V^T P'^T, V^T by ldmatrix.trans on
+//   PV  warp w: O^T[128 dims (scale group w) x NH heads] += V^T P'^T, V^T by ldmatrix.trans on
 //       the e4m3 rows; P' = P x the token's group-w scale / 2^e_ref, e_ref a power of two that
 //       moves (rescaling O exactly) only when a tile's largest scale reaches 2^(e_ref + 7), so P'
 //       stays below 2^15 and fits f16.
@@ -48,8 +51,12 @@
 namespace latte::cuda_sparse_mla {
 namespace {
 
-template <bool ROPE>
+// NH: heads per CTA, 8 (one n8 tile) or 16 (two).
+template <bool ROPE, int NH>
 struct FewHeadsCfg {
+  static_assert(NH == 8 || NH == 16, "one or two n8 tiles of heads");
+  static constexpr int NT = NH / 8;
+  static constexpr bool kQInSmem = NH > 8;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 128;
   static constexpr int BN = 64;             // tokens per tile (16 per warp in QK)
@@ -58,21 +65,30 @@ struct FewHeadsCfg {
   static constexpr int FULL = ROWB / 128;   // 128-byte column blocks of a row; then one 16-byte chunk
   static constexpr int NSTAGE = 2;
   static constexpr int PSTRIDE = BN + 8;    // floats per head row of P (conflict-free PV loads)
+  // 16 bit values per head row of Q^T (16 heads): the latent dims (in the fragments' order), the
+  // rope; an odd number of 16-byte chunks, so the eight rows of an ldmatrix hit eight bank groups
+  static constexpr int QSTRIDE = (ROPE ? 576 : 512) + 8;
   static constexpr int ST_OFF = 0;
   static constexpr int P_OFF = ST_OFF + NSTAGE * BN * ROWB;
-  static constexpr int VALID_OFF = P_OFF + kFewHeadsMax * PSTRIDE * 4;
+  static constexpr int Q_OFF = P_OFF + NH * PSTRIDE * 4;
+  static constexpr int VALID_OFF = Q_OFF + (kQInSmem ? NH * QSTRIDE * 2 : 0);
   static constexpr int MAX_OFF = VALID_OFF + NSTAGE * BN * 4;   // [warp][head] tile maxima
-  static constexpr int LSUM_OFF = MAX_OFF + kWarps * 8 * 4;     // [warp][head] softmax sums
-  static constexpr int FLAG_OFF = LSUM_OFF + kWarps * 8 * 4;
+  static constexpr int LSUM_OFF = MAX_OFF + kWarps * NH * 4;    // [warp][head] softmax sums
+  static constexpr int FACTOR_OFF = LSUM_OFF + kWarps * NH * 4; // [head] latent factors (16 heads)
+  static constexpr int FLAG_OFF = FACTOR_OFF + NH * 4;
   static constexpr int SMEM = FLAG_OFF + 16;
-  static_assert(SMEM <= 101376, "shared memory over the sm_86/sm_89/sm_120 limit");
-  static_assert(P_OFF % 16 == 0 && VALID_OFF % 16 == 0, "alignment");
+  // 8 heads fit the 100 KB parts (sm_86 / sm_89 / sm_120); both fit two CTAs per SM on sm_90
+  // (228 KB per SM, 1 KB reserved per block)
+  static_assert(NH > 8 || SMEM <= 101376, "shared memory over the sm_86/sm_89/sm_120 limit");
+  static_assert(2 * (SMEM + 1024) <= 233472, "two CTAs per SM on sm_90");
+  static_assert(P_OFF % 16 == 0 && Q_OFF % 16 == 0 && VALID_OFF % 16 == 0, "alignment");
+  static_assert(QSTRIDE % 16 == 8, "Q^T rows an odd number of 16-byte chunks apart");
 };
 
-template <bool ROPE>
-__global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
+template <bool ROPE, int NH>
+__global__ void __launch_bounds__(FewHeadsCfg<ROPE, NH>::kThreads, 2)
     mla_sparse_fp8_fewheads_kernel(const MlaParams p, const LaunchArgs la) {
-  using C = FewHeadsCfg<ROPE>;
+  using C = FewHeadsCfg<ROPE, NH>;
   using namespace latte::cuda::sm80;
   using latte::cuda::e4m3x2_hi_to_f16x2;
   using latte::cuda::e4m3x2_to_f16x2;
@@ -80,7 +96,8 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
   using latte::cuda::e4m3x4_odd_to_bf16x2;
   using latte::cuda::mma_bf16_m16n8k16;
   using latte::cuda::mma_f16_m16n8k16;
-  constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PSTRIDE = C::PSTRIDE;
+  constexpr int BN = C::BN, ROWB = C::ROWB, NSTAGE = C::NSTAGE, PSTRIDE = C::PSTRIDE, NT = C::NT;
+  constexpr bool kQInSmem = C::kQInSmem;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   constexpr bool kF16 = true;
 #else
@@ -103,6 +120,8 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
   float* const sMax = reinterpret_cast<float*>(smem + C::MAX_OFF);
   float* const sLsum = reinterpret_cast<float*>(smem + C::LSUM_OFF);
   int* const sFlag = reinterpret_cast<int*>(smem + C::FLAG_OFF);
+  uint32_t* const sQ32 = reinterpret_cast<uint32_t*>(smem + C::Q_OFF);  // 16 heads: Q^T, pairs of dims
+  float* const sFactor = reinterpret_cast<float*>(smem + C::FACTOR_OFF);
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, c = lane & 3;
@@ -154,26 +173,31 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
   const int raw0 = fetch_index(0);
   int raw_next = fetch_index(1);
 
-  // ---- Q^T as B fragments in registers. The loads are issued before tile 0's gather, which
-  // waits for its slot indices, so both round trips overlap; the conversion runs while tile 0
-  // is in flight. Lane (g, c) holds
-  // head g's dims 4c .. 4c+3 of every 16-dim latent segment (the order in which the A
-  // fragments take the e4m3 bytes: f16 dims (4c, 4c+1) / (4c+2, 4c+3), bf16 (4c, 4c+2) /
-  // (4c+1, 4c+3)) and rope dims 2c, 2c+1 and 2c+8, 2c+9 of every 16-dim rope step. Heads past
-  // `heads` are zero. ----
-  uint32_t qlat[32][2], qrope[4][2];
-  float head_factor[2];  // heads 2c, 2c+1: 2^(E_head - kQExp + kKExp), the latent partial's factor
+  // ---- Q^T as B fragments. The loads are issued before tile 0's gather, which waits for its
+  // slot indices, so both round trips overlap; the conversion runs while tile 0 is in flight.
+  // Lane (g, c) takes head qh's dims 4c .. 4c+3 of every 16-dim latent segment (the order in
+  // which the A fragments take the e4m3 bytes: f16 dims (4c, 4c+1) / (4c+2, 4c+3), bf16 (4c,
+  // 4c+2) / (4c+1, 4c+3)) and rope dims 2c, 2c+1 and 2c+8, 2c+9 of every 16-dim rope step: 8
+  // heads, every warp holds them in registers (qh = g); 16 heads, warps 0 and 1 store heads g
+  // and 8 + g to shared memory, each pair of values at the position of its B fragment in the
+  // k16 step (2c; 8 + 2c), so that ldmatrix hands every lane its fragments of both n8 tiles.
+  // Heads past `heads` are zero. ----
+  uint32_t qlat[kQInSmem ? 1 : 32][2], qrope[kQInSmem ? 1 : 4][2];
+  float head_factor[NT][2];  // heads 8nt + 2c, +1: 2^(E_head - kQExp + kKExp), the latent partial's factor
   {
-    const bool live = g < heads;
-    const __nv_bfloat16* const src = p.q + grp * p.q_sg + (live ? g : 0) * p.q_sh;
-    const __nv_bfloat16* const rope_src = ROPE ? p.q_rope + grp * p.qr_sg + (live ? g : 0) * p.qr_sh : nullptr;
+    const int qh = (kQInSmem ? 8 * warp : 0) + g;
+    const bool stager = !kQInSmem || warp < NT;
+    const bool live = stager && qh < heads;
+    const __nv_bfloat16* const src = p.q + grp * p.q_sg + (live ? qh : 0) * p.q_sh;
+    const __nv_bfloat16* const rope_src = ROPE ? p.q_rope + grp * p.qr_sg + (live ? qh : 0) * p.qr_sh : nullptr;
     uint2 raw[32];
 #pragma unroll
     for (int s = 0; s < 32; ++s) raw[s] = live ? *reinterpret_cast<const uint2*>(src + 16 * s + 4 * c) : make_uint2(0, 0);
+    uint32_t rope_raw[ROPE ? 4 : 1][2];
 #pragma unroll
     for (int r = 0; r < (ROPE ? 4 : 0); ++r) {
-      qrope[r][0] = live ? *reinterpret_cast<const uint32_t*>(rope_src + 16 * r + 2 * c) : 0u;
-      qrope[r][1] = live ? *reinterpret_cast<const uint32_t*>(rope_src + 16 * r + 8 + 2 * c) : 0u;
+      rope_raw[r][0] = live ? *reinterpret_cast<const uint32_t*>(rope_src + 16 * r + 2 * c) : 0u;
+      rope_raw[r][1] = live ? *reinterpret_cast<const uint32_t*>(rope_src + 16 * r + 8 + 2 * c) : 0u;
     }
     if (n_tiles > 0) issue_tile(0, 0, raw0);
     cuda::cp_async_commit();
@@ -193,37 +217,73 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
     const int k2 = kQExp - E, k1 = k2 / 2;
     const float s1 = __uint_as_float(static_cast<uint32_t>(127 + k1) << 23);
     const float s2 = __uint_as_float(static_cast<uint32_t>(127 + k2 - k1) << 23);
+    // 16 heads: head qh's row of Q^T, as 32-bit pairs of 16-bit values
+    uint32_t* const q_row = sQ32 + qh * (C::QSTRIDE / 2);
 #pragma unroll
     for (int s = 0; s < 32; ++s) {
       const float d0 = __uint_as_float(raw[s].x << 16) * s1 * s2;
       const float d1 = __uint_as_float(raw[s].x & 0xFFFF0000u) * s1 * s2;
       const float d2 = __uint_as_float(raw[s].y << 16) * s1 * s2;
       const float d3 = __uint_as_float(raw[s].y & 0xFFFF0000u) * s1 * s2;
-      if constexpr (kF16) {
-        qlat[s][0] = pack_f16x2(d0, d1);
-        qlat[s][1] = pack_f16x2(d2, d3);
+      const uint32_t lo = kF16 ? pack_f16x2(d0, d1) : pack_bf16x2(d0, d2);
+      const uint32_t hi = kF16 ? pack_f16x2(d2, d3) : pack_bf16x2(d1, d3);
+      if constexpr (kQInSmem) {
+        if (stager) {
+          q_row[8 * s + c] = lo;
+          q_row[8 * s + 4 + c] = hi;
+        }
       } else {
-        qlat[s][0] = pack_bf16x2(d0, d2);
-        qlat[s][1] = pack_bf16x2(d1, d3);
+        qlat[s][0] = lo;
+        qlat[s][1] = hi;
       }
     }
-    // the factor of head g, handed to the lanes that hold heads 2c and 2c+1 in S^T
+#pragma unroll
+    for (int r = 0; r < (ROPE ? 4 : 0); ++r) {
+      if constexpr (kQInSmem) {
+        if (stager) {
+          q_row[256 + 8 * r + c] = rope_raw[r][0];
+          q_row[256 + 8 * r + 4 + c] = rope_raw[r][1];
+        }
+      } else {
+        qrope[r][0] = rope_raw[r][0];
+        qrope[r][1] = rope_raw[r][1];
+      }
+    }
     const float f = ldexpf(1.f, E - kQExp + kKExp);
-    head_factor[0] = __shfl_sync(0xffffffffu, f, (2 * c) * 4);
-    head_factor[1] = __shfl_sync(0xffffffffu, f, (2 * c + 1) * 4);
+    if constexpr (kQInSmem) {
+      // every head's factor through shared memory, to the lanes that hold heads 8nt + 2c, +1
+      if (stager && c == 0) sFactor[qh] = f;
+      __syncthreads();
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) head_factor[nt][e] = sFactor[8 * nt + 2 * c + e];
+    } else {
+      // the factor of head g, handed to the lanes that hold heads 2c and 2c+1 in S^T
+      head_factor[0][0] = __shfl_sync(0xffffffffu, f, (2 * c) * 4);
+      head_factor[0][1] = __shfl_sync(0xffffffffu, f, (2 * c + 1) * 4);
+    }
   }
+  // 16 heads: this lane's ldmatrix row of Q^T: matrix lane / 8 = (heads 0-7 | 8-15) x (k 0-7 |
+  // 8-15) of a k16 step, i.e. the B fragments (b0, b1) of n tile 0, then of n tile 1
+  const uint32_t q_ld = cuda::smem_addr(sQ32) + ((lane & 7) + 8 * (lane >> 4)) * (C::QSTRIDE * 2) + ((lane >> 3) & 1) * 16;
 
-  // Softmax state: the reference max of head lane % 8 (the same in every warp), the lane's
-  // partial sums of heads 2c, 2c+1 over its tokens.
+  // Softmax state: the reference max of head lane % NH (the same in every warp), the lane's
+  // partial sums of heads 8nt + 2c, +1 over its tokens.
   float m_ref = -INFINITY;
-  float l_part[2] = {0.f, 0.f};
+  float l_part[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) l_part[nt][0] = l_part[nt][1] = 0.f;
   int e_ref = -1000;  // scale exponent reference of group `warp` (unset)
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  float O[8][4];  // m tiles 2jb (even dims) / 2jb+1 (odd dims) of 32-dim block jb; cols heads 2c, 2c+1
+  // n tile nt, m tiles 2jb (even dims) / 2jb+1 (odd dims) of 32-dim block jb; cols heads 8nt + 2c, +1
+  float O[NT][8][4];
 #pragma unroll
-  for (int m = 0; m < 8; ++m)
+  for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) O[m][e] = 0.f;
+    for (int m = 0; m < 8; ++m)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) O[nt][m][e] = 0.f;
 
   for (int j = 0; j < n_tiles; ++j) {
     cuda::cp_async_wait<0>();
@@ -236,11 +296,13 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
     const uint32_t st_u32 = cuda::smem_addr(st);
 
     // ---------------- QK: S^T for tokens 16w .. 16w+15 ----------------
-    float acc[5][4];
+    float acc[NT][5][4];
 #pragma unroll
-    for (int a = 0; a < 5; ++a)
+    for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[a][e] = 0.f;
+      for (int a = 0; a < 5; ++a)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[nt][a][e] = 0.f;
     // A rows: token 16w + (lane & 15), bytes + 16 (lane >> 4): matrices (tokens 0-7, bytes
     // 0-15), (8-15, 0-15), (0-7, 16-31), (8-15, 16-31) of a 32-byte block
     const uint32_t a_base = st_u32 + (16 * warp + (lane & 15)) * ROWB + (lane >> 4) * 16;
@@ -253,15 +315,33 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
         ldmatrix_x4(r, a_base + 32 * blk);
 #pragma unroll
         for (int h = 0; h < 2; ++h) {  // segment 2 blk + h: matrices (2h, 2h+1)
-          const uint32_t* qb = qlat[2 * blk + h];
-          if constexpr (kF16) {
-            const uint32_t a[4] = {e4m3x2_to_f16x2(r[2 * h]), e4m3x2_to_f16x2(r[2 * h + 1]),
-                                   e4m3x2_hi_to_f16x2(r[2 * h]), e4m3x2_hi_to_f16x2(r[2 * h + 1])};
-            mma_f16_m16n8k16(acc[sg], a, qb[0], qb[1]);
+          const int seg = 2 * blk + h;
+          uint32_t qb[2 * NT];
+          if constexpr (kQInSmem) {
+            ldmatrix_x4(reinterpret_cast<uint32_t(&)[4]>(qb), q_ld + 32 * seg);
           } else {
-            const uint32_t a[4] = {e4m3x4_even_to_bf16x2(r[2 * h]), e4m3x4_even_to_bf16x2(r[2 * h + 1]),
-                                   e4m3x4_odd_to_bf16x2(r[2 * h]), e4m3x4_odd_to_bf16x2(r[2 * h + 1])};
-            mma_bf16_m16n8k16(acc[sg], a, qb[0], qb[1]);
+            qb[0] = qlat[seg][0];
+            qb[1] = qlat[seg][1];
+          }
+          uint32_t a[4];
+          if constexpr (kF16) {
+            a[0] = e4m3x2_to_f16x2(r[2 * h]);
+            a[1] = e4m3x2_to_f16x2(r[2 * h + 1]);
+            a[2] = e4m3x2_hi_to_f16x2(r[2 * h]);
+            a[3] = e4m3x2_hi_to_f16x2(r[2 * h + 1]);
+          } else {
+            a[0] = e4m3x4_even_to_bf16x2(r[2 * h]);
+            a[1] = e4m3x4_even_to_bf16x2(r[2 * h + 1]);
+            a[2] = e4m3x4_odd_to_bf16x2(r[2 * h]);
+            a[3] = e4m3x4_odd_to_bf16x2(r[2 * h + 1]);
+          }
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            if constexpr (kF16) {
+              mma_f16_m16n8k16(acc[nt][sg], a, qb[2 * nt], qb[2 * nt + 1]);
+            } else {
+              mma_bf16_m16n8k16(acc[nt][sg], a, qb[2 * nt], qb[2 * nt + 1]);
+            }
           }
         }
       }
@@ -270,80 +350,113 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
     for (int r4 = 0; r4 < (ROPE ? 4 : 0); ++r4) {  // rope: bf16 at byte 528, 16 dims (32 bytes) per k16 step
       uint32_t a[4];
       ldmatrix_x4(a, a_base + 528 + 32 * r4);
-      mma_bf16_m16n8k16(acc[4], a, qrope[r4][0], qrope[r4][1]);
+      uint32_t qb[2 * NT];
+      if constexpr (kQInSmem) {
+        ldmatrix_x4(reinterpret_cast<uint32_t(&)[4]>(qb), q_ld + 1024 + 32 * r4);
+      } else {
+        qb[0] = qrope[r4][0];
+        qb[1] = qrope[r4][1];
+      }
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mma_bf16_m16n8k16(acc[nt][4], a, qb[2 * nt], qb[2 * nt + 1]);
     }
     // S (log2 units) = (sum over groups of acc x token scale) x head factor + rope; -inf where
-    // the slot is invalid. x[2 hr + e]: token 16w + g + 8 hr, head 2c + e.
-    float x[4];
+    // the slot is invalid. x[nt][2 hr + e]: token 16w + g + 8 hr, head 8nt + 2c + e.
+    float x[NT][4];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int tok = 16 * warp + g + 8 * hr;
       const float4 s = *reinterpret_cast<const float4*>(st + tok * ROWB + 512);
       const bool ok = sValid[stage * BN + tok] != 0;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int i = 2 * hr + e;
-        float lat = acc[0][i] * s.x;
-        lat = fmaf(acc[1][i], s.y, lat);
-        lat = fmaf(acc[2][i], s.z, lat);
-        lat = fmaf(acc[3][i], s.w, lat);
-        const float v = ROPE ? fmaf(lat, head_factor[e], acc[4][i]) : lat * head_factor[e];
-        x[i] = ok ? v * scale_log2 : -INFINITY;
-      }
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int i = 2 * hr + e;
+          float lat = acc[nt][0][i] * s.x;
+          lat = fmaf(acc[nt][1][i], s.y, lat);
+          lat = fmaf(acc[nt][2][i], s.z, lat);
+          lat = fmaf(acc[nt][3][i], s.w, lat);
+          const float v = ROPE ? fmaf(lat, head_factor[nt][e], acc[nt][4][i]) : lat * head_factor[nt][e];
+          x[nt][i] = ok ? v * scale_log2 : -INFINITY;
+        }
     }
 
     // ---------------- softmax, speculative lazy rescaling ----------------
-    float mx[2] = {fmaxf(x[0], x[2]), fmaxf(x[1], x[3])};
+    float mx[NT][2];
 #pragma unroll
-    for (int off = 4; off < 32; off <<= 1) {
-      mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], off));
-      mx[1] = fmaxf(mx[1], __shfl_xor_sync(0xffffffffu, mx[1], off));
-    }
-    // this lane's heads' references (held by lanes 2c, 2c+1)
-    const float mr[2] = {__shfl_sync(0xffffffffu, m_ref, 2 * c), __shfl_sync(0xffffffffu, m_ref, 2 * c + 1)};
-    auto write_p = [&](const float (&mu)[2]) {
-      float pv[4];
+    for (int nt = 0; nt < NT; ++nt) {
+      mx[nt][0] = fmaxf(x[nt][0], x[nt][2]);
+      mx[nt][1] = fmaxf(x[nt][1], x[nt][3]);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) pv[i] = fast_exp2(x[i] - mu[i & 1]);
-#pragma unroll
-      for (int hr = 0; hr < 2; ++hr) {
-        const int tok = 16 * warp + g + 8 * hr;
-        sP[(2 * c) * PSTRIDE + tok] = pv[2 * hr];
-        sP[(2 * c + 1) * PSTRIDE + tok] = pv[2 * hr + 1];
+      for (int off = 4; off < 32; off <<= 1) {
+        mx[nt][0] = fmaxf(mx[nt][0], __shfl_xor_sync(0xffffffffu, mx[nt][0], off));
+        mx[nt][1] = fmaxf(mx[nt][1], __shfl_xor_sync(0xffffffffu, mx[nt][1], off));
       }
-      l_part[0] += pv[0] + pv[2];
-      l_part[1] += pv[1] + pv[3];
-    };
-    float mu[2];
+    }
+    auto write_p = [&](const float (&mu)[NT][2]) {
 #pragma unroll
-    for (int e = 0; e < 2; ++e) mu[e] = mr[e] == -INFINITY ? 0.f : mr[e];
-    float l_save[2] = {l_part[0], l_part[1]};
+      for (int nt = 0; nt < NT; ++nt) {
+        float pv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) pv[i] = fast_exp2(x[nt][i] - mu[nt][i & 1]);
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int tok = 16 * warp + g + 8 * hr;
+          sP[(8 * nt + 2 * c) * PSTRIDE + tok] = pv[2 * hr];
+          sP[(8 * nt + 2 * c + 1) * PSTRIDE + tok] = pv[2 * hr + 1];
+        }
+        l_part[nt][0] += pv[0] + pv[2];
+        l_part[nt][1] += pv[1] + pv[3];
+      }
+    };
+    // this lane's heads' references (held by lanes 8nt + 2c, +1)
+    float mu[NT][2], l_save[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float m = __shfl_sync(0xffffffffu, m_ref, 8 * nt + 2 * c + e);
+        mu[nt][e] = m == -INFINITY ? 0.f : m;
+        l_save[nt][e] = l_part[nt][e];
+      }
     write_p(mu);
     if (g == 0) {
-      sMax[warp * 8 + 2 * c] = mx[0];
-      sMax[warp * 8 + 2 * c + 1] = mx[1];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        sMax[warp * NH + 8 * nt + 2 * c] = mx[nt][0];
+        sMax[warp * NH + 8 * nt + 2 * c + 1] = mx[nt][1];
+      }
     }
     __syncthreads();  // P (speculative) and every warp's tile maxima
-    // lane l checks warp l / 8's maximum of head l % 8 against that head's reference
-    const unsigned bump = __ballot_sync(0xffffffffu, sMax[lane] > m_ref + kLazyRescale);
-    float alpha[2] = {1.f, 1.f};
+    // lane l checks entries l (and l + 32) of the [warp][head] maxima: head l % NH, whose
+    // reference it holds
+    bool over = sMax[lane] > m_ref + kLazyRescale;
+    if constexpr (NH == 16) over = over || sMax[32 + lane] > m_ref + kLazyRescale;
+    const unsigned bump = __ballot_sync(0xffffffffu, over);
+    float alpha[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) alpha[nt][0] = alpha[nt][1] = 1.f;
     if (bump != 0) {
       // A head's reference moves to its tile max over all warps (the same in every warp); the
       // warps recompute their P with it. Rare: the first tiles of a split.
-      const int h = lane & 7;
+      const int h = lane % NH;
+      constexpr unsigned kHeadLanes = NH == 8 ? 0x01010101u : 0x00010001u;  // the lanes of head 0
       float a = 1.f;
-      if ((bump & (0x01010101u << h)) != 0) {
-        const float t = fmaxf(fmaxf(sMax[h], sMax[8 + h]), fmaxf(sMax[16 + h], sMax[24 + h]));
+      if ((bump & (kHeadLanes << h)) != 0) {
+        const float t = fmaxf(fmaxf(sMax[h], sMax[NH + h]), fmaxf(sMax[2 * NH + h], sMax[3 * NH + h]));
         a = fast_exp2(m_ref - t);  // 0 when the reference was -inf
         m_ref = t;
       }
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        alpha[e] = __shfl_sync(0xffffffffu, a, 2 * c + e);
-        const float m = __shfl_sync(0xffffffffu, m_ref, 2 * c + e);
-        mu[e] = m == -INFINITY ? 0.f : m;  // a head with no finite score yet (non-finite inputs)
-        l_part[e] = l_save[e] * alpha[e];
-      }
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          alpha[nt][e] = __shfl_sync(0xffffffffu, a, 8 * nt + 2 * c + e);
+          const float m = __shfl_sync(0xffffffffu, m_ref, 8 * nt + 2 * c + e);
+          mu[nt][e] = m == -INFINITY ? 0.f : m;  // a head with no finite score yet (non-finite inputs)
+          l_part[nt][e] = l_save[nt][e] * alpha[nt][e];
+        }
       write_p(mu);
       __syncthreads();  // the recomputed P
     }
@@ -360,14 +473,19 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
       sigma = e_ref == -1000 ? 1.f : ldexpf(1.f, e_ref - e_new);
       e_ref = e_new;
     }
-    if (!__all_sync(0xffffffffu, alpha[0] == 1.f && alpha[1] == 1.f && sigma == 1.f)) {
+    bool unit = sigma == 1.f;
 #pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        O[m][0] *= alpha[0] * sigma;
-        O[m][1] *= alpha[1] * sigma;
-        O[m][2] *= alpha[0] * sigma;
-        O[m][3] *= alpha[1] * sigma;
-      }
+    for (int nt = 0; nt < NT; ++nt) unit = unit && alpha[nt][0] == 1.f && alpha[nt][1] == 1.f;
+    if (!__all_sync(0xffffffffu, unit)) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+          O[nt][m][0] *= alpha[nt][0] * sigma;
+          O[nt][m][1] *= alpha[nt][1] * sigma;
+          O[nt][m][2] *= alpha[nt][0] * sigma;
+          O[nt][m][3] *= alpha[nt][1] * sigma;
+        }
     }
     const float inv_ref = e_ref == -1000 ? 0.f : ldexpf(kPvScale, -e_ref);  // unset: every scale so far is 0
     // V^T rows: token 16kk + (lane & 7) + 8 (lane >> 4), bytes + 16 ((lane >> 3) & 1):
@@ -377,14 +495,18 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
     const float* const sc_w = reinterpret_cast<const float*>(st + 512 + 4 * warp);
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) {
-      // B = P'^T: tokens 16kk + 2c, +1, +8, +9 of head g
+      // B = P'^T: tokens 16kk + 2c, +1, +8, +9 of head 8nt + g
       const int t0 = 16 * kk + 2 * c;
-      const float2 p0 = *reinterpret_cast<const float2*>(&sP[g * PSTRIDE + t0]);
-      const float2 p1 = *reinterpret_cast<const float2*>(&sP[g * PSTRIDE + t0 + 8]);
       const float r0 = sc_w[t0 * (ROWB / 4)] * inv_ref, r1 = sc_w[(t0 + 1) * (ROWB / 4)] * inv_ref;
       const float r2 = sc_w[(t0 + 8) * (ROWB / 4)] * inv_ref, r3 = sc_w[(t0 + 9) * (ROWB / 4)] * inv_ref;
-      const uint32_t b0 = kF16 ? pack_f16x2(p0.x * r0, p0.y * r1) : pack_bf16x2(p0.x * r0, p0.y * r1);
-      const uint32_t b1 = kF16 ? pack_f16x2(p1.x * r2, p1.y * r3) : pack_bf16x2(p1.x * r2, p1.y * r3);
+      uint32_t b0[NT], b1[NT];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float2 p0 = *reinterpret_cast<const float2*>(&sP[(8 * nt + g) * PSTRIDE + t0]);
+        const float2 p1 = *reinterpret_cast<const float2*>(&sP[(8 * nt + g) * PSTRIDE + t0 + 8]);
+        b0[nt] = kF16 ? pack_f16x2(p0.x * r0, p0.y * r1) : pack_bf16x2(p0.x * r0, p0.y * r1);
+        b1[nt] = kF16 ? pack_f16x2(p1.x * r2, p1.y * r3) : pack_bf16x2(p1.x * r2, p1.y * r3);
+      }
 #pragma unroll
       for (int jb = 0; jb < 4; ++jb) {  // 32-dim block jb of the warp's 128 dims
         uint32_t r[4];
@@ -403,12 +525,15 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
             ao[i] = e4m3x4_odd_to_bf16x2(r[i]);
           }
         }
-        if constexpr (kF16) {
-          mma_f16_m16n8k16(O[2 * jb], ae, b0, b1);
-          mma_f16_m16n8k16(O[2 * jb + 1], ao, b0, b1);
-        } else {
-          mma_bf16_m16n8k16(O[2 * jb], ae, b0, b1);
-          mma_bf16_m16n8k16(O[2 * jb + 1], ao, b0, b1);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          if constexpr (kF16) {
+            mma_f16_m16n8k16(O[nt][2 * jb], ae, b0[nt], b1[nt]);
+            mma_f16_m16n8k16(O[nt][2 * jb + 1], ao, b0[nt], b1[nt]);
+          } else {
+            mma_bf16_m16n8k16(O[nt][2 * jb], ae, b0[nt], b1[nt]);
+            mma_bf16_m16n8k16(O[nt][2 * jb + 1], ao, b0[nt], b1[nt]);
+          }
         }
       }
     }
@@ -418,24 +543,34 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
   // ---------------- epilogue ----------------
   // each head's sum: the lanes' partials over g, then the warps' in warp order
 #pragma unroll
-  for (int off = 4; off < 32; off <<= 1) {
-    l_part[0] += __shfl_xor_sync(0xffffffffu, l_part[0], off);
-    l_part[1] += __shfl_xor_sync(0xffffffffu, l_part[1], off);
-  }
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int off = 4; off < 32; off <<= 1) {
+      l_part[nt][0] += __shfl_xor_sync(0xffffffffu, l_part[nt][0], off);
+      l_part[nt][1] += __shfl_xor_sync(0xffffffffu, l_part[nt][1], off);
+    }
   if (g == 0) {
-    sLsum[warp * 8 + 2 * c] = l_part[0];
-    sLsum[warp * 8 + 2 * c + 1] = l_part[1];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      sLsum[warp * NH + 8 * nt + 2 * c] = l_part[nt][0];
+      sLsum[warp * NH + 8 * nt + 2 * c + 1] = l_part[nt][1];
+    }
   }
   __syncthreads();
   const bool direct = nsplit_g == 1;
   const float out_factor = ldexpf(kOutFactor, e_ref == -1000 ? 0 : e_ref);
-  const float m_head[2] = {__shfl_sync(0xffffffffu, m_ref, 2 * c), __shfl_sync(0xffffffffu, m_ref, 2 * c + 1)};
+  float m_head[NT][2];
 #pragma unroll
-  for (int e = 0; e < 2; ++e) {
-    const int h = 2 * c + e;
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 2; ++e) m_head[nt][e] = __shfl_sync(0xffffffffu, m_ref, 8 * nt + 2 * c + e);
+#pragma unroll
+  for (int ne = 0; ne < 2 * NT; ++ne) {
+    const int nt = ne >> 1, e = ne & 1;
+    const int h = 8 * nt + 2 * c + e;
     if (h >= heads) continue;
-    const float l = ((sLsum[h] + sLsum[8 + h]) + sLsum[16 + h]) + sLsum[24 + h];
-    const float mm = m_head[e];
+    const float l = ((sLsum[h] + sLsum[NH + h]) + sLsum[2 * NH + h]) + sLsum[3 * NH + h];
+    const float mm = m_head[nt][e];
     const float inv = l > 0.f ? out_factor / l : 0.f;
     __nv_bfloat16* const dst =
         direct ? p.out + grp * p.o_sg + h * p.o_sh : la.part_o + ((g_local * heads + h) * la.nsplit + split) * 512;
@@ -445,7 +580,8 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
       for (int hr = 0; hr < 2; ++hr) {
         // rows g (+8 for hr = 1) of the even / odd m tiles: dims d, d + 1
         const int d = 128 * warp + 32 * jb + 16 * hr + 2 * g;
-        *reinterpret_cast<uint32_t*>(dst + d) = pack_bf16x2(O[2 * jb][2 * hr + e] * inv, O[2 * jb + 1][2 * hr + e] * inv);
+        *reinterpret_cast<uint32_t*>(dst + d) =
+            pack_bf16x2(O[nt][2 * jb][2 * hr + e] * inv, O[nt][2 * jb + 1][2 * hr + e] * inv);
       }
     }
     if (warp == 0 && g == 0) {
@@ -459,30 +595,38 @@ __global__ void __launch_bounds__(FewHeadsCfg<ROPE>::kThreads, 2)
   }
   if (direct) return;
   if (!last_to_arrive(la.counters + g_local, nsplit_g, sFlag)) return;
-  combine_splits<C::kWarps, kFewHeadsMax / C::kWarps, false>(p, la, g_local, grp, 0, heads, nsplit_g);
+  // per n8 tile of heads: two rows per warp, whose splits' loads are in flight together (four
+  // rows per warp would load one split at a time)
+#pragma unroll 1
+  for (int nt = 0; nt < NT; ++nt) combine_splits<C::kWarps, 8 / C::kWarps, false>(p, la, g_local, grp, 8 * nt, heads, nsplit_g);
 }
 
-template <bool ROPE>
+template <bool ROPE, int NH>
 void launch_fewheads(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la, cudaStream_t stream) {
-  using C = FewHeadsCfg<ROPE>;
-  auto* kernel = &mla_sparse_fp8_fewheads_kernel<ROPE>;
+  using C = FewHeadsCfg<ROPE, NH>;
+  auto* kernel = &mla_sparse_fp8_fewheads_kernel<ROPE, NH>;
   static std::atomic<uint64_t> done{0};
   cuda::allow_dynamic_smem(kernel, C::SMEM, device, done);
   kernel<<<static_cast<unsigned>(grid), C::kThreads, C::SMEM, stream>>>(p, la);
-  LATTE_CUDA_CHECK_LAUNCH(ROPE ? "mla_sparse_fp8_fewheads_kernel" : "mla_sparse_fp8_fewheads_kernel<no rope>");
+  LATTE_CUDA_CHECK_LAUNCH(NH == 8 ? (ROPE ? "mla_sparse_fp8_fewheads_kernel<8 heads>"
+                                         : "mla_sparse_fp8_fewheads_kernel<8 heads, no rope>")
+                                  : (ROPE ? "mla_sparse_fp8_fewheads_kernel<16 heads>"
+                                          : "mla_sparse_fp8_fewheads_kernel<16 heads, no rope>"));
 }
 
 }  // namespace
 
 // The configuration with rope (the larger one: the plan's choice holds for both).
-std::size_t sparse_fp8_fewheads_smem_bytes() { return FewHeadsCfg<true>::SMEM; }
+std::size_t sparse_fp8_fewheads_smem_bytes(int heads) {
+  return heads <= 8 ? FewHeadsCfg<true, 8>::SMEM : FewHeadsCfg<true, 16>::SMEM;
+}
 
 void launch_sparse_fp8_fewheads(int device, int64_t grid, const MlaParams& p, const LaunchArgs& la,
                                 cudaStream_t stream) {
-  if (p.rope) {
-    launch_fewheads<true>(device, grid, p, la, stream);
+  if (p.heads <= 8) {
+    (p.rope ? launch_fewheads<true, 8> : launch_fewheads<false, 8>)(device, grid, p, la, stream);
   } else {
-    launch_fewheads<false>(device, grid, p, la, stream);
+    (p.rope ? launch_fewheads<true, 16> : launch_fewheads<false, 16>)(device, grid, p, la, stream);
   }
 }
 
