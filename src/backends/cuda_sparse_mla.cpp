@@ -33,8 +33,9 @@ Capabilities declared() {
       "0 when unsplit";
   caps.notes =
       "portable mma.sync/ldmatrix/cp.async kernels for sm_80..sm_120 (<= 101376 B shared memory "
-      "per block), bf16 / f16 math; fp8_ds_mla converted in the fragment path; fp8 sparse calls of "
-      "<= 8 heads on GPUs with two such blocks per SM: the heads on the mma's N dimension; sparse_mla "
+      "per block but for the 16-head few-heads kernel), bf16 / f16 math; fp8_ds_mla converted in the "
+      "fragment path; fp8 sparse calls of <= 8 heads (9-16 in kernels for more than 16 tokens) on GPUs "
+      "with two such blocks per SM: the heads on the mma's N dimension; sparse_mla "
       "without rope (head_dim 512: 1024-byte bf16 rows, the first 528 bytes of fp8 rows) and with "
       "topk_lens (the splits past a row's length do no work)";
   return caps;
