@@ -555,7 +555,10 @@ int main(int argc, char** argv) {
     for (int B : {32, 128})
       shapes.push_back(
           {"dsv3 dense decode bf16 ctx4096 B=" + std::to_string(B), true, CacheFormat::bf16, 128, B, 0, 4096, ds});
-    shapes.push_back({"dsv3-tp8 dense decode bf16 ctx4096 B=128", true, CacheFormat::bf16, 16, 128, 0, 4096, ds});
+    for (int B : {32, 128})
+      shapes.push_back(
+          {"dsv3-tp8 dense decode bf16 ctx4096 B=" + std::to_string(B), true, CacheFormat::bf16, 16, B, 0, 4096, ds});
+    shapes.push_back({"dsv3-tp8 dense decode bf16 B=32", true, CacheFormat::bf16, 16, 32, 0, 32768, ds});
     // 64 heads (Kimi-K2 TP1, DeepSeek-V3 TP2) and two query tokens per request (MTP)
     for (int B : {32, 128})
       shapes.push_back(

@@ -1667,6 +1667,15 @@ TEST(CudaSparseMlaPlan, ChunkFollowsTheKernelNotTheCall) {
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 32).chunk, 4096);
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 128).chunk, 4096);
   EXPECT_EQ(cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, 0).chunk, 4096);
+  // one 16-row tile (DeepSeek-V3 TP8): 2048 beyond 64 requests, and 2 CTAs per SM for any grid
+  p.heads = 16;
+  for (const auto& [max_groups, chunk] : {std::pair{1, 1024}, std::pair{8, 1024}, std::pair{64, 1024},
+                                          std::pair{65, 2048}, std::pair{128, 2048}, std::pair{0, 1024}}) {
+    p.groups = max_groups > 0 ? max_groups : 512;
+    const auto plan = cuda_sparse_mla::make_plan(p, {132, kH200SmemPerSm}, 1 << 30, {}, max_groups);
+    EXPECT_EQ(plan.chunk, chunk) << "16 heads, kernel for " << max_groups << " requests";
+    EXPECT_EQ(plan.ctas_per_sm, 2) << "16 heads, kernel for " << max_groups << " requests";
+  }
 }
 
 // Host-only: the output dims split over two CTAs when the doubled grid has at most one CTA per

@@ -100,7 +100,15 @@ int chunk_tokens(bool decode, CacheFormat format, int rows, int64_t max_groups, 
   const bool prefill_calls = max_groups >= kPrefillCallGroups;
   const bool row_groups = row_groups_kernel(format, rows, max_groups, tuning);
   // Dense decode: few requests keep short splits (latency); more take long ones (fewer partials).
-  if (decode) return rows <= 16 || small_calls ? 1024 : row_groups ? 2048 : 4096;
+  // One 16-row tile (<= 16 rows): 2048 only beyond 64 requests, since a request's length is not
+  // known when the kernel is made (H200, DeepSeek-V3 TP8, 2 CTAs per SM, chunk 1024 / 2048 /
+  // 4096: context 4096 B = 128 182.3 / 166.9 / 237.6 us, B = 32 73.8 / 113.5 / 205.1; context
+  // 32 768 B = 32 351.3 / 330.4 / 318.9).
+  if (decode) {
+    if (small_calls) return 1024;
+    if (rows <= 16) return max_groups > kMediumCallGroups ? 2048 : 1024;
+    return row_groups ? 2048 : 4096;
+  }
   if (few_heads_kernel(decode, format, rows, max_groups, tuning, device)) {
     // about one wave of 2 CTAs per SM (H200, kernels for 64 tokens, chunk 256 / 512: 8 heads T =
     // 64 50.9 / 41.1 us, 16 heads 65.9 / 46.7; T = 32 through kernels for 32 tokens: 256)
@@ -192,10 +200,14 @@ MlaPlan make_plan(const MlaParams& p, const PlanDevice& device, std::size_t work
   // Occupancy of 16-row tiles: 3 CTAs per SM (2 pipeline stages, registers capped) when the
   // grid is more than one wave of 2 per SM; a single wave keeps the deeper pipeline. H200,
   // queued us: GLM-5 TP8 T=128 fp8 110.3 -> 104.6, bf16 114.6 -> 105.1; with 3 CTAs per SM
-  // at T=1 (one wave): fp8 H=64 38.9 -> 42.2.
+  // at T=1 (one wave): fp8 H=64 38.9 -> 42.2. Dense decode of <= 16 rows keeps 2 (DeepSeek-V3
+  // TP8, context 4096, B = 128, 1024 / 2048-token splits: 182.3 / 166.9 us at 2, 204.2 / 172.1
+  // at 3; context 32 768, B = 32, 1024: 351.3 against 355.7).
   const int64_t grid_ctas = static_cast<int64_t>(p.groups) * plan.row_tiles * plan.nsplit;
   const bool row_tiles16 = plan.row_tile == 16 && !plan.few_heads && !plan.row_groups;
-  plan.ctas_per_sm = row_tiles16 && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
+  const bool decode_one_tile = p.decode && plan.rows <= 16;
+  plan.ctas_per_sm =
+      row_tiles16 && !decode_one_tile && three_fit && grid_ctas > 2 * static_cast<int64_t>(sm_count) ? 3 : 2;
   if (tuning.ctas != 0) plan.ctas_per_sm = row_tiles16 ? tuning.ctas : 2;  // test hook
   if (plan.row_groups) plan.ctas_per_sm = 1;
   // Row groups: a call whose split CTAs would overflow one wave runs consecutive splits in one
