@@ -2042,9 +2042,15 @@ TEST(CudaSparseMlaCaps, DescribeNamesTheVariantAndTheSplits) {
   sp.num_heads = 8;
   sp.max_tokens = 128;
   EXPECT_PRED2(starts, be->make(sp, describe_device("sm_90"))->describe(),
-               "few-heads kernel: the 8 heads on the mma's N dimension");
+               "few-heads kernel: the 8 heads on the mma's N dimension (one n8 tile, Q^T in registers)");
   // sm_120 holds one few-heads CTA per SM: the row-tile kernel until measured there
   EXPECT_PRED2(starts, be->make(sp, describe_device("sm_120"))->describe(), "row-tile kernel:");
+  sp.num_heads = 16;  // two n8 tiles from kernels for more than 16 tokens; sm_120 holds none
+  EXPECT_PRED2(starts, be->make(sp, describe_device("sm_90"))->describe(),
+               "few-heads kernel: the 16 heads on the mma's N dimension (two n8 tiles, Q^T in shared memory)");
+  EXPECT_PRED2(starts, be->make(sp, describe_device("sm_120"))->describe(), "row-tile kernel:");
+  sp.max_tokens = 16;
+  EXPECT_PRED2(starts, be->make(sp, describe_device("sm_90"))->describe(), "row-tile kernel: 16-row tiles");
   sp.op = Op::mla_decode;
   sp.kv_cache = CacheFormat::bf16;
   sp.num_heads = 128;

@@ -14,8 +14,8 @@ std::string describe_plan(const MlaParams& p, const MlaPlan& plan, const PlanDev
   if (plan.row_groups) {
     kernel = fmt::format("row-group kernel: {} rows per CTA, 8 warps, 1 CTA per SM, bf16 mma.sync", kRowGroupsRows);
   } else if (plan.few_heads) {
-    kernel = fmt::format("few-heads kernel: the {} heads on the mma's N dimension, e4m3 widened in the fragments",
-                         p.heads);
+    kernel = fmt::format("few-heads kernel: the {} heads on the mma's N dimension ({}), e4m3 widened in the fragments",
+                         p.heads, p.heads <= 8 ? "one n8 tile, Q^T in registers" : "two n8 tiles, Q^T in shared memory");
   } else {
     const int warps = plan.warps > 0 ? plan.warps : fp8 ? 8 : 4;
     kernel = fmt::format("row-tile kernel: {}-row tiles, {} warps, {} CTAs per SM{}, {}", plan.row_tile, warps,
