@@ -27,8 +27,8 @@
 // sm_89+: the e4m3 bytes become f16 by the hardware conversion (exact) and meet f16 Q / P' in
 // f16 mma.sync; sm_80 / sm_86 widen them to bf16 by bit moves (value x 2^-120) and use bf16.
 // Every sum has a fixed order and nothing depends on the other tokens of the call, so results
-// are bitwise deterministic and batch invariant (the kernel is chosen by format, heads and the
-// device only, mla_plan_launch.cu).
+// are bitwise deterministic and batch invariant (the kernel is chosen by format, heads, the
+// kernel's size and the device only, mla_plan_launch.cu).
 // ROPE = false (rope_dim 0): 528-byte rows (512 e4m3 + 4 f32 scales: the first 528 bytes of a
 // 528- or 656-byte cache row, nothing past them read), QK over the 512 latent dims, no rope
 // loads or mma.sync. topk_lens: a token's list ends at its own length; splits past it exit at
