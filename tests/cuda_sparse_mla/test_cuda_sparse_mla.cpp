@@ -2106,6 +2106,9 @@ std::vector<SparseCase> hopper_cases() {
       {CacheFormat::bf16, 16, 2048, 64, 3, padded},
       {CacheFormat::fp8_ds_mla, 40, 100, 1, 140, padded},
       {CacheFormat::bf16, 96, 700, 16, 4, heavy},
+      // fp8 with a second row group mostly padding
+      {CacheFormat::fp8_ds_mla, 96, 700, 16, 4, heavy},
+      {CacheFormat::fp8_ds_mla, 65, 2048, 64, 2, padded},
   };
 }
 
@@ -2315,6 +2318,7 @@ TEST_F(HopperMla, DeterministicBatchInvariantAndGraphs) {
     SCOPED_TRACE(f == CacheFormat::bf16 ? "bf16 cache" : "fp8_ds_mla cache");
     check_deterministic_batch_invariant_graphs({f, 64, 2048, 64, 6, row1_empty()});
     check_deterministic_batch_invariant_graphs({f, 16, 700, 16, 6, row1_empty()});
+    check_deterministic_batch_invariant_graphs({f, 128, 2048, 64, 6, row1_empty()});  // two row groups
   }
 }
 
