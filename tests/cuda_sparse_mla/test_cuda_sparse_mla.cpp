@@ -2106,7 +2106,7 @@ std::vector<SparseCase> hopper_cases() {
       {CacheFormat::bf16, 16, 2048, 64, 3, padded},
       {CacheFormat::fp8_ds_mla, 40, 100, 1, 140, padded},
       {CacheFormat::bf16, 96, 700, 16, 4, heavy},
-      // fp8 with a second row group mostly padding
+      // fp8 with a second row group half (96 heads) or almost all (65) padding
       {CacheFormat::fp8_ds_mla, 96, 700, 16, 4, heavy},
       {CacheFormat::fp8_ds_mla, 65, 2048, 64, 2, padded},
   };
