@@ -42,7 +42,8 @@ Capabilities declared() {
       "needs, capped at 256 MiB (larger calls run in several launches); 0 otherwise";
   caps.notes =
       "wgmma (sm_90a instructions: H100 / H200 only); 64 (query, head) rows per CTA (fewer heads: the rows past "
-      "them are computed on zero queries); a producer warpgroup copies the rows with 16-byte cp.async (the "
+      "them are computed on zero queries), except sparse MLA over the fp8_ds_mla cache at 1-16 heads: the heads on "
+      "wgmma's N dimension (8 or 16), 64 cache rows per stage; producer warpgroups copy the rows with 16-byte cp.async (the "
       "cache, its block and row strides 16-byte aligned): fp8_ds_mla rows widened to f16 exactly (the group "
       "scales applied to S and P in f32), bf16 rows straight into the wgmma layout (bf16 wgmma); dense decode "
       "reads the positions through the block table; rows with rope only (without: cuda.sparse_mla)";
@@ -57,7 +58,9 @@ class HopperMlaKernel final : public Kernel {
         rows_(cuda_sparse_mla::rows_per_group(spec)),
         max_groups_(cuda_sparse_mla::max_groups_of(spec)),
         plan_(spec.op == Op::mla_decode ? plan_decode_sm90a(max_groups_, rows_, sm_count_)
-                                        : plan_sm90a(max_groups_, rows_, std::max(1, spec.topk), sm_count_)),
+                                        : plan_sm90a(max_groups_, rows_, std::max(1, spec.topk), sm_count_,
+                                                     fewheads_sm90a(spec.kv_cache, false, rows_) ? kFewHeadsStageRows
+                                                                                                 : kTileRows)),
         workspace_(workspace_bytes_sm90a(plan_, max_groups_, rows_)) {}
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }

@@ -89,8 +89,24 @@ TEST(Policy, BuiltinParsesAndSendsCpuToCpuBackends) {
     h16_bf16.max_tokens = tokens;
     EXPECT_EQ(stack.rank(both, h16_bf16, describe_device("sm_90")).front().id, "cuda.sparse_mla") << tokens;
   }
-  h16.max_tokens = 1;
-  EXPECT_EQ(stack.rank(both, h16, describe_device("sm_90")).front().id, "cuda.sparse_mla");
+  // Few heads over the fp8 cache: hopper.mla's few-heads kernel up to 16 tokens per call at 1-8
+  // heads, up to 32 at 9-16; the portable few-heads kernel beyond (and for an unknown count).
+  for (const int heads : {1, 4, 8, 9, 12, 16}) {
+    const int64_t last = heads <= 8 ? 16 : 32;
+    const std::string rule = heads <= 8 ? "hopper-sparse-mla-fp8-8-heads" : "hopper-sparse-mla-fp8-16-heads";
+    h16.num_heads = heads;
+    for (const int64_t tokens : {int64_t{1}, last}) {
+      h16.max_tokens = tokens;
+      EXPECT_EQ(stack.rank(both, h16, describe_device("sm_90")).front().rule, "defaults:built-in#" + rule)
+          << heads << " heads, " << tokens << " tokens";
+    }
+    for (const int64_t tokens : {int64_t{0}, last + 1, int64_t{128}}) {
+      h16.max_tokens = tokens;
+      EXPECT_EQ(stack.rank(both, h16, describe_device("sm_90")).front().id, "cuda.sparse_mla")
+          << heads << " heads, " << tokens << " tokens";
+    }
+  }
+  h16.num_heads = 16;
   // Dense decode: hopper.mla first at 64 and 128 heads on sm_90 (any s_q, any request count), the
   // portable kernel at 16 heads and off sm_90.
   AttentionSpec dec = glm5_tp1_fp8(32);

@@ -2121,16 +2121,19 @@ TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
 #else
   using hopper_mla::kHeadsPerCta;
   using hopper_mla::kTileRows;
+  for (const int stage : {kTileRows, hopper_mla::kFewHeadsStageRows})
   for (const int sms : {132, 114}) {
     for (const int heads : {1, 16, 64, 100, 128}) {
+      if (stage != kTileRows && heads > hopper_mla::kFewHeadsMax) continue;
       for (const int topk : {1, 63, 100, 2048, 5000, 32768}) {
         for (const int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{16}, int64_t{32}, int64_t{128},
                                      int64_t{4096}}) {
-          const auto plan = hopper_mla::plan_sm90a(tokens, heads, topk, sms);
-          const std::string at = "sms " + std::to_string(sms) + " heads " + std::to_string(heads) + " topk " +
-                                 std::to_string(topk) + " tokens " + std::to_string(tokens);
-          EXPECT_EQ(plan.chunk % kTileRows, 0) << at;
-          ASSERT_GE(plan.chunk, kTileRows) << at;
+          const auto plan = hopper_mla::plan_sm90a(tokens, heads, topk, sms, stage);
+          const std::string at = "stage " + std::to_string(stage) + " sms " + std::to_string(sms) + " heads " +
+                                 std::to_string(heads) + " topk " + std::to_string(topk) + " tokens " +
+                                 std::to_string(tokens);
+          EXPECT_EQ(plan.chunk % stage, 0) << at;
+          ASSERT_GE(plan.chunk, stage) << at;
           ASSERT_GE(plan.nsplit, 1) << at;
           EXPECT_GE(static_cast<int64_t>(plan.nsplit) * plan.chunk, topk) << at;
           EXPECT_LT(static_cast<int64_t>(plan.nsplit - 1) * plan.chunk, std::max(topk, 1)) << at;
@@ -2142,7 +2145,7 @@ TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
           } else {
             EXPECT_EQ(ws, static_cast<std::size_t>(ctas) * plan.nsplit * kHeadsPerCta * (512 + 1) * sizeof(float)) << at;
           }
-          const auto again = hopper_mla::plan_sm90a(tokens, heads, topk, sms);
+          const auto again = hopper_mla::plan_sm90a(tokens, heads, topk, sms, stage);
           EXPECT_TRUE(again.chunk == plan.chunk && again.nsplit == plan.nsplit) << at;
         }
       }
@@ -2153,6 +2156,12 @@ TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
   EXPECT_GT(hopper_mla::plan_sm90a(1, 64, 2048, 132).nsplit, 8);
   EXPECT_EQ(hopper_mla::plan_sm90a(32, 64, 2048, 132).nsplit, 4);
   EXPECT_EQ(hopper_mla::plan_sm90a(128, 64, 2048, 132).nsplit, 1);
+  // The few-heads kernel's 64-entry stages: one token of GLM-5 TP8 in 16 splits of two stages.
+  EXPECT_EQ(hopper_mla::plan_sm90a(1, 8, 2048, 132, hopper_mla::kFewHeadsStageRows).chunk, 128);
+  EXPECT_TRUE(hopper_mla::fewheads_sm90a(CacheFormat::fp8_ds_mla, false, 16));
+  EXPECT_FALSE(hopper_mla::fewheads_sm90a(CacheFormat::fp8_ds_mla, false, 17));
+  EXPECT_FALSE(hopper_mla::fewheads_sm90a(CacheFormat::fp8_ds_mla, true, 8));
+  EXPECT_FALSE(hopper_mla::fewheads_sm90a(CacheFormat::bf16, false, 8));
 #endif
 }
 
@@ -2248,8 +2257,17 @@ TEST(HopperMlaCaps, BothCachesAtSixtyFourAndOneTwentyEightHeadsOnSm90) {
   d.kv_cache = CacheFormat::fp8_ds_mla;
   for (const int tp : {4, 8}) {
     d.tp = tp;
-    const AttentionSpec few = attention_spec(load_model("glm-5", d), Op::sparse_mla);
+    AttentionSpec few = attention_spec(load_model("glm-5", d), Op::sparse_mla);
     EXPECT_TRUE(check(*be, few, describe_device("sm_90")).empty()) << "glm-5 tp" << tp;
+    // The few-heads kernel, first for small calls (up to 16 / 32 tokens at 8 / 16 heads).
+    few.max_tokens = 16;
+    EXPECT_EQ(Context::global().explain(few, describe_device("sm_90")).chosen, "hopper.mla") << "glm-5 tp" << tp;
+    EXPECT_PRED2(starts, be->make(few, describe_device("sm_90"))->describe(),
+                 "sm_90a kernel (mla_sparse_fewheads_sm90a_cpasync_wgmma_ws, fp8_ds_mla cache): the " +
+                     std::to_string(few.num_heads) + " heads on wgmma's N dimension")
+        << "glm-5 tp" << tp;
+    few.max_tokens = 128;
+    EXPECT_EQ(Context::global().explain(few, describe_device("sm_90")).chosen, "cuda.sparse_mla") << "glm-5 tp" << tp;
   }
   d.tp = 1;
   const auto nope = check(*be, attention_spec(load_model("glm-5.3-flash", d), Op::sparse_mla), describe_device("sm_90"));
@@ -2289,6 +2307,31 @@ TEST_F(HopperMla, AccuracyVsOracle) {
   }
 }
 
+// The few-heads kernel (fp8, at most 16 heads: heads on wgmma's N, 8 or 16 columns): head counts
+// around the two widths, lists of one partial stage to many (split and unsplit kernels, more
+// tokens than SMs), block sizes 1 / 16 / 64, a peaked softmax (the column maxima move late) and
+// fp8 scales over 24 octaves.
+TEST_F(HopperMla, FewHeadsPeakedWideScalesAndSplits) {
+  Runner run;
+  const IndexOpts padded = row1_empty(), heavy = half_empty();
+  const std::vector<SparseCase> cases = {
+      {CacheFormat::fp8_ds_mla, 2, 130, 1, 4, padded},     {CacheFormat::fp8_ds_mla, 7, 2048, 64, 1, heavy},
+      {CacheFormat::fp8_ds_mla, 9, 63, 16, 140, padded},   {CacheFormat::fp8_ds_mla, 12, 5000, 16, 3, heavy},
+      {CacheFormat::fp8_ds_mla, 16, 2048, 64, 33, padded}, {CacheFormat::fp8_ds_mla, 16, 300, 64, 1, padded},
+  };
+  uint32_t seed = 600;
+  for (SparseCase c : cases) {
+    for (const int kind : {0, 1}) {
+      if (kind == 0) c.q_amp = 40.f, c.kv_amp_log2_span = 8.f;  // peaked
+      if (kind == 1) c.q_amp = 3.f, c.kv_amp_log2_span = 24.f;  // wide scales
+      auto s = setup_sparse(c, seed++);
+      const Result r = run_vs_oracle(run, *s, std::string(kind == 0 ? "peaked " : "wide scales ") + name_of(c),
+                                     "hopper.mla", kHopperTol);
+      expect_empty_rows_zero(c, r);
+    }
+  }
+}
+
 // Bitwise repeat, CUDA-graph replay and batch invariance (token 4 alone = token 4 among six).
 void check_deterministic_batch_invariant_graphs(const SparseCase& c) {
   Runner run;
@@ -2318,6 +2361,7 @@ TEST_F(HopperMla, DeterministicBatchInvariantAndGraphs) {
     SCOPED_TRACE(f == CacheFormat::bf16 ? "bf16 cache" : "fp8_ds_mla cache");
     check_deterministic_batch_invariant_graphs({f, 64, 2048, 64, 6, row1_empty()});
     check_deterministic_batch_invariant_graphs({f, 16, 700, 16, 6, row1_empty()});
+    check_deterministic_batch_invariant_graphs({f, 5, 2048, 64, 6, row1_empty()});
     check_deterministic_batch_invariant_graphs({f, 128, 2048, 64, 6, row1_empty()});  // two row groups
   }
 }

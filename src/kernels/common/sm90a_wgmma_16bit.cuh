@@ -3,6 +3,8 @@
 // of sm90a_wgmma.cuh. Generated shapes only: the ones hopper.mla uses. Only for sm_90a
 // translation units.
 //   WgmmaSs<E, 32>:    D (64 x 32) (+)= A (64 x 16, shared, K-major) * B (32 x 16, shared, K-major)^T
+//   WgmmaSs<E, N, kTransA> (N = 8, 16): D (64 x N) (+)= A (64 x 16, shared; K-major, or MN-major
+//                      with kTransA: the transpose bit) * B (N x 16, shared, K-major)^T
 //   WgmmaRsTn<E, 128>: D (64 x 128) += A (64 x 16, registers) * B (16 x 128, shared, MN-major: the
 //                      transpose bit). A's fragment: thread t (w = t / 32, l = t % 32) holds
 //                      a[0] = A(16 w + l / 4, 2 (l % 4) + {0, 1}), a[1] = the same columns 8 rows down,
@@ -51,19 +53,55 @@ __device__ __forceinline__ uint64_t sw128_mnmajor_desc(uint32_t smem_addr, uint3
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
   "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
 
-template <Half16 E, int N>
+template <Half16 E, int N, bool kTransA = false>
 struct WgmmaSs;
 template <Half16 E, int N>
 struct WgmmaRsTn;
 
 template <Half16 E>
-struct WgmmaSs<E, 32> {
+struct WgmmaSs<E, 32, false> {
   __device__ __forceinline__ static void mma(float (&d)[16], uint64_t a_desc, uint64_t b_desc, int accumulate) {
     if constexpr (E == Half16::f16) {
       asm volatile(LATTE_WGMMA_SS_M64N32K16("f16") : LATTE_WGMMA_ACC16 : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     } else {
       asm volatile(LATTE_WGMMA_SS_M64N32K16("bf16") : LATTE_WGMMA_ACC16 : "l"(a_desc), "l"(b_desc), "r"(accumulate));
     }
+  }
+};
+
+#define LATTE_WGMMA_SS_M64N16K16(TY, TA)                                                        \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"                                                \
+  "wgmma.mma_async.sync.aligned.m64n16k16.f32." TY "." TY " {"                                   \
+  "%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, " TA ", 0;\n}\n"
+#define LATTE_WGMMA_SS_M64N8K16(TY, TA)                                                         \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"                                                 \
+  "wgmma.mma_async.sync.aligned.m64n8k16.f32." TY "." TY " {"                                    \
+  "%0, %1, %2, %3}, %4, %5, p, 1, 1, " TA ", 0;\n}\n"
+
+#define LATTE_WGMMA_SS_SMALL_N(SHAPE, ACC)                                                     \
+  if constexpr (E == Half16::f16 && !kTransA) {                                                 \
+    asm volatile(SHAPE("f16", "0") : ACC : "l"(a_desc), "l"(b_desc), "r"(accumulate));         \
+  } else if constexpr (E == Half16::f16) {                                                      \
+    asm volatile(SHAPE("f16", "1") : ACC : "l"(a_desc), "l"(b_desc), "r"(accumulate));         \
+  } else if constexpr (!kTransA) {                                                              \
+    asm volatile(SHAPE("bf16", "0") : ACC : "l"(a_desc), "l"(b_desc), "r"(accumulate));        \
+  } else {                                                                                      \
+    asm volatile(SHAPE("bf16", "1") : ACC : "l"(a_desc), "l"(b_desc), "r"(accumulate));        \
+  }
+#define LATTE_WGMMA_ACC8 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define LATTE_WGMMA_ACC4 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+
+template <Half16 E, bool kTransA>
+struct WgmmaSs<E, 16, kTransA> {
+  __device__ __forceinline__ static void mma(float (&d)[8], uint64_t a_desc, uint64_t b_desc, int accumulate) {
+    LATTE_WGMMA_SS_SMALL_N(LATTE_WGMMA_SS_M64N16K16, LATTE_WGMMA_ACC8)
+  }
+};
+
+template <Half16 E, bool kTransA>
+struct WgmmaSs<E, 8, kTransA> {
+  __device__ __forceinline__ static void mma(float (&d)[4], uint64_t a_desc, uint64_t b_desc, int accumulate) {
+    LATTE_WGMMA_SS_SMALL_N(LATTE_WGMMA_SS_M64N8K16, LATTE_WGMMA_ACC4)
   }
 };
 
@@ -86,5 +124,10 @@ struct WgmmaRsTn<E, 128> {
 #undef LATTE_WGMMA_ACC64
 #undef LATTE_WGMMA_SS_M64N32K16
 #undef LATTE_WGMMA_RS_M64N128K16
+#undef LATTE_WGMMA_SS_M64N16K16
+#undef LATTE_WGMMA_SS_M64N8K16
+#undef LATTE_WGMMA_SS_SMALL_N
+#undef LATTE_WGMMA_ACC8
+#undef LATTE_WGMMA_ACC4
 
 }  // namespace latte::cuda::sm90a

@@ -39,11 +39,21 @@ struct Sm90aPlan {
   bool decode = false;
 };
 
+// The few-heads kernel (heads on wgmma's N dimension, stages of kFewHeadsStageRows entries) runs
+// sparse MLA over the fp8_ds_mla cache with at most kFewHeadsMax heads; the 64-row kernel runs
+// everything else.
+inline constexpr int kFewHeadsMax = 16;
+inline constexpr int kFewHeadsStageRows = 64;
+[[nodiscard]] inline bool fewheads_sm90a(CacheFormat format, bool decode, int rows) {
+  return format == CacheFormat::fp8_ds_mla && !decode && rows <= kFewHeadsMax;
+}
+
 // CTAs per group of `rows` (query, head) rows.
 [[nodiscard]] int row_groups_sm90a(int rows);
 // Sparse: the plan of a kernel made for calls of at most `max_groups` tokens (0: not known: no
-// split) of `rows` (= heads) rows and `topk` columns on `sm_count` SMs.
-[[nodiscard]] Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count);
+// split) of `rows` (= heads) rows and `topk` columns on `sm_count` SMs, whose stages take
+// `stage_rows` list entries (the chunk is a multiple of it).
+[[nodiscard]] Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count, int stage_rows = kTileRows);
 // Dense decode: the plan of a kernel made for calls of at most `max_groups` requests of `rows`
 // (= s_q x heads) rows each: never split when the requests' CTAs fill the SMs (or their count is
 // not known), else splits of at least kDecodeMinChunk positions.

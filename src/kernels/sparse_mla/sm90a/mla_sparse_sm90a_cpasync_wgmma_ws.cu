@@ -40,22 +40,17 @@
 #include "kernels/common/sm90a_wgmma.cuh"
 #include "kernels/common/sm90a_wgmma_16bit.cuh"
 #include "kernels/sparse_mla/sm90a/mla_sm90a.hpp"
+#include "kernels/sparse_mla/sm90a/mla_sm90a_rows.cuh"
 #include "kernels/sparse_mla/smxx/mla_kv_slots.cuh"
 #include "latte/error.hpp"
 
 namespace latte::hopper_mla {
 namespace {
 
-namespace wg = cuda::sm90a;
-
 constexpr int kThreads = 384;
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;
 static_assert(128 * kProducerRegs + 256 * kConsumerRegs <= kThreads * 168,
               "the consumers take what the producers give");
-constexpr int kDims = 576;
-constexpr int kLatent = 512;
-constexpr int kKBlocks = kDims / 64;              // 64-dim blocks of an operand row
-constexpr int kGroups = 4;                        // 128-dim scale groups of the latent (fp8_ds_mla)
 constexpr int kQBlockBytes = kHeadsPerCta * 128;  // one 64-dim block of Q's 64 rows
 constexpr int kBlockBytes = kTileRows * 128;      // one 64-dim block of a stage's rows
 constexpr int kTileBytes = kKBlocks * kBlockBytes;
@@ -84,80 +79,7 @@ struct Cache {
   static_assert(kSmemBytes <= 227 * 1024, "one CTA per SM");
 };
 
-// How a launch is cut: groups [g_begin, g_begin + gridDim / (rgroups * nsplit)) of the call,
-// `rgroups` CTAs of 64 rows per group, `nsplit` splits of `chunk` list entries per (group, row
-// group). With nsplit > 1 the partials go to part_o / part_lse (indexed from the launch's first
-// group), and the combine kernel writes out and lse.
-struct Grid {
-  int chunk = 0, nsplit = 1, rgroups = 1, g_begin = 0;
-  float* part_o = nullptr;    // [launch groups * rgroups * nsplit][64][512]
-  float* part_lse = nullptr;  // [launch groups * rgroups * nsplit][64], log2 domain
-};
-
 __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 256;\n" ::: "memory"); }
-
-// Widened values past the largest finite f16 (65504) saturate (a latent cache holds none).
-__device__ __forceinline__ uint32_t f16x2(float a, float b) {
-  uint32_t r;
-  asm("cvt.rn.satfinite.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(b), "f"(a));  // a in the low half
-  return r;
-}
-
-// 16 e4m3 codes -> two 16-byte chunks of 8 f16 each: exact (f16 holds every e4m3 value). The
-// group scale is applied to S and P, in f32, by the consumers.
-__device__ __forceinline__ void widen16(const uint4& c, uint4& lo, uint4& hi) {
-  lo = make_uint4(cuda::e4m3x2_to_f16x2(c.x), cuda::e4m3x2_hi_to_f16x2(c.x), cuda::e4m3x2_to_f16x2(c.y),
-                  cuda::e4m3x2_hi_to_f16x2(c.y));
-  hi = make_uint4(cuda::e4m3x2_to_f16x2(c.z), cuda::e4m3x2_hi_to_f16x2(c.z), cuda::e4m3x2_to_f16x2(c.w),
-                  cuda::e4m3x2_hi_to_f16x2(c.w));
-}
-
-// 8 bf16 -> 8 f16 (the fp8 rows' rope and, for them, the query).
-__device__ __forceinline__ uint4 bf16x8_to_f16x8(const uint4& v) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  uint32_t o[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
-    o[i] = f16x2(f.x, f.y);
-  }
-  return make_uint4(o[0], o[1], o[2], o[3]);
-}
-
-__device__ __forceinline__ void st_shared16(uint32_t addr, const uint4& v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
-__device__ __forceinline__ uint4 ld_shared16(uint32_t addr) {
-  uint4 v;
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
-  return v;
-}
-
-// Byte offset of dims [8 c, 8 c + 8) of operand row `row` (c < 72) in a 9-block tile whose
-// 64-dim blocks are `block_bytes` apart.
-__device__ __forceinline__ uint32_t tile_chunk(int row, int c, int block_bytes) {
-  return static_cast<uint32_t>((c >> 3) * block_bytes) + wg::sw128_offset(row, c & 7);
-}
-
-// The length of group g's list: sparse, its slots (topk, or topk_lens[g] clamped); decode, the
-// request's positions (its length clamped to what its block table addresses).
-template <bool kDecode>
-__device__ __forceinline__ int list_len(const MlaParams& p, int g) {
-  return kDecode ? cuda_sparse_mla::decode_seq_len(p, g) : cuda_sparse_mla::sparse_list_len(p, g);
-}
-
-// Entries [begin, end) of group g's list that split `split` runs (empty past the list).
-struct Span {
-  int begin, end;
-};
-
-__device__ __forceinline__ Span split_span(int len, int split, int chunk) {
-  const int b = split * chunk;
-  const int e = min(b + chunk, len);
-  return {b, e > b ? e : b};
-}
 
 // Row r of a group (r < s_q x heads): query r / heads, head r % heads. Sparse groups hold one
 // query (row = head). Decode: the quotient from a float reciprocal, corrected by one either way
@@ -220,23 +142,6 @@ __device__ __forceinline__ void stage_q(const MlaParams& p, int g, int r0, int r
     const int i = tid + k * kThreads;
     st_shared16(cuda::smem_addr(base + Cache<kFp8>::kOffQ) + tile_chunk(i / (kDims / 8), i % (kDims / 8), kQBlockBytes),
                 kFp8 ? bf16x8_to_f16x8(v[k]) : v[k]);
-  }
-}
-
-// The cache slot of row `row` of stage t (-1: none). Sparse: the list's entry. Decode: position
-// j of the request through its block table (a block that is not one of the cache's: none).
-template <bool kDecode>
-__device__ __forceinline__ int stage_slot(const MlaParams& p, int g, const Span& span, int t, int row) {
-  const int j = span.begin + t * kTileRows + row;
-  if (j >= span.end) return -1;
-  if constexpr (kDecode) {
-    const int bs = p.block_size;
-    const bool pow2 = (bs & (bs - 1)) == 0;
-    const int col = pow2 ? j >> (__ffs(bs) - 1) : j / bs;
-    const int blk = p.block_table[static_cast<int64_t>(g) * p.bt_s + col];
-    return blk >= 0 && blk < p.num_blocks ? blk * bs + (j - col * bs) : -1;
-  } else {
-    return p.indices[static_cast<int64_t>(g) * p.idx_s + j];
   }
 }
 
@@ -774,13 +679,13 @@ bool aligned16(int64_t v) { return v % 16 == 0; }
 
 int row_groups_sm90a(int rows) { return std::max(1, (rows + kHeadsPerCta - 1) / kHeadsPerCta); }
 
-Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count) {
+Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count, int stage_rows) {
   // A kernel whose unsplit grid leaves SMs idle splits the list: the count with the least
   // modeled time, waves x (stages per split + a CTA's fixed cost) + the combine's, in units of a
   // stage. A grid that fills the SMs is never split (the workspace stays bounded by the SMs).
   constexpr double kCtaFixed = 3.0, kCombineLaunch = 2.0, kCombinePerSplit = 0.1;
   Sm90aPlan plan;
-  const int tiles = std::max(1, (topk + kTileRows - 1) / kTileRows);
+  const int tiles = std::max(1, (topk + stage_rows - 1) / stage_rows);
   const int64_t ctas = max_groups <= 0 ? 0 : max_groups * row_groups_sm90a(rows);
   int best = 1;
   if (ctas > 0 && ctas < sm_count) {
@@ -797,7 +702,7 @@ Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count) {
     }
   }
   const int tiles_per = (tiles + best - 1) / best;
-  plan.chunk = tiles_per * kTileRows;
+  plan.chunk = tiles_per * stage_rows;
   plan.nsplit = (tiles + tiles_per - 1) / tiles_per;
   return plan;
 }
@@ -864,6 +769,18 @@ std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t ma
           : "splits of " + std::to_string(plan.chunk) +
                 " positions, as many as a request's block table spans, and a combine kernel";
   const std::string unit = plan.decode ? " requests: " : " tokens: ";
+  if (fewheads_sm90a(format, plan.decode, rows)) {
+    const int n = rows <= 8 ? 8 : 16;
+    return "sm_90a kernel (mla_sparse_fewheads_sm90a_cpasync_wgmma_ws, fp8_ds_mla cache): the " + std::to_string(rows) +
+           " heads on wgmma's N dimension (n" + std::to_string(n) +
+           (rows < n ? ", " + std::to_string(n - rows) + " zero query columns" : std::string()) +
+           "), 64 list entries per stage on its M dimension; two producer warpgroups copy 32-row sub-stages "
+           "(cp.async, 2 raw sub-stages) and widen the e4m3 codes to f16 exactly in the wgmma layout (2 operand "
+           "stages); a consumer warpgroup computes S^T (wgmma m64n" + std::to_string(n) +
+           "k16 f16, group scales in f32), the per-head softmax, and O^T += V^T (P x scale)^T (wgmma, V read "
+           "MN-major); " + cut + "; a call of " + std::to_string(std::max<int64_t>(1, max_groups)) + unit +
+           std::to_string(ctas) + " CTAs on " + std::to_string(sm_count) + " SMs";
+  }
   return "sm_90a kernel (mla_sparse_sm90a_cpasync_wgmma_ws, " +
          std::string(format == CacheFormat::bf16 ? "bf16" : "fp8_ds_mla") + " cache" +
          (plan.decode ? ", dense decode through the block table" : "") + "): 64 (query, head) rows per CTA" +
@@ -923,7 +840,8 @@ void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, st
   const auto kernel = fp8 ? (p.decode ? mla_sparse_sm90a_kernel<true, true> : mla_sparse_sm90a_kernel<true, false>)
                           : (p.decode ? mla_sparse_sm90a_kernel<false, true> : mla_sparse_sm90a_kernel<false, false>);
   const int smem = static_cast<int>(smem_bytes_sm90a(p.format));
-  cuda::allow_dynamic_smem(kernel, smem, device, smem_set[which]);
+  const bool fewheads = fewheads_sm90a(p.format, p.decode, rows);
+  if (!fewheads) cuda::allow_dynamic_smem(kernel, smem, device, smem_set[which]);
   const auto q8 = [](const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
     return aligned16(reinterpret_cast<uintptr_t>(ptr)) && s0 % 8 == 0 && s1 % 8 == 0 && s2 % 8 == 0;
   };
@@ -936,7 +854,11 @@ void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, st
       grid.part_lse = grid.part_o + static_cast<std::size_t>(n) * grid.rgroups * grid.nsplit * kHeadsPerCta * kLatent;
     }
     const int64_t ctas = n * grid.rgroups * grid.nsplit;
-    kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p, grid, q_aligned);
+    if (fewheads) {
+      launch_fewheads_sm90a(p, grid, ctas, q_aligned, device, stream);
+    } else {
+      kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p, grid, q_aligned);
+    }
     LATTE_CUDA_TRY(cudaGetLastError());
     if (grid.nsplit > 1) {
       (p.decode ? launch_combine<true> : launch_combine<false>)(p, static_cast<int>(n), grid, stream);
