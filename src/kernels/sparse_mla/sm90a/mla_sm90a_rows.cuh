@@ -88,6 +88,35 @@ __device__ __forceinline__ uint32_t tile_chunk(int row, int c, int block_bytes) 
   return static_cast<uint32_t>((c >> 3) * block_bytes) + wg::sw128_offset(row, c & 7);
 }
 
+// The cache row of `slot` (`ok`: a slot inside the cache; otherwise the cache's base, a valid
+// address for zero-filled copies). A power-of-two block size (every serving engine's) needs no
+// integer division.
+__device__ __forceinline__ const uint8_t* slot_row(const MlaParams& p, int slot, bool ok) {
+  const int bs = p.block_size;
+  const int blk = (bs & (bs - 1)) == 0 ? slot >> (__ffs(bs) - 1) : slot / bs;
+  return ok ? p.kv + blk * p.kv_sblock + static_cast<int64_t>(slot - blk * bs) * p.kv_stok : p.kv;
+}
+
+// One 656-byte fp8_ds_mla row from global `src` to shared `dst` by a warp (zero-filled unless
+// `valid`): lane l copies 16-byte chunks l and 32 + l.
+__device__ __forceinline__ void copy_fp8_row(uint32_t dst, const uint8_t* src, int lane, bool valid) {
+  constexpr int kChunks = 656 / 16;
+  cuda::cp_async_16_s(dst + 16 * lane, src + 16 * lane, valid);
+  if (lane < kChunks - 32) cuda::cp_async_16_s(dst + 16 * (32 + lane), src + 16 * (32 + lane), valid);
+}
+
+// A warp widens the 512 e4m3 codes of one raw row (shared address `src`) into operand row `row`
+// of `tile` (64-dim blocks `block_bytes` apart): lane l turns codes 16 l .. 16 l + 15 into f16
+// chunks 2 l and 2 l + 1; odd lane quads store them in the other order, so the eight lanes of a
+// store phase hit eight different 16-byte bank groups.
+__device__ __forceinline__ void widen_codes_row(uint32_t src, uint32_t tile, int row, int block_bytes, int lane) {
+  const bool swap = (lane >> 2) & 1;
+  uint4 a, b;
+  widen16(ld_shared16(src + 16 * lane), a, b);
+  st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 1 : 0), block_bytes), swap ? b : a);
+  st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 0 : 1), block_bytes), swap ? a : b);
+}
+
 // The length of group g's list: sparse, its slots (topk, or topk_lens[g] clamped); decode, the
 // request's positions (its length clamped to what its block table addresses).
 template <bool kDecode>

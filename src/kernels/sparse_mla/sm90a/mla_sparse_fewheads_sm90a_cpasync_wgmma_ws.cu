@@ -89,36 +89,24 @@ __device__ __forceinline__ void consumer_sync() { asm volatile("bar.sync 1, 128;
 __device__ __forceinline__ uint32_t start_copies(const MlaParams& p, int slot, uint32_t dst0, int w, int lane) {
   const bool ok = lane < kRowsPerWarp && slot >= 0 && slot < p.num_blocks * p.block_size;
   const uint32_t mask = __ballot_sync(0xffffffffu, ok);
-  const int bs = p.block_size;
-  const int blk = (bs & (bs - 1)) == 0 ? slot >> (__ffs(bs) - 1) : slot / bs;
-  const auto row_addr = reinterpret_cast<unsigned long long>(
-      ok ? p.kv + blk * p.kv_sblock + static_cast<int64_t>(slot - blk * bs) * p.kv_stok : p.kv);
+  const auto row_addr = reinterpret_cast<unsigned long long>(slot_row(p, slot, ok));
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
-    const bool v = (mask >> i) & 1u;
     const auto* src = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, row_addr, i));
-    const uint32_t dst = dst0 + (w + kProducerWarps * i) * kRowBytes;
-    cuda::cp_async_16_s(dst + 16 * lane, src + 16 * lane, v);
-    if (lane < kRowBytes / 16 - 32) cuda::cp_async_16_s(dst + 16 * (32 + lane), src + 16 * (32 + lane), v);
+    copy_fp8_row(dst0 + (w + kProducerWarps * i) * kRowBytes, src, lane, (mask >> i) & 1u);
   }
   return mask;
 }
 
 // Widens warp w's landed rows of a sub-stage (raw rows at `raw`) into the operand stage rows at
-// `tile` (the sub-stage's first row): per row, lane l turns codes 16 l .. 16 l + 15 into f16
-// chunks 2 l and 2 l + 1 (odd lane quads store them in the other order: the eight lanes of a
-// store phase hit eight different 16-byte bank groups); then lane l < 8 kRowsPerWarp converts
-// rope chunk l % 8 of row w + 8 (l / 8) and lane l < 4 kRowsPerWarp copies scale l % 4 of row
+// `tile` (the sub-stage's first row): the codes row by row (widen_codes_row); then lane l < 32
+// converts rope chunk l % 8 of row w + 8 (l / 8) and lane l < 16 copies scale l % 4 of row
 // w + 8 (l / 4).
 __device__ __forceinline__ void widen_rows(uint32_t raw, uint32_t tile, uint32_t scales, int w, int lane) {
-  const bool swap = (lane >> 2) & 1;
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int row = w + kProducerWarps * i;
-    uint4 a, b;
-    widen16(ld_shared16(raw + row * kRowBytes + 16 * lane), a, b);
-    st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 1 : 0), kBlockBytes), swap ? b : a);
-    st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 0 : 1), kBlockBytes), swap ? a : b);
+    widen_codes_row(raw + row * kRowBytes, tile, row, kBlockBytes, lane);
   }
   if (lane < 8 * kRowsPerWarp) {
     const int row = w + kProducerWarps * (lane >> 3), c = lane & 7;

@@ -160,20 +160,14 @@ __device__ __forceinline__ uint32_t start_copies(const MlaParams& p, int slot, i
   const uint32_t mask = __ballot_sync(0xffffffffu, ok);
   const uint32_t dst0 = kFp8 ? cuda::smem_addr(base + C::kOffRaw + (t % C::kRawStages) * C::kRawBytes)
                              : cuda::smem_addr(base + C::kOffKv + (t % C::kStages) * kTileBytes);
-  // Lane i's row address, computed once (the slot's block and offset) and handed round; a
-  // power-of-two block size (every serving engine's) needs no integer division.
-  const int bs = p.block_size;
-  const int blk = (bs & (bs - 1)) == 0 ? slot >> (__ffs(bs) - 1) : slot / bs;
-  const auto row_addr = reinterpret_cast<unsigned long long>(
-      ok ? p.kv + blk * p.kv_sblock + static_cast<int64_t>(slot - blk * bs) * p.kv_stok : p.kv);
+  // Lane i's row address, computed once (the slot's block and offset) and handed round.
+  const auto row_addr = reinterpret_cast<unsigned long long>(slot_row(p, slot, ok));
 #pragma unroll
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const bool v = (mask >> i) & 1u;
     const auto* src = reinterpret_cast<const uint8_t*>(__shfl_sync(0xffffffffu, row_addr, i));
     if constexpr (kFp8) {
-      const uint32_t dst = dst0 + (w + 4 * i) * C::kRowBytes;
-      cuda::cp_async_16_s(dst + 16 * lane, src + 16 * lane, v);
-      if (lane < C::kRowBytes / 16 - 32) cuda::cp_async_16_s(dst + 16 * (32 + lane), src + 16 * (32 + lane), v);
+      copy_fp8_row(dst0 + (w + 4 * i) * C::kRowBytes, src, lane, v);
     } else {
       const int row = w + 4 * i;
       cuda::cp_async_16_s(dst0 + tile_chunk(row, lane, kBlockBytes), src + 16 * lane, v);
@@ -185,21 +179,15 @@ __device__ __forceinline__ uint32_t start_copies(const MlaParams& p, int slot, i
 }
 
 // Widens a producer warp's eight landed rows of a stage (raw rows at `raw`, shared addresses):
-// per row, lane l turns codes 16 l .. 16 l + 15 into f16 chunks 2 l and 2 l + 1 (odd lane quads
-// store them in the other order: the eight lanes of a store phase hit eight different 16-byte
-// bank groups); then every lane converts two of the 64 rope chunks (row w + 4 (l / 4), chunks
-// 2 (l % 4) and 2 (l % 4) + 1) and copies one of the 32 scales (group l % 4). Rows not copied
-// were zero-filled and widen to zeros.
+// the codes row by row (widen_codes_row); then every lane converts two of the 64 rope chunks (row
+// w + 4 (l / 4), chunks 2 (l % 4) and 2 (l % 4) + 1) and copies one of the 32 scales (group
+// l % 4). Rows not copied were zero-filled and widen to zeros.
 __device__ __forceinline__ void widen_rows(uint32_t raw, uint32_t tile, uint32_t scales, int w, int lane) {
   constexpr int kRow = Cache<true>::kRowBytes;
-  const bool swap = (lane >> 2) & 1;
 #pragma unroll 4
   for (int i = 0; i < kRowsPerWarp; ++i) {
     const int row = w + 4 * i;
-    uint4 a, b;
-    widen16(ld_shared16(raw + row * kRow + 16 * lane), a, b);
-    st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 1 : 0), kBlockBytes), swap ? b : a);
-    st_shared16(tile + tile_chunk(row, 2 * lane + (swap ? 0 : 1), kBlockBytes), swap ? a : b);
+    widen_codes_row(raw + row * kRow, tile, row, kBlockBytes, lane);
   }
   const int row = w + 4 * (lane >> 2), q = lane & 3;
   const uint32_t src = raw + row * kRow + kLatent;  // the scales, then the rope
