@@ -47,6 +47,10 @@ inline constexpr int kFewHeadsStageRows = 64;
 [[nodiscard]] inline bool fewheads_sm90a(CacheFormat format, bool decode, int rows) {
   return format == CacheFormat::fp8_ds_mla && !decode && rows <= kFewHeadsMax;
 }
+// List entries per pipeline stage of the kernel that runs such a call (the split plan's unit).
+[[nodiscard]] inline int stage_rows_sm90a(CacheFormat format, bool decode, int rows) {
+  return fewheads_sm90a(format, decode, rows) ? kFewHeadsStageRows : kTileRows;
+}
 
 // CTAs per group of `rows` (query, head) rows.
 [[nodiscard]] int row_groups_sm90a(int rows);

@@ -38,8 +38,7 @@ struct Grid {
 
 // The few-heads kernel (mla_sparse_fewheads_sm90a_cpasync_wgmma_ws.cu): sparse MLA over the
 // fp8_ds_mla cache with rope for at most kFewHeadsMax heads, one CTA per (token, split) of `grid`
-// (rgroups 1), partials in the 64-row kernel's layout. Its shared memory (16 heads: the larger).
-[[nodiscard]] std::size_t fewheads_smem_bytes_sm90a();
+// (rgroups 1), partials in the 64-row kernel's layout.
 void launch_fewheads_sm90a(const MlaParams& p, const Grid& grid, int64_t ctas, bool q_aligned, int device,
                            cudaStream_t stream);
 

@@ -16,8 +16,8 @@
 //   row's group scales folded in f32; the online softmax per head (a column: the maximum over the
 //   stage's rows through shuffles and a 4-warp exchange in shared memory); (P x scale_g)^T in f16
 //   to shared memory, one N x 64 tile per group; O^T (512 dims x N) += V^T (P x scale_g)^T by
-//   wgmma m64nNk16 over eight 64-dim tiles (A: the stage read MN-major), left in flight behind the
-//   next stage's S.
+//   wgmma m64nNk16 over eight 64-dim tiles (A: the stage read MN-major), waited for before the
+//   next stage's S, so the stage goes back to the producers early.
 //
 // With nsplit > 1 the CTA writes its normalized partial (f32, the 64-row kernel's layout: rows
 // past N unused) and log2-sum-exp, and the 64-row kernel's combine writes out and lse. Every sum
@@ -121,10 +121,10 @@ __device__ __forceinline__ void widen_rows(uint32_t raw, uint32_t tile, uint32_t
   }
 }
 
-// The producer warpgroups: sub-stage u (list entries kSub u .., rows kSub (u % kSubsPerStage) ..
-// of stage u / kSubsPerStage) is copied kAhead sub-stages ahead into raw stage u % kRaw and
-// widened into its operand stage once the consumers released it; a stage is full once every
-// producer thread has widened all its sub-stages.
+// The producer warpgroups: sub-stage u (list entries kSubRows u .., rows kSubRows (u %
+// kSubsPerStage) .. of stage u / kSubsPerStage) is copied kAhead sub-stages ahead into raw stage
+// u % kRawStages and widened into its operand stage once the consumers released it; a stage is
+// full once every producer thread has widened all its sub-stages.
 template <int NH>
 __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& span, int tiles, uint8_t* base,
                                         int tid) {
@@ -166,7 +166,7 @@ __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& s
     const int t = u / kSubsPerStage, part = u % kSubsPerStage, s = t % kStages;
     if (part == 0) wg::mbarrier_wait(empty + 8 * s, ((t / kStages) & 1u) ^ 1u);
     widen_rows(raw_at(u), sb + L::kOffKv + s * kStageBytes + part * kSubRows * 128,
-                    sb + L::kOffScale + (s * kRows + part * kSubRows) * kScaleRowBytes, w, lane);
+               sb + L::kOffScale + (s * kRows + part * kSubRows) * kScaleRowBytes, w, lane);
     if (lane < kRpw) base[L::kOffValid + s * kRows + part * kSubRows + w + kProducerWarps * lane] = (masks >> lane) & 1u;
     masks >>= kRpw;
     __syncwarp();  // every lane's reads of raw stage u before this warp's next copies into it
@@ -412,8 +412,6 @@ void launch_nh(const MlaParams& p, const Grid& grid, int64_t ctas, bool q_aligne
 }
 
 }  // namespace
-
-std::size_t fewheads_smem_bytes_sm90a() { return Layout<16>::kSmemBytes; }
 
 void launch_fewheads_sm90a(const MlaParams& p, const Grid& grid, int64_t ctas, bool q_aligned, int device,
                            cudaStream_t stream) {
