@@ -58,8 +58,8 @@ class HopperMlaKernel final : public Kernel {
         rows_(cuda_sparse_mla::rows_per_group(spec)),
         max_groups_(cuda_sparse_mla::max_groups_of(spec)),
         plan_(spec.op == Op::mla_decode ? plan_decode_sm90a(max_groups_, rows_, sm_count_)
-                                        : plan_sm90a(max_groups_, rows_, std::max(1, spec.topk), sm_count_,
-                                                     stage_rows_sm90a(spec.kv_cache, false, rows_))),
+                                        : plan_sm90a(spec.kv_cache, max_groups_, rows_, std::max(1, spec.topk),
+                                                     sm_count_)),
         workspace_(workspace_bytes_sm90a(plan_, max_groups_, rows_)) {}
 
   [[nodiscard]] std::size_t workspace_bytes() const override { return workspace_; }

@@ -47,8 +47,9 @@ TEST(Policy, BuiltinParsesAndSendsCpuToCpuBackends) {
   const auto h8 = stack.rank({"cuda.sparse_mla", "hopper.sparse_mla"}, glm5_sparse(8), describe_device("sm_90"));
   EXPECT_EQ(ids_of(h8), (std::vector<std::string>{"cuda.sparse_mla", "hopper.sparse_mla"}));
   EXPECT_EQ(h8.front().rule, "defaults:built-in#cuda-attention");
-  // Where hopper.mla measured faster: the fp8 cache from 2 tokens per call, the bf16 cache at every
-  // token count, at 64 and 128 heads; an unknown token count (0) matches no tokens condition.
+  // Where hopper.mla measured faster: both caches at every token count (one fp8 token through the
+  // few-heads kernel in head tiles), at 64 and 128 heads; the rules carry no tokens condition, so
+  // an unknown count (0) matches them too.
   const std::vector<std::string> both = {"cuda.sparse_mla", "hopper.sparse_mla"};
   for (const int heads : {64, 128}) {
     AttentionSpec fp8 = glm5_tp1_fp8(2), bf16 = glm5_sparse(1, CacheFormat::bf16);
@@ -61,9 +62,9 @@ TEST(Policy, BuiltinParsesAndSendsCpuToCpuBackends) {
         << heads;
     for (const int64_t tokens : {int64_t{0}, int64_t{1}}) {
       fp8.max_tokens = tokens;
-      const auto few = stack.rank(both, fp8, describe_device("sm_90"));
-      EXPECT_EQ(few.front().id, "cuda.sparse_mla") << tokens;
-      EXPECT_EQ(few.front().rule, "defaults:built-in#cuda-attention") << tokens;
+      const auto one = stack.rank(both, fp8, describe_device("sm_90"));
+      EXPECT_EQ(ids_of(one), (std::vector<std::string>{"hopper.sparse_mla", "cuda.sparse_mla"})) << tokens;
+      EXPECT_EQ(one.front().rule, "defaults:built-in#hopper-sparse-mla-fp8") << tokens;
     }
     for (const int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{3}}) {
       bf16.max_tokens = tokens;

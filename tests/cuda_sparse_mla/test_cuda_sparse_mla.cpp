@@ -2112,56 +2112,72 @@ std::vector<SparseCase> hopper_cases() {
   };
 }
 
-// The split plan (host only, runs in CI): every list entry in exactly one split, no empty split,
-// a kernel that already fills the SMs unsplit, few tokens split, the workspace exactly the
-// partials, and the plan a function of the kernel alone (max_tokens, heads, topk, SMs).
+// The sparse plan (host only, runs in CI): which kernel (the few-heads kernel for the fp8 cache at
+// 1-16 heads, in 16-head tiles for small calls of more heads; else the 64-row kernel), every list
+// entry in exactly one split of that kernel's stages, no empty split, a kernel that already fills
+// the SMs unsplit, few tokens split, the workspace exactly the partials (64-row groups whatever
+// the kernel), and the plan a function of the kernel alone (cache, max_tokens, heads, topk, SMs).
 TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
 #if !LATTE_HOPPER_MLA_BUILT
   GTEST_SKIP() << "skipped: hopper.mla not built (CUDA architectures without 90)";
 #else
   using hopper_mla::kHeadsPerCta;
   using hopper_mla::kTileRows;
-  for (const int stage : {kTileRows, hopper_mla::kFewHeadsStageRows})
+  const auto up = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  for (const CacheFormat fmt : {CacheFormat::fp8_ds_mla, CacheFormat::bf16})
   for (const int sms : {132, 114}) {
-    for (const int heads : {1, 16, 64, 100, 128}) {
-      if (stage != kTileRows && heads > hopper_mla::kFewHeadsMax) continue;
+    for (const int heads : {1, 8, 9, 16, 17, 64, 100, 128}) {
       for (const int topk : {1, 63, 100, 2048, 5000, 32768}) {
-        for (const int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{3}, int64_t{16}, int64_t{32}, int64_t{128},
-                                     int64_t{4096}}) {
-          const auto plan = hopper_mla::plan_sm90a(tokens, heads, topk, sms, stage);
-          const std::string at = "stage " + std::to_string(stage) + " sms " + std::to_string(sms) + " heads " +
-                                 std::to_string(heads) + " topk " + std::to_string(topk) + " tokens " +
-                                 std::to_string(tokens);
+        for (const int64_t tokens : {int64_t{0}, int64_t{1}, int64_t{2}, int64_t{3}, int64_t{16}, int64_t{32},
+                                     int64_t{128}, int64_t{4096}}) {
+          const auto plan = hopper_mla::plan_sm90a(fmt, tokens, heads, topk, sms);
+          const std::string at = std::string(fmt == CacheFormat::bf16 ? "bf16" : "fp8") + " sms " +
+                                 std::to_string(sms) + " heads " + std::to_string(heads) + " topk " +
+                                 std::to_string(topk) + " tokens " + std::to_string(tokens);
+          const int64_t tiles16 = up(heads, 16);
+          int tile = 0;
+          if (fmt == CacheFormat::fp8_ds_mla) {
+            if (heads <= 8) tile = 8;
+            else if (heads <= 16 || (tokens > 0 && tokens * tiles16 <= hopper_mla::kFewHeadsTiledCtas)) tile = 16;
+          }
+          ASSERT_EQ(plan.head_tile, tile) << at;
+          EXPECT_EQ(hopper_mla::fewheads_tile_sm90a(fmt, false, heads, tokens), tile) << at;
+          EXPECT_EQ(hopper_mla::fewheads_tile_sm90a(fmt, true, heads, tokens), 0) << at;  // decode: 64-row kernel
+          const int stage = tile > 0 ? hopper_mla::kFewHeadsStageRows : kTileRows;
           EXPECT_EQ(plan.chunk % stage, 0) << at;
           ASSERT_GE(plan.chunk, stage) << at;
           ASSERT_GE(plan.nsplit, 1) << at;
           EXPECT_GE(static_cast<int64_t>(plan.nsplit) * plan.chunk, topk) << at;
           EXPECT_LT(static_cast<int64_t>(plan.nsplit - 1) * plan.chunk, std::max(topk, 1)) << at;
-          const int64_t ctas = tokens * ((heads + kHeadsPerCta - 1) / kHeadsPerCta);
-          if (tokens == 0 || ctas >= sms) EXPECT_EQ(plan.nsplit, 1) << at;
+          const int per_group = tile > 0 ? static_cast<int>(up(heads, tile)) : static_cast<int>(up(heads, kHeadsPerCta));
+          EXPECT_EQ(hopper_mla::ctas_per_group_sm90a(plan, heads), per_group) << at;
+          if (tokens == 0 || tokens * per_group >= sms) EXPECT_EQ(plan.nsplit, 1) << at;
           const std::size_t ws = hopper_mla::workspace_bytes_sm90a(plan, tokens, heads);
           if (plan.nsplit == 1) {
             EXPECT_EQ(ws, 0u) << at;
           } else {
-            EXPECT_EQ(ws, static_cast<std::size_t>(ctas) * plan.nsplit * kHeadsPerCta * (512 + 1) * sizeof(float)) << at;
+            EXPECT_EQ(ws, static_cast<std::size_t>(tokens * up(heads, kHeadsPerCta)) * plan.nsplit * kHeadsPerCta *
+                              (512 + 1) * sizeof(float))
+                << at;
           }
-          const auto again = hopper_mla::plan_sm90a(tokens, heads, topk, sms, stage);
-          EXPECT_TRUE(again.chunk == plan.chunk && again.nsplit == plan.nsplit) << at;
+          const auto again = hopper_mla::plan_sm90a(fmt, tokens, heads, topk, sms);
+          EXPECT_TRUE(again.chunk == plan.chunk && again.nsplit == plan.nsplit && again.head_tile == plan.head_tile)
+              << at;
         }
       }
     }
   }
-  // The shapes of the measured table (H200, 132 SMs, topk 2048): one token splits, 32 tokens of
-  // 64 heads fill the GPU in four splits, 128 tokens run unsplit.
-  EXPECT_GT(hopper_mla::plan_sm90a(1, 64, 2048, 132).nsplit, 8);
-  EXPECT_EQ(hopper_mla::plan_sm90a(32, 64, 2048, 132).nsplit, 4);
-  EXPECT_EQ(hopper_mla::plan_sm90a(128, 64, 2048, 132).nsplit, 1);
-  // The few-heads kernel's 64-entry stages: one token of GLM-5 TP8 in 16 splits of two stages.
-  EXPECT_EQ(hopper_mla::plan_sm90a(1, 8, 2048, 132, hopper_mla::kFewHeadsStageRows).chunk, 128);
-  EXPECT_TRUE(hopper_mla::fewheads_sm90a(CacheFormat::fp8_ds_mla, false, 16));
-  EXPECT_FALSE(hopper_mla::fewheads_sm90a(CacheFormat::fp8_ds_mla, false, 17));
-  EXPECT_FALSE(hopper_mla::fewheads_sm90a(CacheFormat::fp8_ds_mla, true, 8));
-  EXPECT_FALSE(hopper_mla::fewheads_sm90a(CacheFormat::bf16, false, 8));
+  // The shapes of the measured table (H200, 132 SMs, topk 2048). The 64-row kernel: one token
+  // splits, 32 tokens of 64 heads fill the GPU in four splits, 128 tokens run unsplit.
+  EXPECT_GT(hopper_mla::plan_sm90a(CacheFormat::bf16, 1, 64, 2048, 132).nsplit, 8);
+  EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 32, 64, 2048, 132).nsplit, 4);
+  EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 128, 64, 2048, 132).nsplit, 1);
+  EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 32, 64, 2048, 132).head_tile, 0);
+  // The few-heads kernel's 64-entry stages: one token of GLM-5 TP8 in 32 splits of one stage;
+  // one token of GLM-5 TP1 / DeepSeek-V3.2 in 4 / 8 tiles of 16 heads.
+  EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 1, 8, 2048, 132).chunk, 64);
+  EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 1, 64, 2048, 132).head_tile, 16);
+  EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 1, 128, 2048, 132).head_tile, 16);
 #endif
 }
 
@@ -2212,9 +2228,9 @@ TEST(HopperMlaPlan, DecodeSplitsFollowTheBlockTable) {
 
 // Host-only (runs in CI): hopper.mla's support surface. Both caches at 64 / 128 heads on sm_90,
 // nothing on other GPUs, every refusal with its reason; the selector picks it for GLM-5 TP1 /
-// DeepSeek-V3.2 from 8 (fp8) / 1 (bf16) tokens per call and keeps cuda.sparse_mla below; the
-// kernel's description names the cache's pipeline. Few heads and dense decode: accepted, ranked
-// by the policy where measured.
+// DeepSeek-V3.2 at every token count with cuda.sparse_mla second; the kernel's description names
+// the kernel (one fp8 token: the few-heads kernel in head tiles) and the cache's pipeline. Few
+// heads and dense decode: accepted, ranked by the policy where measured.
 TEST(HopperMlaCaps, BothCachesAtSixtyFourAndOneTwentyEightHeadsOnSm90) {
   auto be = Registry::global().find("hopper.mla");
   if (!be) GTEST_SKIP() << "skipped: hopper.mla not built (CUDA architectures without 90)";
@@ -2233,16 +2249,19 @@ TEST(HopperMlaCaps, BothCachesAtSixtyFourAndOneTwentyEightHeadsOnSm90) {
         ASSERT_FALSE(reasons.empty()) << at << " " << arch;
         EXPECT_EQ(reasons[0].code, "arch") << at << " " << arch;
       }
-      // The policy: the fp8 cache from 2 tokens per call, the bf16 cache at every token count.
-      const int first = fmt == CacheFormat::bf16 ? 1 : 2;
-      sp.max_tokens = first;
-      EXPECT_EQ(Context::global().explain(sp, describe_device("sm_90")).chosen, "hopper.mla") << at;
+      // The policy: both caches at every token count; one fp8 token runs the few-heads kernel in
+      // tiles of 16 heads, cuda.sparse_mla valid and ranked second.
+      sp.max_tokens = 1;
+      const Selection one = Context::global().explain(sp, describe_device("sm_90"));
+      EXPECT_EQ(one.chosen, "hopper.mla") << at;
+      ASSERT_GE(one.valid.size(), 2u) << at;
+      EXPECT_EQ(one.valid[1].id, "cuda.sparse_mla") << at;
       if (fmt == CacheFormat::fp8_ds_mla) {
-        sp.max_tokens = first - 1;
-        const Selection below = Context::global().explain(sp, describe_device("sm_90"));
-        EXPECT_EQ(below.chosen, "cuda.sparse_mla") << at;
-        ASSERT_GE(below.valid.size(), 2u) << at;
-        EXPECT_EQ(below.valid[1].id, "hopper.mla") << at;  // valid, ranked second
+        EXPECT_PRED2(starts, be->make(sp, describe_device("sm_90"))->describe(),
+                     "sm_90a kernel (mla_sparse_fewheads_sm90a_cpasync_wgmma_ws, fp8_ds_mla cache): the " +
+                         std::to_string(sp.num_heads) + " heads on wgmma's N dimension (" +
+                         std::to_string(sp.num_heads / 16) + " CTAs of n16 per token")
+            << at;
       }
       sp.max_tokens = 128;
       EXPECT_PRED2(starts, be->make(sp, describe_device("sm_90"))->describe(),
@@ -2332,6 +2351,35 @@ TEST_F(HopperMla, FewHeadsPeakedWideScalesAndSplits) {
   }
 }
 
+// More than 16 heads in small calls: the few-heads kernel in tiles of 16 heads (the last tile
+// padded with zero query columns for 24 / 65 heads; a tile's heads are rows of their 64-row part
+// for the combine), at the largest call the tiles are planned for, and the 64-row kernel one
+// token past it; block sizes that are not powers of two (48) beside 16 / 64, split and unsplit.
+TEST_F(HopperMla, FewHeadsInTilesAndTheSixtyFourRowKernelPastThem) {
+  Runner run;
+  const IndexOpts padded = row1_empty(), heavy = half_empty();
+  uint32_t seed = 900;
+  for (const int H : {24, 64, 65, 128}) {
+    const int tiles = (H + 15) / 16;
+    const int most = static_cast<int>(hopper_mla::kFewHeadsTiledCtas / tiles);  // tokens the tiles are planned for
+    ASSERT_GE(most, 1) << H;
+    for (const int T : {1, most, most + 1}) {
+      for (const int bs : {48, H == 64 ? 16 : 64}) {
+        SparseCase c{CacheFormat::fp8_ds_mla, H, T == 1 ? 2048 : 700, bs, T, T == most ? heavy : padded};
+        c.q_amp = T == 1 ? 40.f : 3.f;  // a peaked softmax at one token
+        c.kv_amp_log2_span = 12.f;
+        auto s = setup_sparse(c, seed++);
+        const std::string text = run.make(s->spec, "hopper.mla")->describe();
+        const bool tiled = text.find("mla_sparse_fewheads_sm90a") != std::string::npos;
+        EXPECT_EQ(tiled, T <= most) << name_of(c) << ": " << text;
+        const Result r = run_vs_oracle(run, *s, (tiled ? "head tiles " : "64-row ") + name_of(c), "hopper.mla",
+                                       kHopperTol);
+        expect_empty_rows_zero(c, r);
+      }
+    }
+  }
+}
+
 // Bitwise repeat, CUDA-graph replay and batch invariance (token 4 alone = token 4 among six).
 void check_deterministic_batch_invariant_graphs(const SparseCase& c) {
   Runner run;
@@ -2392,12 +2440,13 @@ TEST_F(HopperMla, DecodeLengthsPastTheTableAndHoles) {
 }
 
 // Small problems for compute-sanitizer: decode split and unsplit with padded row groups, sparse
-// with few heads.
+// with few heads and in head tiles.
 TEST_F(HopperMla, SanitizerDecodeAndFewHeads) {
   run_decode_cases({{CacheFormat::fp8_ds_mla, 24, 3, 16, 2, {700, 2}}, {CacheFormat::bf16, 5, 1, 1, 2, {300, 40}}},
                    "sanitizer hopper.mla ", "hopper.mla", kHopperTol);
   Runner run;
   for (const SparseCase& c : {SparseCase{CacheFormat::fp8_ds_mla, 5, 300, 16, 3, row1_empty()},
+                              SparseCase{CacheFormat::fp8_ds_mla, 24, 300, 48, 2, row1_empty()},  // 2 head tiles
                               SparseCase{CacheFormat::bf16, 70, 100, 1, 2, row1_empty()}}) {
     auto s = setup_sparse(c, 3);
     run_vs_oracle(run, *s, "sanitizer hopper.mla " + name_of(c), "hopper.mla", kHopperTol);

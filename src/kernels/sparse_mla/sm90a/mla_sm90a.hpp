@@ -37,27 +37,30 @@ struct Sm90aPlan {
   int chunk = 0;
   int nsplit = 1;
   bool decode = false;
+  // The few-heads kernel's heads per CTA (8 or 16: wgmma's n); 0: the 64-row kernel.
+  int head_tile = 0;
 };
 
 // The few-heads kernel (heads on wgmma's N dimension, stages of kFewHeadsStageRows entries) runs
-// sparse MLA over the fp8_ds_mla cache with at most kFewHeadsMax heads; the 64-row kernel runs
-// everything else.
+// sparse MLA over the fp8_ds_mla cache: every kernel of at most kFewHeadsMax heads, and kernels of
+// more heads whose calls are small, in tiles of kFewHeadsMax heads (each tile's CTA copies and
+// widens the token's rows itself): at most kFewHeadsTiledCtas tiles x tokens. Beyond that the
+// 64-row kernel (which stages the rows once per 64 heads) runs them.
 inline constexpr int kFewHeadsMax = 16;
 inline constexpr int kFewHeadsStageRows = 64;
-[[nodiscard]] inline bool fewheads_sm90a(CacheFormat format, bool decode, int rows) {
-  return format == CacheFormat::fp8_ds_mla && !decode && rows <= kFewHeadsMax;
-}
-// List entries per pipeline stage of the kernel that runs such a call (the split plan's unit).
-[[nodiscard]] inline int stage_rows_sm90a(CacheFormat format, bool decode, int rows) {
-  return fewheads_sm90a(format, decode, rows) ? kFewHeadsStageRows : kTileRows;
-}
+inline constexpr int64_t kFewHeadsTiledCtas = 16;
+// The few-heads kernel's heads per CTA for a kernel of `heads` heads and at most `max_groups`
+// tokens (0: not known), or 0 when the 64-row kernel runs it.
+[[nodiscard]] int fewheads_tile_sm90a(CacheFormat format, bool decode, int heads, int64_t max_groups);
+// CTAs per group and split under `plan`: 64-row groups, or the few-heads kernel's head tiles.
+[[nodiscard]] int ctas_per_group_sm90a(const Sm90aPlan& plan, int rows);
 
 // CTAs per group of `rows` (query, head) rows.
 [[nodiscard]] int row_groups_sm90a(int rows);
 // Sparse: the plan of a kernel made for calls of at most `max_groups` tokens (0: not known: no
-// split) of `rows` (= heads) rows and `topk` columns on `sm_count` SMs, whose stages take
-// `stage_rows` list entries (the chunk is a multiple of it).
-[[nodiscard]] Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count, int stage_rows = kTileRows);
+// split) of `heads` rows and `topk` columns over a `format` cache on `sm_count` SMs: which kernel
+// (head_tile) and the split (the chunk a multiple of that kernel's stage).
+[[nodiscard]] Sm90aPlan plan_sm90a(CacheFormat format, int64_t max_groups, int heads, int topk, int sm_count);
 // Dense decode: the plan of a kernel made for calls of at most `max_groups` requests of `rows`
 // (= s_q x heads) rows each: never split when the requests' CTAs fill the SMs (or their count is
 // not known), else splits of at least kDecodeMinChunk positions.

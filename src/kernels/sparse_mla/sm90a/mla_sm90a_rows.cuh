@@ -37,10 +37,10 @@ struct Grid {
 };
 
 // The few-heads kernel (mla_sparse_fewheads_sm90a_cpasync_wgmma_ws.cu): sparse MLA over the
-// fp8_ds_mla cache with rope for at most kFewHeadsMax heads, one CTA per (token, split) of `grid`
-// (rgroups 1), partials in the 64-row kernel's layout.
-void launch_fewheads_sm90a(const MlaParams& p, const Grid& grid, int64_t ctas, bool q_aligned, int device,
-                           cudaStream_t stream);
+// fp8_ds_mla cache with rope, one CTA per (token, tile of `head_tile` heads, split) of `grid`,
+// partials in the 64-row kernel's layout (a tile's heads are rows of their 64-row group's part).
+void launch_fewheads_sm90a(const MlaParams& p, const Grid& grid, int head_tile, int64_t ctas, bool q_aligned,
+                           int device, cudaStream_t stream);
 
 // Widened values past the largest finite f16 (65504) saturate (a latent cache holds none).
 __device__ __forceinline__ uint32_t f16x2(float a, float b) {
@@ -68,6 +68,17 @@ __device__ __forceinline__ uint4 bf16x8_to_f16x8(const uint4& v) {
     o[i] = f16x2(f.x, f.y);
   }
   return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// 8 bf16 of a query row at `src`: one 16-byte load when the query's rows are 16-byte aligned
+// (`aligned`), else element by element.
+__device__ __forceinline__ uint4 load_q8(const __nv_bfloat16* src, bool aligned) {
+  if (aligned) return *reinterpret_cast<const uint4*>(src);
+  uint16_t e[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) e[j] = reinterpret_cast<const uint16_t*>(src)[j];
+  return make_uint4(e[0] | (uint32_t{e[1]} << 16), e[2] | (uint32_t{e[3]} << 16), e[4] | (uint32_t{e[5]} << 16),
+                    e[6] | (uint32_t{e[7]} << 16));
 }
 
 __device__ __forceinline__ void st_shared16(uint32_t addr, const uint4& v) {

@@ -1,8 +1,9 @@
-// Sparse MLA over the fp8_ds_mla cache on sm_90a for at most 16 heads per token (GLM-5 at TP8 /
-// TP4, DeepSeek-V3.2 at TP8): the heads are wgmma's N dimension (8 or 16) and the cache rows its M
-// dimension, so no tensor-core lane computes a padded head row (the 64-row kernel,
-// mla_sparse_sm90a_cpasync_wgmma_ws.cu, pads the heads to 64). One CTA per (token, split), stages
-// of 64 list entries, 384 threads:
+// Sparse MLA over the fp8_ds_mla cache on sm_90a for few heads per token (GLM-5 at TP8 / TP4,
+// DeepSeek-V3.2 at TP8), and for more heads in small calls: the heads are wgmma's N dimension (8
+// or 16) and the cache rows its M dimension, so no tensor-core lane computes a padded head row
+// (the 64-row kernel, mla_sparse_sm90a_cpasync_wgmma_ws.cu, pads the heads to 64). One CTA per
+// (token, tile of N heads, split), stages of 64 list entries, 384 threads (a token's head tiles
+// each copy and widen its rows: the plan takes tiles only where the calls are small):
 //
 // - Producer warpgroups 0 and 1 (8 warps). Warp w owns rows w, w + 8, w + 16, w + 24 of every
 //   32-row sub-stage: copies them with cp.async (41 16-byte chunks a row, zero-filled for entries
@@ -19,8 +20,8 @@
 //   wgmma m64nNk16 over eight 64-dim tiles (A: the stage read MN-major), waited for before the
 //   next stage's S, so the stage goes back to the producers early.
 //
-// With nsplit > 1 the CTA writes its normalized partial (f32, the 64-row kernel's layout: rows
-// past N unused) and log2-sum-exp, and the 64-row kernel's combine writes out and lse. Every sum
+// With nsplit > 1 the CTA writes its normalized partial (f32, the 64-row kernel's layout: a
+// tile's heads are rows of their 64-row group's part) and log2-sum-exp, and the 64-row kernel's combine writes out and lse. Every sum
 // has a fixed order and nothing depends on the other tokens of the call: bitwise deterministic
 // and batch invariant. Design notes and measurements: docs/kernels/hopper_mla.md, "Few heads".
 #include <cuda_bf16.h>
@@ -31,6 +32,7 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/ldmatrix.cuh"
+#include "kernels/common/pdl.cuh"
 #include "kernels/common/sm90a_tma.cuh"
 #include "kernels/common/sm90a_wgmma.cuh"
 #include "kernels/common/sm90a_wgmma_16bit.cuh"
@@ -182,10 +184,11 @@ __device__ __forceinline__ void produce(const MlaParams& p, int g, const Span& s
 __device__ __forceinline__ int col_of(int ci, int l) { return 8 * (ci >> 1) + 2 * (l & 3) + (ci & 1); }
 __device__ __forceinline__ int ci_of(int i) { return 2 * (i >> 2) + (i & 1); }
 
-// The consumer warpgroup: O^T for the CTA's token, written (or its partial) for heads < p.heads.
+// The consumer warpgroup: O^T for heads h0 .. h0 + N - 1 of the CTA's token, written (or its
+// partial: rows of part `part`, the 64-row group of h0) for heads < p.heads.
 template <int NH>
-__device__ __forceinline__ void consume(const MlaParams& p, int g, int tiles, uint8_t* base, uint32_t sb, int ctid,
-                                        const Grid& grid, int64_t part) {
+__device__ __forceinline__ void consume(const MlaParams& p, int g, int h0, int tiles, uint8_t* base, uint32_t sb,
+                                        int ctid, const Grid& grid, int64_t part) {
   using L = Layout<NH>;
   constexpr int NA = NH / 2;  // accumulator registers of an m64nN tile
   constexpr int NC = NH / 4;  // columns (heads) a thread holds
@@ -329,7 +332,7 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int tiles, ui
   }
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const int head = col_of(c, l);
+    const int head = h0 + col_of(c, l), row = head % kHeadsPerCta;
     if (head >= p.heads) continue;
 #pragma unroll
     for (int d = 0; d < 8; ++d)
@@ -340,16 +343,41 @@ __device__ __forceinline__ void consume(const MlaParams& p, int g, int tiles, ui
         if (grid.part_o == nullptr) {
           p.out[g * p.o_sg + head * p.o_sh + dim] = __float2bfloat16_rn(o[d][i] * inv[c]);
         } else {
-          grid.part_o[(part * kHeadsPerCta + head) * kLatent + dim] = o[d][i] * inv[c];
+          grid.part_o[(part * kHeadsPerCta + row) * kLatent + dim] = o[d][i] * inv[c];
         }
       }
     if (w == 0 && l < 4) {
       if (grid.part_o == nullptr) {
         if (p.lse != nullptr) p.lse[g * p.l_sg + head * p.l_sh] = lse2[c] * 0.6931471805599453f;
       } else {
-        grid.part_lse[part * kHeadsPerCta + head] = lse2[c];
+        grid.part_lse[part * kHeadsPerCta + row] = lse2[c];
       }
     }
+  }
+}
+
+// Q's N rows (heads h0 ..; past p.heads: zeros) by the consumer warpgroup (thread ctid), bf16 ->
+// f16 (exact in range), K-major: every load issued before the first store.
+template <int NH>
+__device__ __forceinline__ void stage_q(const MlaParams& p, int g, int h0, bool q_aligned, uint32_t sbase, int ctid) {
+  using L = Layout<NH>;
+  constexpr int kChunks = NH * (kDims / 8), kPer = (kChunks + 127) / 128;
+  uint4 v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = ctid + 128 * k, r = i / (kDims / 8), c = i % (kDims / 8), h = h0 + r;
+    v[k] = make_uint4(0, 0, 0, 0);
+    if (i < kChunks && h < p.heads) {
+      v[k] = load_q8(c < kLatent / 8 ? p.q + g * p.q_sg + h * p.q_sh + 8 * c
+                                     : p.q_rope + g * p.qr_sg + h * p.qr_sh + 8 * (c - kLatent / 8),
+                     q_aligned);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) {
+    const int i = ctid + 128 * k;
+    if (i < kChunks)
+      st_shared16(sbase + L::kOffQ + tile_chunk(i / (kDims / 8), i % (kDims / 8), L::kQBlockBytes), bf16x8_to_f16x8(v[k]));
   }
 }
 
@@ -360,9 +388,14 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sparse_fewheads_sm90a_kernel(
   extern __shared__ uint8_t smem_raw[];
   const uint32_t sbase = (cuda::smem_addr(smem_raw) + 1023u) & ~1023u;
   uint8_t* base = smem_raw + (sbase - cuda::smem_addr(smem_raw));
-  const int64_t part = blockIdx.x;  // launch group * nsplit + split (one CTA of rows per group)
-  const int split = static_cast<int>(part % grid.nsplit);
-  const int g = grid.g_begin + static_cast<int>(part / grid.nsplit);
+  // blockIdx.x = (launch group * head tiles + tile) * nsplit + split
+  const int htiles = (p.heads + NH - 1) / NH;
+  const int split = static_cast<int>(blockIdx.x % grid.nsplit);
+  const int ht = static_cast<int>((blockIdx.x / grid.nsplit) % htiles);
+  const int gl = static_cast<int>(blockIdx.x / (static_cast<int64_t>(grid.nsplit) * htiles));
+  const int g = grid.g_begin + gl, h0 = ht * NH;
+  // The partial of (group, 64-row group of h0, split): NH divides 64, so one part holds the tile.
+  const int64_t part = (static_cast<int64_t>(gl) * grid.rgroups + h0 / kHeadsPerCta) * grid.nsplit + split;
   const int tid = threadIdx.x;
   const Span span = split_span(list_len<false>(p, g), split, grid.chunk);
   if (split > 0 && span.end == span.begin) return;
@@ -375,31 +408,19 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sparse_fewheads_sm90a_kernel(
     }
     wg::mbarrier_init_fence();
   }
-  // Q's N rows (heads past p.heads: zeros), bf16 -> f16 (exact in range), K-major.
-  for (int i = tid; i < NH * (kDims / 8); i += kThreads) {
-    const int r = i / (kDims / 8), c = i % (kDims / 8);
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < p.heads) {
-      const __nv_bfloat16* src = c < kLatent / 8 ? p.q + g * p.q_sg + r * p.q_sh + 8 * c
-                                                 : p.q_rope + g * p.qr_sg + r * p.qr_sh + 8 * (c - kLatent / 8);
-      if (q_aligned) {
-        v = *reinterpret_cast<const uint4*>(src);
-      } else {
-        uint16_t e[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) e[j] = reinterpret_cast<const uint16_t*>(src)[j];
-        v = make_uint4(e[0] | (uint32_t{e[1]} << 16), e[2] | (uint32_t{e[3]} << 16), e[4] | (uint32_t{e[5]} << 16),
-                       e[6] | (uint32_t{e[7]} << 16));
-      }
-    }
-    st_shared16(sbase + L::kOffQ + tile_chunk(r, c, L::kQBlockBytes), bf16x8_to_f16x8(v));
-  }
-  wg::fence_proxy_async_smem();
-  __syncthreads();
+  __syncthreads();  // the barriers initialized
+  // The combine (launched dependent) may start once every CTA is here; it waits for this grid's
+  // completion before it reads a partial.
+  cuda::pdl_launch_dependents();
   if (tid < kProducerWarps * 32) {
     produce<NH>(p, g, span, tiles, base, tid);
   } else {
-    consume<NH>(p, g, tiles, base, sbase, tid - kProducerWarps * 32, grid, part);
+    // The consumers stage Q while the producers' first slots and copies are in flight.
+    const int ctid = tid - kProducerWarps * 32;
+    stage_q<NH>(p, g, h0, q_aligned, sbase, ctid);
+    wg::fence_proxy_async_smem();
+    consumer_sync();
+    consume<NH>(p, g, h0, tiles, base, sbase, ctid, grid, part);
   }
 }
 
@@ -413,9 +434,9 @@ void launch_nh(const MlaParams& p, const Grid& grid, int64_t ctas, bool q_aligne
 
 }  // namespace
 
-void launch_fewheads_sm90a(const MlaParams& p, const Grid& grid, int64_t ctas, bool q_aligned, int device,
-                           cudaStream_t stream) {
-  (p.heads <= 8 ? launch_nh<8> : launch_nh<16>)(p, grid, ctas, q_aligned, device, stream);
+void launch_fewheads_sm90a(const MlaParams& p, const Grid& grid, int head_tile, int64_t ctas, bool q_aligned,
+                           int device, cudaStream_t stream) {
+  (head_tile == 8 ? launch_nh<8> : launch_nh<16>)(p, grid, ctas, q_aligned, device, stream);
 }
 
 }  // namespace latte::hopper_mla

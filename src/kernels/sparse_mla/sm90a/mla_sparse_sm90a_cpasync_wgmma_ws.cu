@@ -125,17 +125,7 @@ __device__ __forceinline__ void stage_q(const MlaParams& p, int g, int r0, int r
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     const __nv_bfloat16* src = q_chunk<kDecode>(p, g, r0, rows, tid + k * kThreads);
-    if (src == nullptr) {
-      v[k] = make_uint4(0, 0, 0, 0);
-    } else if (q_aligned) {
-      v[k] = *reinterpret_cast<const uint4*>(src);
-    } else {
-      uint16_t e[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) e[j] = reinterpret_cast<const uint16_t*>(src)[j];
-      v[k] = make_uint4(e[0] | (uint32_t{e[1]} << 16), e[2] | (uint32_t{e[3]} << 16), e[4] | (uint32_t{e[5]} << 16),
-                        e[6] | (uint32_t{e[7]} << 16));
-    }
+    v[k] = src == nullptr ? make_uint4(0, 0, 0, 0) : load_q8(src, q_aligned);
   }
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
@@ -667,14 +657,25 @@ bool aligned16(int64_t v) { return v % 16 == 0; }
 
 int row_groups_sm90a(int rows) { return std::max(1, (rows + kHeadsPerCta - 1) / kHeadsPerCta); }
 
-Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count, int stage_rows) {
-  // A kernel whose unsplit grid leaves SMs idle splits the list: the count with the least
-  // modeled time, waves x (stages per split + a CTA's fixed cost) + the combine's, in units of a
-  // stage. A grid that fills the SMs is never split (the workspace stays bounded by the SMs).
-  constexpr double kCtaFixed = 3.0, kCombineLaunch = 2.0, kCombinePerSplit = 0.1;
+namespace {
+// The split model's costs, in units of the kernel's stage: a CTA's fixed cost per wave, the
+// combine's launch, and the combine (and its partials) per split of a token or per CTA of the
+// split grid. Fitted to H200 measurements (docs/kernels/hopper_mla.md, "Splits"): the 64-row
+// kernel's per split; the few-heads kernel's (one stage = 64 entries) per CTA, so that a grid of
+// few head tiles splits down to one stage a CTA and one of many tiles keeps two.
+struct SplitCosts {
+  double cta_fixed, combine_launch, combine_per_split, combine_per_cta;
+};
+constexpr SplitCosts kRowKernelCosts{3.0, 2.0, 0.1, 0.0};
+constexpr SplitCosts kFewHeadsCosts{3.0, 2.0, 0.0, 0.03};
+
+// The split of a kernel whose unsplit grid has `ctas` CTAs (0: not known) over lists of `topk`
+// entries in stages of `stage_rows`. A grid that leaves SMs idle splits the list: the count with
+// the least modeled time, waves x (stages per split + a CTA's fixed cost) + the combine's. A grid
+// that fills the SMs is never split (the workspace stays bounded by the SMs).
+Sm90aPlan split_plan(int64_t ctas, int topk, int sm_count, int stage_rows, const SplitCosts& k) {
   Sm90aPlan plan;
   const int tiles = std::max(1, (topk + stage_rows - 1) / stage_rows);
-  const int64_t ctas = max_groups <= 0 ? 0 : max_groups * row_groups_sm90a(rows);
   int best = 1;
   if (ctas > 0 && ctas < sm_count) {
     double best_cost = 0;
@@ -682,7 +683,9 @@ Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count, int s
       const int per = (tiles + n - 1) / n;
       if (n > 1 && (tiles + per - 1) / per != n) continue;  // the same split as a smaller n
       const double waves = static_cast<double>((ctas * n + sm_count - 1) / sm_count);
-      const double cost = waves * (per + kCtaFixed) + (n > 1 ? kCombineLaunch + kCombinePerSplit * n : 0.0);
+      const double cost =
+          waves * (per + k.cta_fixed) +
+          (n > 1 ? k.combine_launch + k.combine_per_split * n + k.combine_per_cta * static_cast<double>(ctas * n) : 0.0);
       if (n == 1 || cost < best_cost) {
         best = n;
         best_cost = cost;
@@ -694,9 +697,33 @@ Sm90aPlan plan_sm90a(int64_t max_groups, int rows, int topk, int sm_count, int s
   plan.nsplit = (tiles + tiles_per - 1) / tiles_per;
   return plan;
 }
+}  // namespace
+
+int fewheads_tile_sm90a(CacheFormat format, bool decode, int heads, int64_t max_groups) {
+  if (format != CacheFormat::fp8_ds_mla || decode) return 0;
+  if (heads <= 8) return 8;
+  if (heads <= kFewHeadsMax) return kFewHeadsMax;
+  const int64_t tiles = (heads + kFewHeadsMax - 1) / kFewHeadsMax;
+  return max_groups > 0 && max_groups * tiles <= kFewHeadsTiledCtas ? kFewHeadsMax : 0;
+}
+
+int ctas_per_group_sm90a(const Sm90aPlan& plan, int rows) {
+  return plan.head_tile > 0 ? (rows + plan.head_tile - 1) / plan.head_tile : row_groups_sm90a(rows);
+}
+
+Sm90aPlan plan_sm90a(CacheFormat format, int64_t max_groups, int heads, int topk, int sm_count) {
+  Sm90aPlan kernel;  // which kernel first: it sets the CTAs per token and the stage
+  kernel.head_tile = fewheads_tile_sm90a(format, false, heads, max_groups);
+  const int64_t ctas = max_groups <= 0 ? 0 : max_groups * ctas_per_group_sm90a(kernel, heads);
+  Sm90aPlan plan = kernel.head_tile > 0 ? split_plan(ctas, topk, sm_count, kFewHeadsStageRows, kFewHeadsCosts)
+                                         : split_plan(ctas, topk, sm_count, kTileRows, kRowKernelCosts);
+  plan.head_tile = kernel.head_tile;
+  return plan;
+}
 
 Sm90aPlan plan_decode_sm90a(int64_t max_groups, int rows, int sm_count) {
-  Sm90aPlan plan = plan_sm90a(max_groups, rows, kDecodeModelContext, sm_count);
+  Sm90aPlan plan = split_plan(max_groups <= 0 ? 0 : max_groups * row_groups_sm90a(rows), kDecodeModelContext,
+                              sm_count, kTileRows, kRowKernelCosts);
   plan.decode = true;
   if (plan.nsplit == 1) {
     plan.chunk = kWholeList;
@@ -739,7 +766,7 @@ std::size_t smem_bytes_sm90a(CacheFormat format) {
 }
 
 std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t max_groups, int rows, int sm_count) {
-  const int64_t ctas = std::max<int64_t>(1, max_groups) * row_groups_sm90a(rows) * plan.nsplit;
+  const int64_t ctas = std::max<int64_t>(1, max_groups) * ctas_per_group_sm90a(plan, rows) * plan.nsplit;
   const std::string pipeline =
       format == CacheFormat::bf16
           ? "a producer warpgroup copies 32-row stages of the list (cp.async) straight into the wgmma layout "
@@ -757,11 +784,14 @@ std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t ma
           : "splits of " + std::to_string(plan.chunk) +
                 " positions, as many as a request's block table spans, and a combine kernel";
   const std::string unit = plan.decode ? " requests: " : " tokens: ";
-  if (fewheads_sm90a(format, plan.decode, rows)) {
-    const int n = rows <= 8 ? 8 : 16;
+  if (plan.head_tile > 0) {
+    const int n = plan.head_tile, tiles = ctas_per_group_sm90a(plan, rows);
+    const int pad = tiles * n - rows;
     return "sm_90a kernel (mla_sparse_fewheads_sm90a_cpasync_wgmma_ws, fp8_ds_mla cache): the " + std::to_string(rows) +
-           " heads on wgmma's N dimension (n" + std::to_string(n) +
-           (rows < n ? ", " + std::to_string(n - rows) + " zero query columns" : std::string()) +
+           " heads on wgmma's N dimension (" +
+           (tiles > 1 ? std::to_string(tiles) + " CTAs of n" + std::to_string(n) + " per token, each copying its rows"
+                      : "n" + std::to_string(n)) +
+           (pad > 0 ? ", " + std::to_string(pad) + " zero query columns" : std::string()) +
            "), 64 list entries per stage on its M dimension; two producer warpgroups copy 32-row sub-stages "
            "(cp.async, 2 raw sub-stages) and widen the e4m3 codes to f16 exactly in the wgmma layout (2 operand "
            "stages); a consumer warpgroup computes S^T (wgmma m64n" + std::to_string(n) +
@@ -813,7 +843,7 @@ void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, st
     }
   }
   // The grid of a launch stays within gridDim.x's limit.
-  const int64_t ctas_per_group = static_cast<int64_t>(grid.rgroups) * grid.nsplit;
+  const int64_t ctas_per_group = static_cast<int64_t>(ctas_per_group_sm90a(plan, rows)) * grid.nsplit;
   slab = std::min<int64_t>(slab, INT32_MAX / ctas_per_group);
   if (slab < 1) {
     throw Error(ErrorCode::unsupported,
@@ -828,7 +858,7 @@ void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, st
   const auto kernel = fp8 ? (p.decode ? mla_sparse_sm90a_kernel<true, true> : mla_sparse_sm90a_kernel<true, false>)
                           : (p.decode ? mla_sparse_sm90a_kernel<false, true> : mla_sparse_sm90a_kernel<false, false>);
   const int smem = static_cast<int>(smem_bytes_sm90a(p.format));
-  const bool fewheads = fewheads_sm90a(p.format, p.decode, rows);
+  const bool fewheads = plan.head_tile > 0;
   if (!fewheads) cuda::allow_dynamic_smem(kernel, smem, device, smem_set[which]);
   const auto q8 = [](const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
     return aligned16(reinterpret_cast<uintptr_t>(ptr)) && s0 % 8 == 0 && s1 % 8 == 0 && s2 % 8 == 0;
@@ -841,9 +871,9 @@ void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, st
       grid.part_o = static_cast<float*>(workspace);
       grid.part_lse = grid.part_o + static_cast<std::size_t>(n) * grid.rgroups * grid.nsplit * kHeadsPerCta * kLatent;
     }
-    const int64_t ctas = n * grid.rgroups * grid.nsplit;
+    const int64_t ctas = n * ctas_per_group;
     if (fewheads) {
-      launch_fewheads_sm90a(p, grid, ctas, q_aligned, device, stream);
+      launch_fewheads_sm90a(p, grid, plan.head_tile, ctas, q_aligned, device, stream);
     } else {
       kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(p, grid, q_aligned);
     }
