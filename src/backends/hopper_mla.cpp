@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 #include <variant>
 
 #include "kernels/common/cuda_check.cuh"
@@ -42,11 +43,14 @@ Capabilities declared() {
       "needs, capped at 256 MiB (larger calls run in several launches); 0 otherwise";
   caps.notes =
       "wgmma (sm_90a instructions: H100 / H200 only); 64 (query, head) rows per CTA (fewer heads: the rows past "
-      "them are computed on zero queries), except sparse MLA over the fp8_ds_mla cache at 1-16 heads: the heads on "
-      "wgmma's N dimension (8 or 16), 64 cache rows per stage; producer warpgroups copy the rows with 16-byte cp.async (the "
-      "cache, its block and row strides 16-byte aligned): fp8_ds_mla rows widened to f16 exactly (the group "
-      "scales applied to S and P in f32), bf16 rows straight into the wgmma layout (bf16 wgmma); dense decode "
-      "reads the positions through the block table; rows with rope only (without: cuda.sparse_mla)";
+      "them are computed on zero queries), except sparse MLA over the fp8_ds_mla cache at 1-16 heads, and at more "
+      "heads in calls of at most " +
+      std::to_string(kFewHeadsTiledCtas) + " tiles of " + std::to_string(kFewHeadsMax) +
+      " heads x tokens: the heads on wgmma's N dimension (8 or 16), 64 cache rows per stage; producer warpgroups "
+      "copy the rows with 16-byte cp.async (the cache, its block and row strides 16-byte aligned): fp8_ds_mla rows "
+      "widened to f16 exactly (the group scales applied to S and P in f32), bf16 rows straight into the wgmma "
+      "layout (bf16 wgmma); dense decode reads the positions through the block table; rows with rope only "
+      "(without: cuda.sparse_mla)";
   return caps;
 }
 

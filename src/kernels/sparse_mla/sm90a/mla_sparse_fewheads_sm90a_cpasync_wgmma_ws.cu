@@ -21,9 +21,10 @@
 //   next stage's S, so the stage goes back to the producers early.
 //
 // With nsplit > 1 the CTA writes its normalized partial (f32, the 64-row kernel's layout: a
-// tile's heads are rows of their 64-row group's part) and log2-sum-exp, and the 64-row kernel's combine writes out and lse. Every sum
-// has a fixed order and nothing depends on the other tokens of the call: bitwise deterministic
-// and batch invariant. Design notes and measurements: docs/kernels/hopper_mla.md, "Few heads".
+// tile's heads are rows of their 64-row group's part) and log2-sum-exp, and the 64-row kernel's
+// combine writes out and lse. Every sum has a fixed order and nothing depends on the other tokens
+// of the call: bitwise deterministic and batch invariant. Design notes and measurements:
+// docs/kernels/hopper_mla.md, "Few heads".
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

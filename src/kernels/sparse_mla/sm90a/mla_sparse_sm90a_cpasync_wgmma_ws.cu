@@ -661,8 +661,8 @@ namespace {
 // The split model's costs, in units of the kernel's stage: a CTA's fixed cost per wave, the
 // combine's launch, and the combine (and its partials) per split of a token or per CTA of the
 // split grid. Fitted to H200 measurements (docs/kernels/hopper_mla.md, "Splits"): the 64-row
-// kernel's per split; the few-heads kernel's (one stage = 64 entries) per CTA, so that a grid of
-// few head tiles splits down to one stage a CTA and one of many tiles keeps two.
+// kernel's per split; the few-heads kernel's (one stage = 64 entries) per CTA, so that one token's
+// single head tile splits down to one stage a CTA and its 4 / 8 tiles keep two / three.
 struct SplitCosts {
   double cta_fixed, combine_launch, combine_per_split, combine_per_cta;
 };
