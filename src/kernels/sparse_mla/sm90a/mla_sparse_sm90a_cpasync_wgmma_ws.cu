@@ -783,7 +783,8 @@ std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t ma
           ? std::string("a request's positions in one split")
           : "splits of " + std::to_string(plan.chunk) +
                 " positions, as many as a request's block table spans, and a combine kernel";
-  const std::string unit = plan.decode ? " requests: " : " tokens: ";
+  const bool one = max_groups <= 1;
+  const std::string unit = plan.decode ? (one ? " request: " : " requests: ") : (one ? " token: " : " tokens: ");
   if (plan.head_tile > 0) {
     const int n = plan.head_tile, tiles = ctas_per_group_sm90a(plan, rows);
     const int pad = tiles * n - rows;
