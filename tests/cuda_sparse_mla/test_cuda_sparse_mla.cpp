@@ -2181,6 +2181,43 @@ TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
 #endif
 }
 
+// The query's 16-byte loads (host only): an aligned pointer and strides of 8 elements, except on
+// a dim of one entry, whose stride is never stepped (a [1, H, 576] query cut from a wider buffer
+// keeps the fast loads); an odd stride on a dim that is stepped, or a misaligned q_rope, takes
+// the element-wise loads.
+TEST(HopperMlaPlan, QueryVectorLoadsIgnoreTheStrideOfADimOfOne) {
+#if !LATTE_HOPPER_MLA_BUILT
+  GTEST_SKIP() << "skipped: hopper.mla not built (CUDA architectures without 90)";
+#else
+  alignas(16) static __nv_bfloat16 q[64];
+  hopper_mla::MlaParams p;
+  p.q = q;
+  p.groups = 1;
+  p.s_q = 1;
+  p.heads = 16;
+  p.q_sg = 16 * 576 + 3;  // odd, but one token
+  p.q_si = 0;
+  p.q_sh = 576;
+  EXPECT_TRUE(hopper_mla::q_vector_loads_sm90a(p));
+  p.groups = 2;
+  EXPECT_FALSE(hopper_mla::q_vector_loads_sm90a(p)) << "two tokens step the odd token stride";
+  p.groups = 1;
+  p.heads = 1;
+  p.q_sh = 577;
+  EXPECT_TRUE(hopper_mla::q_vector_loads_sm90a(p)) << "one head: its stride is never stepped";
+  p.heads = 2;
+  EXPECT_FALSE(hopper_mla::q_vector_loads_sm90a(p));
+  p.q_sh = 576;
+  p.q_rope = q + 4;  // a separate rope tensor 8 bytes off
+  p.qr_sh = 64;
+  EXPECT_FALSE(hopper_mla::q_vector_loads_sm90a(p));
+  p.q_rope = q + 8;
+  EXPECT_TRUE(hopper_mla::q_vector_loads_sm90a(p));
+  p.q = q + 1;
+  EXPECT_FALSE(hopper_mla::q_vector_loads_sm90a(p)) << "the query's base not 16-byte aligned";
+#endif
+}
+
 // Dense decode's plan (host only): the chunk is the kernel's (a multiple of the stage, at least
 // the decode minimum) and a call takes as many splits as its block table spans; kernels whose
 // requests fill the SMs (or of unknown size) never split and need no workspace; otherwise the workspace

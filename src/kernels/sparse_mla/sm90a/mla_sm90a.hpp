@@ -74,6 +74,10 @@ inline constexpr int64_t kFewHeadsTiledCtas = 16;
 [[nodiscard]] std::size_t workspace_bytes_sm90a(const Sm90aPlan& plan, int64_t groups, int rows);
 // The kernel's shared memory per CTA for a cache format (fp8_ds_mla or bf16).
 [[nodiscard]] std::size_t smem_bytes_sm90a(CacheFormat format);
+// Whether the kernels load the query (and a separate q_rope) 16 bytes at a time: 16-byte aligned
+// pointers and strides a multiple of 8 elements on every dim of more than one entry (a dim of
+// extent 1 is never stepped: its stride is free). Else element-wise loads: correct, slower.
+[[nodiscard]] bool q_vector_loads_sm90a(const MlaParams& p);
 // One line for Kernel::describe().
 [[nodiscard]] std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t max_groups, int rows,
                                          int sm_count);

@@ -812,6 +812,15 @@ std::string describe_sm90a(const Sm90aPlan& plan, CacheFormat format, int64_t ma
               : std::string());
 }
 
+bool q_vector_loads_sm90a(const MlaParams& p) {
+  const auto step8 = [](int64_t stride, int64_t extent) { return extent <= 1 || stride % 8 == 0; };
+  const auto q8 = [&](const void* ptr, int64_t sg, int64_t si, int64_t sh) {
+    return aligned16(reinterpret_cast<uintptr_t>(ptr)) && step8(sg, p.groups) && step8(si, p.s_q) &&
+           step8(sh, p.heads);
+  };
+  return q8(p.q, p.q_sg, p.q_si, p.q_sh) && (p.q_rope == nullptr || q8(p.q_rope, p.qr_sg, p.qr_si, p.qr_sh));
+}
+
 void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, std::size_t workspace_bytes,
                   cudaStream_t stream) {
   if (p.groups <= 0) return;
@@ -861,10 +870,7 @@ void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, st
   const int smem = static_cast<int>(smem_bytes_sm90a(p.format));
   const bool fewheads = plan.head_tile > 0;
   if (!fewheads) cuda::allow_dynamic_smem(kernel, smem, device, smem_set[which]);
-  const auto q8 = [](const void* ptr, int64_t s0, int64_t s1, int64_t s2) {
-    return aligned16(reinterpret_cast<uintptr_t>(ptr)) && s0 % 8 == 0 && s1 % 8 == 0 && s2 % 8 == 0;
-  };
-  const bool q_aligned = q8(p.q, p.q_sg, p.q_si, p.q_sh) && q8(p.q_rope, p.qr_sg, p.qr_si, p.qr_sh);
+  const bool q_aligned = q_vector_loads_sm90a(p);
   for (int64_t g0 = 0; g0 < p.groups; g0 += slab) {
     const int64_t n = std::min<int64_t>(slab, p.groups - g0);
     grid.g_begin = static_cast<int>(g0);
