@@ -2174,10 +2174,17 @@ TEST(HopperMlaPlan, CoversTheListAndSplitsOnlyToFillTheGpu) {
   EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 128, 64, 2048, 132).nsplit, 1);
   EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 32, 64, 2048, 132).head_tile, 0);
   // The few-heads kernel's 64-entry stages: one token of GLM-5 TP8 in 32 splits of one stage;
-  // one token of GLM-5 TP1 / DeepSeek-V3.2 in 4 / 8 tiles of 16 heads.
+  // one token of GLM-5 TP1 / DeepSeek-V3.2 in 4 / 8 tiles of 16 heads, split 32 / 16 ways (128
+  // CTAs of one / two stages: the fewest stages that keep one wave); 8 tokens of 8 heads 16 ways.
   EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 1, 8, 2048, 132).chunk, 64);
-  EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 1, 64, 2048, 132).head_tile, 16);
-  EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 1, 128, 2048, 132).head_tile, 16);
+  const auto tp1 = hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 1, 64, 2048, 132);
+  const auto v32 = hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 1, 128, 2048, 132);
+  EXPECT_EQ(tp1.head_tile, 16);
+  EXPECT_EQ(tp1.nsplit, 32);
+  EXPECT_EQ(v32.head_tile, 16);
+  EXPECT_EQ(v32.nsplit, 16);
+  EXPECT_EQ(v32.chunk, 128);
+  EXPECT_EQ(hopper_mla::plan_sm90a(CacheFormat::fp8_ds_mla, 8, 8, 2048, 132).nsplit, 16);
 #endif
 }
 

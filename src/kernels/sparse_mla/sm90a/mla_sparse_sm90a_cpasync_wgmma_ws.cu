@@ -564,14 +564,15 @@ __global__ void __launch_bounds__(kThreads, 1) mla_sparse_sm90a_kernel(const Mla
 // One warp per (group, row, kParts-th of the 512 dims) of the launch: the weighted sum of the
 // group's own splits' partials (those its list reaches). Latency bounds it: the first splits'
 // partials and the splits' lse are loaded before the maximum is known, later ones a batch at a
-// time (eight 16-byte loads in flight per lane); lane l holds the weight of split l of each
-// batch of 32. kParts (1, 2, 4) only spreads a call's rows over more warps (few rows: more loads
-// in flight; many rows: every warp resident at once); per element the sums run in split order,
-// so every kParts gives the same bits.
+// time (16-byte loads in flight per lane: sixteen for calls of at most 512 rows, where one
+// batch takes 16 splits, else eight); lane l holds the weight of split l of each batch of 32.
+// kParts (1, 2, 4) only spreads a call's rows over more warps (few rows: more loads in flight;
+// many rows: every warp resident at once); per element the sums run in split order, so every
+// kParts gives the same bits.
 template <bool kDecode, int kParts>
 __global__ void __launch_bounds__(256) mla_sm90a_combine_kernel(const MlaParams p, const int groups, const Grid grid) {
   constexpr int kVec = 4 / kParts;      // float4 per lane and split
-  constexpr int kBatch = 8 / kVec;      // splits per batch of loads
+  constexpr int kBatch = (kParts == 4 ? 16 : 8) / kVec;  // splits per batch of loads
   constexpr int64_t kSplitStride = int64_t{kHeadsPerCta} * kLatent;
   const int warp = blockIdx.x * 8 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
   const int rows = p.s_q * p.heads;
@@ -639,16 +640,27 @@ __global__ void __launch_bounds__(256) mla_sm90a_combine_kernel(const MlaParams 
 }
 
 // The combine's warps per row: 4 for calls of at most 512 rows, 2 up to 2048, else 1 (H200
-// figures: docs/kernels/hopper_mla.md, "Splits").
+// figures: docs/kernels/hopper_mla.md, "Splits"). A combine of no more CTAs than SMs puts one on
+// each SM: launched early (PDL) while the attention grid holds most SMs, its CTAs would otherwise
+// pile onto the few SMs left free (up to eight on each) and sum all the partials there, so each
+// asks for more than half an SM's shared memory, unused.
+constexpr int kCombineSpreadSmem = 120 * 1024;
+
 template <bool kDecode>
-void launch_combine(const MlaParams& p, int groups, const Grid& grid, cudaStream_t stream) {
+void launch_combine(const MlaParams& p, int groups, const Grid& grid, int device, cudaStream_t stream) {
   const int64_t rows = static_cast<int64_t>(groups) * p.s_q * p.heads;
   const int parts = rows <= 512 ? 4 : rows <= 2048 ? 2 : 1;
   const auto kernel = parts == 4   ? mla_sm90a_combine_kernel<kDecode, 4>
                       : parts == 2 ? mla_sm90a_combine_kernel<kDecode, 2>
                                    : mla_sm90a_combine_kernel<kDecode, 1>;
+  const auto ctas = static_cast<unsigned>((rows * parts + 7) / 8);
+  int sms = 0;
+  LATTE_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const bool spread = static_cast<int64_t>(ctas) <= sms;
+  static std::atomic<uint64_t> smem_set[3] = {};  // per kParts
+  if (spread) cuda::allow_dynamic_smem(kernel, kCombineSpreadSmem, device, smem_set[parts >> 1]);
   // Programmatic dependent launch: the combine's launch overlaps the attention kernel's tail.
-  cuda::launch_ex(kernel, static_cast<unsigned>((rows * parts + 7) / 8), 256, 0, true, stream, p, groups, grid);
+  cuda::launch_ex(kernel, ctas, 256, spread ? kCombineSpreadSmem : 0, true, stream, p, groups, grid);
 }
 
 bool aligned16(int64_t v) { return v % 16 == 0; }
@@ -659,15 +671,15 @@ int row_groups_sm90a(int rows) { return std::max(1, (rows + kHeadsPerCta - 1) / 
 
 namespace {
 // The split model's costs, in units of the kernel's stage: a CTA's fixed cost per wave, the
-// combine's launch, and the combine (and its partials) per split of a token or per CTA of the
-// split grid. Fitted to H200 measurements (docs/kernels/hopper_mla.md, "Splits"): the 64-row
-// kernel's per split; the few-heads kernel's (one stage = 64 entries) per CTA, so that one token's
-// single head tile splits down to one stage a CTA and its 4 / 8 tiles keep two / three.
+// combine's launch and the combine per split of a token. Fitted to H200 measurements
+// (docs/kernels/hopper_mla.md, "Splits"): the few-heads kernel (one stage = 64 entries) takes the
+// split of fewest stages per CTA that keeps one wave (one token's single head tile: 32 splits of
+// one stage; 4 / 8 tiles: 32 / 16).
 struct SplitCosts {
-  double cta_fixed, combine_launch, combine_per_split, combine_per_cta;
+  double cta_fixed, combine_launch, combine_per_split;
 };
-constexpr SplitCosts kRowKernelCosts{3.0, 2.0, 0.1, 0.0};
-constexpr SplitCosts kFewHeadsCosts{3.0, 2.0, 0.0, 0.03};
+constexpr SplitCosts kRowKernelCosts{3.0, 2.0, 0.1};
+constexpr SplitCosts kFewHeadsCosts{3.0, 2.0, 0.0};
 
 // The split of a kernel whose unsplit grid has `ctas` CTAs (0: not known) over lists of `topk`
 // entries in stages of `stage_rows`. A grid that leaves SMs idle splits the list: the count with
@@ -683,9 +695,7 @@ Sm90aPlan split_plan(int64_t ctas, int topk, int sm_count, int stage_rows, const
       const int per = (tiles + n - 1) / n;
       if (n > 1 && (tiles + per - 1) / per != n) continue;  // the same split as a smaller n
       const double waves = static_cast<double>((ctas * n + sm_count - 1) / sm_count);
-      const double cost =
-          waves * (per + k.cta_fixed) +
-          (n > 1 ? k.combine_launch + k.combine_per_split * n + k.combine_per_cta * static_cast<double>(ctas * n) : 0.0);
+      const double cost = waves * (per + k.cta_fixed) + (n > 1 ? k.combine_launch + k.combine_per_split * n : 0.0);
       if (n == 1 || cost < best_cost) {
         best = n;
         best_cost = cost;
@@ -886,7 +896,7 @@ void launch_sm90a(const MlaParams& p, const Sm90aPlan& plan, void* workspace, st
     }
     LATTE_CUDA_TRY(cudaGetLastError());
     if (grid.nsplit > 1) {
-      (p.decode ? launch_combine<true> : launch_combine<false>)(p, static_cast<int>(n), grid, stream);
+      (p.decode ? launch_combine<true> : launch_combine<false>)(p, static_cast<int>(n), grid, device, stream);
       LATTE_CUDA_TRY(cudaGetLastError());
     }
   }
